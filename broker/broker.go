@@ -1,0 +1,279 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Broker is a connection to JetStream, and the embedded server when jetpool
+// started one.
+type Broker struct {
+	NC  *nats.Conn
+	JS  jetstream.JetStream
+	Cfg Config
+	Log zerolog.Logger
+
+	srv  *server.Server
+	lock *os.File
+
+	mu      sync.Mutex
+	kv      map[string]jetstream.KeyValue
+	streams map[string]jetstream.Stream
+}
+
+// ServerFile is written into the data dir by `jetpool server`, so other local
+// processes connect to it instead of starting a second server on one store.
+const ServerFile = "server.json"
+
+// ErrDataDirBusy is returned when another process holds the embedded store.
+var ErrDataDirBusy = errors.New("data dir is in use by another jetpool process")
+
+// Embedded reports whether the broker runs its own in-process server.
+func (b *Broker) Embedded() bool { return b.srv != nil }
+
+// Server returns the embedded server, or nil.
+func (b *Broker) Server() *server.Server { return b.srv }
+
+// ServerOptions configure an embedded server (used by `jetpool server`).
+type ServerOptions struct {
+	Host     string // loopback only by default
+	Port     int    // -1: random
+	HTTPPort int    // monitoring; 0: off
+}
+
+// Connect connects to cfg.NATSURL, or starts an embedded server under
+// cfg.DataDir when it is unset. When `jetpool server` already serves that
+// data dir, Connect connects to it.
+func Connect(ctx context.Context, cfg Config, log zerolog.Logger) (*Broker, error) {
+	if cfg.NATSURL != "" {
+		return dial(ctx, cfg, log, cfg.NATSURL, nil)
+	}
+	return StartEmbedded(ctx, cfg, log, ServerOptions{Host: "127.0.0.1", Port: -1})
+}
+
+// StartEmbedded starts an in-process nats-server with JetStream and connects to it.
+func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so ServerOptions) (*Broker, error) {
+	dir := cfg.DataDir
+	if dir == "" {
+		dir = DataDirDefault
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		// Someone else owns the store: if it is a `jetpool server`, use it.
+		if url := readServerFile(dir); url != "" {
+			log.Debug().Str("url", url).Msg("connecting to the jetpool server that owns the data dir")
+			return dial(ctx, cfg, log, url, nil)
+		}
+		return nil, fmt.Errorf("%s: %w; run `jetpool server` and point every process at it with JETPOOL_NATS_URL", dir, err)
+	}
+	always, interval, err := cfg.syncPolicy()
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	host := so.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	opts := &server.Options{
+		ServerName:   "jetpool-embedded",
+		Host:         host,
+		Port:         so.Port,
+		HTTPHost:     host,
+		HTTPPort:     so.HTTPPort,
+		JetStream:    true,
+		StoreDir:     filepath.Join(dir, "jetstream"),
+		SyncAlways:   always,
+		SyncInterval: interval,
+		NoSigs:       true,
+		NoLog:        true,
+		MaxPayload:   8 << 20,
+	}
+	if so.Port == 0 {
+		opts.Port = -1
+	}
+	if so.HTTPPort == 0 {
+		opts.HTTPPort = 0
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	if log.GetLevel() <= zerolog.TraceLevel {
+		srv.ConfigureLogger()
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		lock.Close()
+		return nil, errors.New("embedded nats-server did not become ready in 30s")
+	}
+	b, err := dial(ctx, cfg, log, srv.ClientURL(), srv)
+	if err != nil {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		lock.Close()
+		return nil, err
+	}
+	b.lock = lock
+	return b, nil
+}
+
+func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *server.Server) (*Broker, error) {
+	opts := []nats.Option{
+		nats.Name("jetpool"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn().Err(err).Msg("nats disconnected")
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("nats reconnected") }),
+	}
+	if srv != nil {
+		opts = append(opts, nats.InProcessServer(srv))
+	}
+	if cfg.NATSCreds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+	}
+	if cfg.NATSNKey != "" {
+		o, err := nats.NkeyOptionFromSeed(cfg.NATSNKey)
+		if err != nil {
+			return nil, fmt.Errorf("JETPOOL_NATS_NKEY: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	if cfg.NATSUser != "" {
+		opts = append(opts, nats.UserInfo(cfg.NATSUser, cfg.NATSPassword))
+	}
+	if cfg.NATSToken != "" {
+		opts = append(opts, nats.Token(cfg.NATSToken))
+	}
+	if cfg.TLSCert != "" || cfg.TLSCA != "" {
+		tc, err := tlsConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redact(url), err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &Broker{NC: nc, JS: js, Cfg: cfg, Log: log, srv: srv, kv: map[string]jetstream.KeyValue{}, streams: map[string]jetstream.Stream{}}, nil
+}
+
+func tlsConfig(cfg Config) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("JETPOOL_NATS_TLS_CERT/KEY: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	if cfg.TLSCA != "" {
+		pem, err := os.ReadFile(cfg.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("JETPOOL_NATS_TLS_CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("JETPOOL_NATS_TLS_CA: %s holds no PEM certificate", cfg.TLSCA)
+		}
+		tc.RootCAs = pool
+	}
+	return tc, nil
+}
+
+func redact(url string) string {
+	if i, j := indexByte(url, '@'), indexByte(url, '/'); i > 0 && j >= 0 {
+		return url[:j+2] + "***" + url[i:]
+	}
+	return url
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// Close drains the connection and stops the embedded server.
+func (b *Broker) Close() {
+	if b == nil {
+		return
+	}
+	if b.NC != nil {
+		_ = b.NC.Drain()
+		b.NC.Close()
+	}
+	if b.srv != nil {
+		b.srv.Shutdown()
+		b.srv.WaitForShutdown()
+	}
+	if b.lock != nil {
+		_ = os.Remove(filepath.Join(filepath.Dir(b.lock.Name()), ServerFile))
+		b.lock.Close()
+	}
+}
+
+// WriteServerFile records the URL of this embedded server in the data dir.
+func (b *Broker) WriteServerFile(url string) error {
+	if b.lock == nil {
+		return nil
+	}
+	data, _ := json.Marshal(map[string]string{"url": url})
+	return os.WriteFile(filepath.Join(filepath.Dir(b.lock.Name()), ServerFile), data, 0o600)
+}
+
+func readServerFile(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, ServerFile))
+	if err != nil {
+		return ""
+	}
+	var m map[string]string
+	if json.Unmarshal(data, &m) != nil {
+		return ""
+	}
+	return m["url"]
+}
+
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, ErrDataDirBusy
+	}
+	return f, nil
+}

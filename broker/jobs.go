@@ -1,0 +1,127 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Job states.
+const (
+	JobDispatching = "dispatching"
+	JobRunning     = "running"
+	JobCompleted   = "completed"
+	JobFailed      = "failed"
+)
+
+// Job is one job's entry in the JETPOOL_JOBS bucket. Workers read the
+// workflow from here, so they need no files.
+type Job struct {
+	ID         string          `json:"id"`
+	Workflow   json.RawMessage `json:"workflow"` // workflow.Encode()
+	Actions    []string        `json:"actions"`
+	Input      string          `json:"input,omitempty"`
+	Total      int64           `json:"total"`      // records dispatched (valid once Dispatched)
+	Dispatched bool            `json:"dispatched"` // every record is published
+	Status     string          `json:"status"`
+	// Reason says why a failed job failed: the diagnostic of the record that raised.
+	Reason     string    `json:"reason,omitempty"`
+	MaxDeliver int       `json:"max_deliver"`
+	Created    time.Time `json:"created"`
+	Updated    time.Time `json:"updated"`
+}
+
+// ErrJobNotFound is returned by GetJob when the job does not exist.
+var ErrJobNotFound = errors.New("job not found")
+
+// GetJob reads a job and its revision.
+func (b *Broker) GetJob(ctx context.Context, id string) (*Job, uint64, error) {
+	kv, err := b.KV(ctx, BucketJobs)
+	if err != nil {
+		return nil, 0, err
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("%w: %s", ErrJobNotFound, id)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	var j Job
+	if err := json.Unmarshal(e.Value(), &j); err != nil {
+		return nil, 0, fmt.Errorf("job %s: corrupt entry: %w", id, err)
+	}
+	return &j, e.Revision(), nil
+}
+
+// PutJob writes a job unconditionally.
+func (b *Broker) PutJob(ctx context.Context, j *Job) error {
+	kv, err := b.KV(ctx, BucketJobs)
+	if err != nil {
+		return err
+	}
+	j.Updated = time.Now().UTC()
+	data, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, j.ID, data)
+	return err
+}
+
+// UpdateJob applies fn to the job with compare-and-set, retrying on conflict.
+// fn returns false to leave the job as it is.
+func (b *Broker) UpdateJob(ctx context.Context, id string, fn func(*Job) bool) (*Job, error) {
+	kv, err := b.KV(ctx, BucketJobs)
+	if err != nil {
+		return nil, err
+	}
+	for range 50 {
+		j, rev, err := b.GetJob(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if !fn(j) {
+			return j, nil
+		}
+		j.Updated = time.Now().UTC()
+		data, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := kv.Update(ctx, id, data, rev); err == nil {
+			return j, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("job %s: too many concurrent updates", id)
+}
+
+// ListJobs returns every job.
+func (b *Broker) ListJobs(ctx context.Context) ([]*Job, error) {
+	kv, err := b.KV(ctx, BucketJobs)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []*Job
+	for k := range keys.Keys() {
+		j, _, err := b.GetJob(ctx, k)
+		if errors.Is(err, ErrJobNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}

@@ -1,0 +1,120 @@
+package broker
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Stream, bucket and consumer names (DESIGN.md §4): part of the operator interface.
+const (
+	StreamWork       = "JETPOOL_WORK"
+	StreamDLQ        = "JETPOOL_DLQ"
+	StreamResults    = "JETPOOL_RESULTS"
+	StreamAdvisories = "JETPOOL_ADVISORIES"
+	BucketJobs       = "JETPOOL_JOBS"
+	BucketAttempts   = "JETPOOL_ATTEMPTS"
+	BucketLimits     = "JETPOOL_LIMITS"
+	BucketBatches    = "JETPOOL_BATCHES"
+
+	// ConsumerMaxDeliveries is the durable consumer of the poison-pill catcher.
+	ConsumerMaxDeliveries = "jetpool-maxdeliveries"
+
+	// SubjectControl is where workers answer stats requests (request/reply).
+	SubjectControl = "jetpool.ctl.stats"
+)
+
+// Header keys of work messages and dead letters. Nats- headers are the server's.
+const (
+	HeaderMsgID      = "Nats-Msg-Id"
+	HeaderJob        = "Jetpool-Job"
+	HeaderRecord     = "Jetpool-Record"
+	HeaderAction     = "Jetpool-Action"
+	HeaderReason     = "Jetpool-Reason"
+	HeaderErrorClass = "Jetpool-Error-Class"
+	HeaderError      = "Jetpool-Error"
+	HeaderAttempts   = "Jetpool-Attempts"
+	HeaderDeliveries = "Jetpool-Deliveries"
+	HeaderProvider   = "Jetpool-Provider"
+	HeaderModel      = "Jetpool-Model"
+	HeaderFailedAt   = "Jetpool-Failed-At"
+	HeaderReplays    = "Jetpool-Replays"
+	HeaderMode       = "Jetpool-Mode" // "online" forces online mode on replay of a batch action
+)
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidName reports whether s can be a job or action name: it becomes a
+// subject token and part of a consumer name.
+func ValidName(s string) bool { return tokenRE.MatchString(s) }
+
+// CheckJobID returns an error naming the job id when it is unusable.
+func CheckJobID(id string) error {
+	if !ValidName(id) {
+		return fmt.Errorf("job id %q: use 1-64 letters, digits, '-' or '_'", id)
+	}
+	return nil
+}
+
+// RecordToken is the subject token of a record id: the id itself when it is
+// a safe token, else a hash of it (the full id travels in headers and bodies).
+func RecordToken(id string) string {
+	if ValidName(id) && !strings.HasPrefix(id, "h_") {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "h_" + hex.EncodeToString(sum[:12])
+}
+
+// WorkSubject is jetpool.work.<job>.<action>.
+func WorkSubject(job, action string) string { return "jetpool.work." + job + "." + action }
+
+// WorkFilter matches every action of a job.
+func WorkFilter(job string) string { return "jetpool.work." + job + ".>" }
+
+// DLQSubject is jetpool.dlq.<job>.<action>.
+func DLQSubject(job, action string) string { return "jetpool.dlq." + job + "." + action }
+
+// DLQFilter matches the dead letters of a job ("" for all) and action ("" for all).
+func DLQFilter(job, action string) string {
+	return "jetpool.dlq." + cmpTok(job) + "." + cmpTok(action)
+}
+
+// Outcome tokens of result subjects: "ok", or the dead-letter reason.
+const OutcomeOK = "ok"
+
+// ResultSubject is jetpool.results.<job>.<action>.<outcome>.<record-token>.
+// One message per subject (MaxMsgsPerSubject 1), so counts are exact.
+func ResultSubject(job, action, outcome, record string) string {
+	return "jetpool.results." + job + "." + action + "." + outcome + "." + RecordToken(record)
+}
+
+// ResultFilter matches results; empty parts match anything.
+func ResultFilter(job, action, outcome string) string {
+	return "jetpool.results." + cmpTok(job) + "." + cmpTok(action) + "." + cmpTok(outcome) + ".*"
+}
+
+// ConsumerName is the durable work consumer of a job.
+func ConsumerName(job string) string { return "jetpool-" + job }
+
+// AdvisorySubject is where the server reports records that reached MaxDeliver.
+const AdvisorySubject = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamWork + ".>"
+
+func cmpTok(s string) string {
+	if s == "" {
+		return "*"
+	}
+	return s
+}
+
+// SubjectParts splits a jetpool subject into its tokens after the prefix
+// ("jetpool.work.", ...): job, action, and for results outcome and record.
+func SubjectParts(subject string) []string {
+	t := strings.Split(subject, ".")
+	if len(t) < 2 {
+		return nil
+	}
+	return t[2:]
+}

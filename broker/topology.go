@@ -1,0 +1,219 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Ensure creates or updates every stream and bucket of DESIGN.md §4. It is
+// idempotent and safe to call from every process at start.
+func (b *Broker) Ensure(ctx context.Context) error {
+	r := b.Cfg.Replicas
+	if r < 1 {
+		r = 1
+	}
+	dedupe := b.Cfg.DedupeWindow
+	if dedupe <= 0 {
+		dedupe = 2 * time.Hour
+	}
+	streams := []jetstream.StreamConfig{
+		{
+			Name:        StreamWork,
+			Description: "jetpool work: one message per record and action; removed on ack",
+			Subjects:    []string{"jetpool.work.>"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+			Duplicates:  dedupe,
+			Discard:     jetstream.DiscardNew,
+		},
+		{
+			Name:        StreamDLQ,
+			Description: "jetpool dead letters: the record as it was for the action, Jetpool-* headers explain",
+			Subjects:    []string{"jetpool.dlq.>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+			Duplicates:  dedupe,
+			AllowDirect: true,
+		},
+		{
+			Name:              StreamResults,
+			Description:       "jetpool results: one final result per record, action and outcome",
+			Subjects:          []string{"jetpool.results.>"},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          r,
+			MaxMsgsPerSubject: 1,
+			Duplicates:        dedupe,
+			AllowDirect:       true,
+		},
+		{
+			Name:        StreamAdvisories,
+			Description: "MAX_DELIVERIES advisories of the work stream, for the poison-pill catcher",
+			Subjects:    []string{AdvisorySubject},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+			MaxAge:      7 * 24 * time.Hour,
+		},
+	}
+	for _, sc := range streams {
+		if _, err := b.JS.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
+	}
+	buckets := []jetstream.KeyValueConfig{
+		{Bucket: BucketJobs, Description: "jetpool jobs: workflow, totals, status", History: 1, Replicas: r, Storage: jetstream.FileStorage},
+		{Bucket: BucketAttempts, Description: "jetpool: attempts of records waiting for redelivery", History: 1, Replicas: r, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
+		{Bucket: BucketLimits, Description: "jetpool: shared rate-limit state per provider", History: 1, Replicas: r, Storage: jetstream.FileStorage},
+		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},
+	}
+	for _, kc := range buckets {
+		kv, err := b.JS.CreateOrUpdateKeyValue(ctx, kc)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
+		}
+		b.mu.Lock()
+		b.kv[kc.Bucket] = kv
+		b.mu.Unlock()
+	}
+	_, err := b.JS.CreateOrUpdateConsumer(ctx, StreamAdvisories, jetstream.ConsumerConfig{
+		Durable:     ConsumerMaxDeliveries,
+		Description: "jetpool poison-pill catcher: moves records past MaxDeliver to the DLQ",
+		AckPolicy:   jetstream.AckExplicitPolicy,
+		AckWait:     30 * time.Second,
+		MaxDeliver:  -1,
+	})
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", ConsumerMaxDeliveries, err)
+	}
+	return nil
+}
+
+// KV returns a bucket created by Ensure (or binds to it).
+func (b *Broker) KV(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	b.mu.Lock()
+	kv, ok := b.kv[bucket]
+	b.mu.Unlock()
+	if ok {
+		return kv, nil
+	}
+	kv, err := b.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w (has anything run Ensure yet?)", bucket, err)
+	}
+	b.mu.Lock()
+	b.kv[bucket] = kv
+	b.mu.Unlock()
+	return kv, nil
+}
+
+// ConsumerConfig is the durable work consumer of one job.
+func (b *Broker) ConsumerConfig(job string, maxDeliver int) jetstream.ConsumerConfig {
+	aw := b.Cfg.AckWait
+	if aw <= 0 {
+		aw = AckWaitDefault
+	}
+	map_ := b.Cfg.MaxAckPending
+	if map_ <= 0 {
+		map_ = MaxAckPendingDefault
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName(job),
+		Description:   "jetpool work of job " + job,
+		FilterSubject: WorkFilter(job),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       aw,
+		// MaxDeliver is the exec layer's deliveries plus an allowance for
+		// crashed workers; beyond it the MAX_DELIVERIES advisory catches
+		// the record as a poison pill.
+		MaxDeliver:    maxDeliver,
+		MaxAckPending: map_,
+		// BackOff applies only to AckWait timeouts (a crashed or hung
+		// worker), never to a Nak: the worker sets Nak delays itself.
+		Metadata: map[string]string{"jetpool.job": job},
+	}
+}
+
+// EnsureConsumer creates or updates the job's durable work consumer.
+func (b *Broker) EnsureConsumer(ctx context.Context, job string, maxDeliver int) (jetstream.Consumer, error) {
+	c, err := b.JS.CreateOrUpdateConsumer(ctx, StreamWork, b.ConsumerConfig(job, maxDeliver))
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", ConsumerName(job), err)
+	}
+	return c, nil
+}
+
+// Count returns how many messages of stream match filter, computed by the
+// server (an ephemeral consumer's pending count): O(subjects matched) in the
+// server, no messages cross the wire.
+func (b *Broker) Count(ctx context.Context, stream, filter string) (uint64, error) {
+	c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		FilterSubject:     filter,
+		AckPolicy:         jetstream.AckNonePolicy,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: 10 * time.Second,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count %s %s: %w", stream, filter, err)
+	}
+	info := c.CachedInfo()
+	n := info.NumPending
+	_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name)
+	return n, nil
+}
+
+// LastMsg returns the last message on subject in stream, or nil when none.
+func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	s, err := b.stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// DeleteMsg removes one message from a stream; a missing one is not an error.
+func (b *Broker) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
+	s, err := b.stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	err = s.DeleteMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		return nil
+	}
+	return err
+}
+
+// Stream binds to a stream by name.
+func (b *Broker) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	return b.stream(ctx, name)
+}
+
+func (b *Broker) stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	b.mu.Lock()
+	s, ok := b.streams[name]
+	b.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	s, err := b.JS.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	b.mu.Lock()
+	b.streams[name] = s
+	b.mu.Unlock()
+	return s, nil
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/worker"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+func cmdValidate(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "validate", "WORKFLOW", "Check a workflow and print, per action, its retry layers and worst case.")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usageErr("want exactly one WORKFLOW argument")
+	}
+	wf, err := workflow.Load(pos[0])
+	if err != nil {
+		return configErr(err)
+	}
+	wf.Describe(e.stdout)
+	return nil
+}
+
+func cmdDispatch(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "dispatch", "WORKFLOW --input FILE [--job ID]", "Publish a job to NATS (JETPOOL_NATS_URL) and print its id; workers run it.")
+	var f runFlags
+	fs.StringVar(&f.input, "input", "", "input records: JSONL or CSV with a header row")
+	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input)")
+	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: a hash of the record)")
+	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the extension)")
+	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed lines (bad_input) instead of refusing the file")
+	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || f.input == "" {
+		fs.Usage()
+		return usageErr("want WORKFLOW and --input FILE")
+	}
+	wf, err := workflow.Load(pos[0])
+	if err != nil {
+		return configErr(err)
+	}
+	if _, _, bad, err := dispatcher.Check(wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job}); err != nil {
+		return configErr(err)
+	} else if len(bad) > 0 && !f.skipBad {
+		return configErr(&dispatcher.BadInputError{Errs: bad})
+	}
+	if !f.noPreflight {
+		if err := preflight(ctx, wf); err != nil {
+			return configErr(err)
+		}
+	}
+	b, err := connect(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if b.Embedded() {
+		fmt.Fprintln(e.stderr, "note: JETPOOL_NATS_URL is unset: the job goes to the embedded store in "+e.cfg.DataDir+"; `jetpool worker` with the same data dir (or `jetpool run`) will work it")
+	}
+	d := &dispatcher.Dispatcher{B: b, Log: e.log}
+	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad})
+	if err != nil {
+		return err
+	}
+	if res.Existing {
+		fmt.Fprintf(e.stderr, "job %s was already dispatched; nothing published\n", res.Job.ID)
+	} else {
+		fmt.Fprintf(e.stderr, "%s published (%d duplicates skipped, %d bad lines dead-lettered)\n", plural(res.Published, "record"), res.Duplicates, res.BadLines)
+	}
+	fmt.Fprintln(e.stdout, res.Job.ID)
+	return nil
+}
+
+func cmdWorker(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "worker", "[--concurrency N]", "Run a worker: serve every running job until SIGTERM, then drain in-flight calls.")
+	conc := fs.Int("concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
+	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long in-flight calls may finish before they are handed back")
+	jobs := fs.String("job", "", "serve only this job")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("unexpected arguments %v", pos)
+	}
+	n := *conc
+	if n <= 0 {
+		n = e.cfg.Concurrency
+	}
+	b, err := connect(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	m := newMetrics()
+	var only []string
+	if *jobs != "" {
+		only = []string{*jobs}
+	}
+	pool := worker.New(b, worker.Config{Concurrency: n, Log: e.log, Jobs: only, Metrics: m})
+	if err := pool.Start(ctx); err != nil {
+		return err
+	}
+	catcher := &deadletter.Catcher{B: b, Log: e.log}
+	if err := catcher.Start(ctx); err != nil {
+		return err
+	}
+	stopMetrics, err := serveMetrics(e, m, b)
+	if err != nil {
+		return configErr(err)
+	}
+	defer stopMetrics()
+	e.log.Info().Int("concurrency", n).Msg("worker started")
+	<-ctx.Done()
+	e.log.Info().Dur("drain", *drain).Msg("stopping: no new records; finishing in-flight calls")
+	m.setReady(false)
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	err = pool.Stop(sctx)
+	catcher.Stop()
+	if err != nil {
+		e.log.Warn().Err(err).Msg("drain")
+	}
+	e.log.Info().Msg("worker stopped")
+	return nil
+}
+
+func cmdResults(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "results", "JOB [--output FILE]", "Export a job's final results as JSONL (one line per record).")
+	out := fs.String("output", "", "write here instead of standard output")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usageErr("want exactly one JOB")
+	}
+	b, err := connect(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	job, _, err := b.GetJob(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if *out != "" {
+		s, err := summarize(ctx, b, job, *out)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "%d results (%d ok, %d failed) written to %s\n", s.records, s.ok, s.failed, *out)
+		return nil
+	}
+	last := job.Actions[len(job.Actions)-1]
+	enc := json.NewEncoder(e.stdout)
+	enc.SetEscapeHTML(false)
+	return b.EachResult(ctx, job.ID, func(r *broker.Result) error {
+		if r.Status == broker.StatusFailed || r.Action == last {
+			return enc.Encode(r)
+		}
+		return nil
+	})
+}
+
+func cmdServer(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "server", "[--port N] [--http-port N] [--host ADDR]",
+		"Run the embedded NATS server (JetStream, store in JETPOOL_DATA_DIR) for several local processes and the nats CLI.")
+	port := fs.Int("port", 4222, "client port")
+	httpPort := fs.Int("http-port", 8222, "monitoring port (0: off)")
+	host := fs.String("host", "127.0.0.1", "listen address (loopback by default; NATS auth is off here)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("unexpected arguments %v", pos)
+	}
+	if e.cfg.NATSURL != "" {
+		return usageErr("JETPOOL_NATS_URL is set: `jetpool server` runs the embedded server; unset it")
+	}
+	b, err := broker.StartEmbedded(ctx, e.cfg, e.log, broker.ServerOptions{Host: *host, Port: *port, HTTPPort: *httpPort})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.Ensure(ctx); err != nil {
+		return err
+	}
+	url := b.Server().ClientURL()
+	if err := b.WriteServerFile(url); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "jetpool server listening on %s (store %s)\n", url, e.cfg.DataDir)
+	fmt.Fprintf(e.stdout, "  export JETPOOL_NATS_URL=%s\n", url)
+	if *httpPort > 0 {
+		fmt.Fprintf(e.stdout, "  monitoring: http://%s\n", net.JoinHostPort(*host, strconv.Itoa(*httpPort)))
+	}
+	<-ctx.Done()
+	fmt.Fprintln(e.stdout, "jetpool server stopping")
+	return nil
+}
+
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func newTable(e *env) *tabwriter.Writer {
+	return tabwriter.NewWriter(e.stdout, 0, 2, 2, ' ', 0)
+}
+
+func age(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func checkFilter(f deadletter.Filter) error {
+	if f.Reason != "" && !deadletter.ValidReason(f.Reason) {
+		return usageErr("--reason %q: want one of %v", f.Reason, retry.Reasons)
+	}
+	if f.Class != "" {
+		ok := false
+		for _, c := range retry.Classes {
+			if string(c) == f.Class {
+				ok = true
+			}
+		}
+		if !ok {
+			return usageErr("--class %q: want one of %v", f.Class, retry.Classes)
+		}
+	}
+	if f.Job != "" && !broker.ValidName(f.Job) {
+		return usageErr("--job %q is not a valid job id", f.Job)
+	}
+	return nil
+}
+
+var errNoJob = errors.New("no such job")

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/worker"
+)
+
+// jobStatus is `jetpool status --json`.
+type jobStatus struct {
+	Job        string           `json:"job"`
+	Status     string           `json:"status"`
+	Reason     string           `json:"reason,omitempty"`
+	Total      int64            `json:"total"`
+	Queued     uint64           `json:"queued"`
+	InFlight   int64            `json:"in_flight"`
+	Waiting    int64            `json:"waiting_for_redelivery"`
+	Succeeded  int64            `json:"succeeded"`
+	Failed     int64            `json:"failed"`
+	DeadByReas map[string]int64 `json:"dead_lettered_by_reason,omitempty"`
+	Paused     bool             `json:"paused,omitempty"`
+	Rate       float64          `json:"records_per_second"`
+	Created    time.Time        `json:"created"`
+	Workers    int              `json:"workers"`
+}
+
+func cmdStatus(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "status", "[JOB] [--json]", "Show queued, in flight, waiting for redelivery, succeeded, failed and dead letters by reason.")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	b, err := connect(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	var jobs []*broker.Job
+	if len(pos) == 1 {
+		j, _, err := b.GetJob(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		jobs = []*broker.Job{j}
+	} else if len(pos) == 0 {
+		if jobs, err = b.ListJobs(ctx); err != nil {
+			return err
+		}
+	} else {
+		return usageErr("want at most one JOB")
+	}
+	inflight, workers := workerStats(b)
+	var out []jobStatus
+	for _, j := range jobs {
+		s, err := statusOf(ctx, b, j, inflight, len(pos) == 1)
+		if err != nil {
+			return err
+		}
+		s.Workers = workers
+		out = append(out, s)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if len(pos) == 1 {
+			return enc.Encode(out[0])
+		}
+		return enc.Encode(out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(e.stdout, "no jobs")
+		return nil
+	}
+	tw := newTable(e)
+	fmt.Fprintln(tw, "JOB\tSTATUS\tTOTAL\tQUEUED\tIN FLIGHT\tWAITING\tSUCCEEDED\tFAILED\tREC/S")
+	for _, s := range out {
+		st := s.Status
+		if s.Paused {
+			st += " (paused)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\n", s.Job, st, s.Total, s.Queued, s.InFlight, s.Waiting, s.Succeeded, s.Failed, s.Rate)
+	}
+	tw.Flush()
+	for _, s := range out {
+		if len(s.DeadByReas) > 0 {
+			fmt.Fprintf(e.stdout, "%s dead letters by reason: %s\n", s.Job, kvList(s.DeadByReas))
+		}
+		if s.Reason != "" {
+			fmt.Fprintf(e.stdout, "%s failed: %s\n", s.Job, s.Reason)
+		}
+	}
+	fmt.Fprintf(e.stdout, "(%d workers answered)\n", workers)
+	return nil
+}
+
+func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, inflight map[string]int64, byReason bool) (jobStatus, error) {
+	s := jobStatus{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created}
+	c, err := b.JobCounts(ctx, j, byReason)
+	if err != nil {
+		return s, err
+	}
+	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
+	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(j.ID))
+	if err == nil {
+		if info, err := cons.Info(ctx); err == nil {
+			s.Queued = info.NumPending
+			s.InFlight = min(inflight[j.ID], int64(info.NumAckPending))
+			s.Waiting = int64(info.NumAckPending) - s.InFlight
+			s.Paused = info.Paused
+		}
+	}
+	if el := time.Since(j.Created).Seconds(); el > 0 {
+		s.Rate = float64(c.Done) / el
+	}
+	return s, nil
+}
+
+// workerStats asks every live worker for its in-flight records (scatter-gather
+// on jetpool.ctl.stats, 300 ms).
+func workerStats(b *broker.Broker) (map[string]int64, int) {
+	inflight := map[string]int64{}
+	inbox := nats.NewInbox()
+	ch := make(chan *nats.Msg, 256)
+	sub, err := b.NC.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return inflight, 0
+	}
+	defer sub.Unsubscribe()
+	if err := b.NC.PublishRequest(broker.SubjectControl, inbox, nil); err != nil {
+		return inflight, 0
+	}
+	n := 0
+	t := time.NewTimer(300 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-ch:
+			var s worker.Stats
+			if json.Unmarshal(m.Data, &s) == nil {
+				n++
+				for j, v := range s.InFlight {
+					inflight[j] += v
+				}
+			}
+		case <-t.C:
+			return inflight, n
+		}
+	}
+}

@@ -1,0 +1,113 @@
+package deadletter
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/retry"
+)
+
+// ReplayOptions select and steer a replay.
+type ReplayOptions struct {
+	Filter
+	DryRun bool
+	// Mode, when "online", makes a batch action run its replayed records online.
+	Mode string
+	// Each, when set, is told about every entry as it is handled.
+	Each func(e *Entry, replayed bool, why string)
+	// crashAfterPublish, in tests, stops after the republish of the first entry.
+	crashAfterPublish bool
+}
+
+// ReplayResult counts what a replay did.
+type ReplayResult struct {
+	Matched  int
+	Replayed int
+	Skipped  int
+	Jobs     map[string]bool
+}
+
+// Replay republishes matching dead letters to the work stream as a new replay
+// generation and deletes each from the DLQ only after its republish is
+// acknowledged. A crash at any point leaves each record in the DLQ, in the
+// work stream, or both — never neither; replaying again never runs a record
+// twice (the generation's Nats-Msg-Id dedupes it, and workers skip records
+// that already have a successful result).
+func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResult, error) {
+	res := &ReplayResult{Jobs: map[string]bool{}}
+	var entries []*Entry
+	err := Each(ctx, b, o.Filter, func(e *Entry) error { entries = append(entries, e); return nil })
+	if err != nil {
+		return res, err
+	}
+	for _, e := range entries {
+		res.Matched++
+		env, err := e.Envelope()
+		if err != nil {
+			res.Skipped++
+			if o.Each != nil {
+				o.Each(e, false, "its body is not a record (bad input): fix the input file and dispatch it again")
+			}
+			continue
+		}
+		if o.DryRun {
+			if o.Each != nil {
+				o.Each(e, false, "dry run")
+			}
+			continue
+		}
+		if !res.Jobs[e.Job] {
+			// A job that failed (on_exhausted: raise) or completed runs
+			// again once replayed.
+			if _, err := b.UpdateJob(ctx, e.Job, func(j *broker.Job) bool {
+				if j.Status != broker.JobFailed && j.Status != broker.JobCompleted {
+					return false
+				}
+				j.Status, j.Reason = broker.JobRunning, ""
+				return true
+			}); err != nil {
+				return res, fmt.Errorf("job %s: %w", e.Job, err)
+			}
+			res.Jobs[e.Job] = true
+		}
+		m, err := broker.NewWorkMsg(e.Job, e.Action, env, e.Replays+1)
+		if err != nil {
+			return res, err
+		}
+		if o.Mode != "" {
+			m.Header.Set(broker.HeaderMode, o.Mode)
+		}
+		if _, err := b.JS.PublishMsg(ctx, m); err != nil {
+			return res, fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
+		}
+		if o.crashAfterPublish {
+			return res, errCrash
+		}
+		// The record is back in the work stream: its failed result no longer
+		// holds, and its dead letter goes.
+		if err := b.DeleteResult(ctx, e.Job, e.Action, string(e.Reason), e.Record); err != nil {
+			return res, err
+		}
+		if err := b.DeleteMsg(ctx, broker.StreamDLQ, e.Seq); err != nil {
+			return res, fmt.Errorf("replayed %s but could not delete dead letter %d: %w (a second retry will not run it twice)", e.Record, e.Seq, err)
+		}
+		res.Replayed++
+		if o.Each != nil {
+			o.Each(e, true, "")
+		}
+	}
+	return res, nil
+}
+
+var errCrash = fmt.Errorf("simulated crash")
+
+// Reasons accepted by filters.
+func ValidReason(r string) bool {
+	for _, x := range retry.Reasons {
+		if string(x) == r {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,328 @@
+package dispatcher
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// MaxPendingDefault bounds the publish acks in flight.
+const MaxPendingDefault = 4096
+
+// MaxReportedErrors is how many bad lines are listed before "and N more".
+const MaxReportedErrors = 20
+
+// CrashAllowance is how many deliveries beyond the exec layer's a record may
+// use when workers crash or hang before it counts as a poison pill.
+const CrashAllowance = 3
+
+// Options of a dispatch.
+type Options struct {
+	Input      string
+	Format     string // "" from the extension
+	IDField    string
+	JobID      string // "" derives <workflow>-<hash of workflow and input>
+	SkipBad    bool   // dead-letter bad lines as bad_input instead of refusing the file
+	MaxPending int
+	// Progress, when set, is called with the number of records published so far.
+	Progress func(published int64)
+}
+
+// Result of a dispatch.
+type Result struct {
+	Job        *broker.Job
+	Published  int64 // new records published now
+	Duplicates int64 // records already published (same id), skipped by dedupe
+	BadLines   int64 // dead-lettered as bad_input (SkipBad)
+	Existing   bool  // the job was already fully dispatched: nothing published
+}
+
+// Dispatcher publishes jobs.
+type Dispatcher struct {
+	B   *broker.Broker
+	Log zerolog.Logger
+}
+
+// Check reads the whole input once, refusing it when any line is bad
+// (unless SkipBad), and returns the job id and the number of records.
+// Nothing is published.
+func Check(wf *workflow.Workflow, opts Options) (jobID string, records int64, bad []error, err error) {
+	r, err := Open(opts.Input, opts.Format, opts.IDField)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	defer r.Close()
+	first := wf.Actions[0]
+	fields := first.Fields()
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil {
+			err = checkFields(opts.Input, rec, first, fields)
+		}
+		if err != nil {
+			var le *LineError
+			if !errors.As(err, &le) {
+				return "", 0, nil, err
+			}
+			bad = append(bad, err)
+			continue
+		}
+		records++
+	}
+	if records == 0 && len(bad) == 0 {
+		return "", 0, nil, &LineError{File: opts.Input, Reason: "empty file: no records"}
+	}
+	jobID = opts.JobID
+	if jobID == "" {
+		enc, _ := wf.Encode()
+		h := sha256.New()
+		h.Write(enc)
+		h.Write([]byte(r.ContentHash()))
+		h.Write([]byte(opts.IDField))
+		base := strings.TrimSuffix(filepath.Base(wf.File), filepath.Ext(wf.File))
+		if wf.Name != "" {
+			base = wf.Name
+		}
+		base = sanitize(base)
+		jobID = base + "-" + hex.EncodeToString(h.Sum(nil))[:8]
+	}
+	if err := broker.CheckJobID(jobID); err != nil {
+		return "", 0, nil, err
+	}
+	return jobID, records, bad, nil
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	out := b.String()
+	if len(out) > 40 {
+		out = out[:40]
+	}
+	if out == "" {
+		out = "job"
+	}
+	return out
+}
+
+func checkFields(file string, rec Record, a *workflow.Action, fields []string) error {
+	for _, f := range fields {
+		if _, ok := rec.Fields[f]; !ok {
+			keys := make([]string, 0, len(rec.Fields))
+			for k := range rec.Fields {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			return &LineError{File: file, Line: rec.Line, Reason: fmt.Sprintf(
+				"action %q: prompt template uses field %q, which the record lacks (it has: %s)", a.Name, f, strings.Join(keys, ", "))}
+		}
+	}
+	return nil
+}
+
+// BadInputError lists the refused lines of an input.
+type BadInputError struct{ Errs []error }
+
+func (e *BadInputError) Error() string {
+	var b strings.Builder
+	n := len(e.Errs)
+	fmt.Fprintf(&b, "%d bad input line", n)
+	if n != 1 {
+		b.WriteString("s")
+	}
+	b.WriteString(", nothing published (fix them, or pass --skip-bad to dead-letter them as bad_input):")
+	for i, err := range e.Errs {
+		if i == MaxReportedErrors {
+			fmt.Fprintf(&b, "\n  … and %d more", n-i)
+			break
+		}
+		b.WriteString("\n  ")
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+// Dispatch checks the input, creates the job and publishes every record to
+// its first action. A second dispatch of the same job publishes nothing.
+func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts Options) (*Result, error) {
+	jobID, _, bad, err := Check(wf, opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(bad) > 0 && !opts.SkipBad {
+		return nil, &BadInputError{Errs: bad}
+	}
+	if j, _, err := d.B.GetJob(ctx, jobID); err == nil && j.Dispatched {
+		return &Result{Job: j, Existing: true}, nil
+	} else if err != nil && !errors.Is(err, broker.ErrJobNotFound) {
+		return nil, err
+	}
+	enc, err := wf.Encode()
+	if err != nil {
+		return nil, err
+	}
+	maxDeliver := 1
+	for _, a := range wf.Actions {
+		maxDeliver = max(maxDeliver, a.Retry.Deliveries())
+	}
+	maxDeliver += CrashAllowance
+	actions := make([]string, len(wf.Actions))
+	for i, a := range wf.Actions {
+		actions[i] = a.Name
+	}
+	job, _, err := d.B.GetJob(ctx, jobID)
+	if errors.Is(err, broker.ErrJobNotFound) {
+		job = &broker.Job{ID: jobID, Created: time.Now().UTC()}
+	} else if err != nil {
+		return nil, err
+	}
+	job.Workflow, job.Actions, job.Input, job.MaxDeliver = enc, actions, opts.Input, maxDeliver
+	job.Status = broker.JobDispatching
+	if err := d.B.PutJob(ctx, job); err != nil {
+		return nil, fmt.Errorf("job %s: %w", jobID, err)
+	}
+	if _, err := d.B.EnsureConsumer(ctx, jobID, maxDeliver); err != nil {
+		return nil, err
+	}
+	res, err := d.publish(ctx, wf, job, opts)
+	if err != nil {
+		return nil, err
+	}
+	job, err = d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
+		j.Total += res.Published + res.BadLines
+		j.Dispatched = true
+		if j.Status == broker.JobDispatching {
+			j.Status = broker.JobRunning
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Job = job
+	d.Log.Info().Str("job", jobID).Int64("published", res.Published).Int64("duplicates", res.Duplicates).
+		Int64("bad_input", res.BadLines).Msg("dispatched")
+	return res, nil
+}
+
+func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options) (*Result, error) {
+	r, err := Open(opts.Input, opts.Format, opts.IDField)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	first := wf.Actions[0]
+	fields := first.Fields()
+	maxPending := opts.MaxPending
+	if maxPending <= 0 {
+		maxPending = MaxPendingDefault
+	}
+	res := &Result{}
+	pending := make([]jetstream.PubAckFuture, 0, maxPending)
+	drain := func(keep int) error {
+		n := len(pending) - keep
+		for _, f := range pending[:n] {
+			select {
+			case ack := <-f.Ok():
+				if ack.Duplicate {
+					res.Duplicates++
+				} else {
+					res.Published++
+				}
+			case err := <-f.Err():
+				return fmt.Errorf("publish %s: %w", f.Msg().Header.Get(broker.HeaderRecord), err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		pending = append(pending[:0], pending[n:]...)
+		if opts.Progress != nil {
+			opts.Progress(res.Published + res.Duplicates)
+		}
+		return nil
+	}
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil {
+			err = checkFields(opts.Input, rec, first, fields)
+		}
+		if err != nil {
+			var le *LineError
+			if !errors.As(err, &le) {
+				return nil, err
+			}
+			if err := d.deadLetterBad(ctx, job.ID, first.Name, rec, le); err != nil {
+				return nil, err
+			}
+			res.BadLines++
+			continue
+		}
+		env := &broker.Envelope{ID: rec.ID, Record: rec.Fields, Line: rec.Line}
+		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
+		if err != nil {
+			return nil, err
+		}
+		f, err := d.B.JS.PublishMsgAsync(m)
+		if err != nil {
+			return nil, fmt.Errorf("publish: %w", err)
+		}
+		pending = append(pending, f)
+		if len(pending) >= maxPending {
+			if err := drain(maxPending / 2); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := drain(0); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (d *Dispatcher) deadLetterBad(ctx context.Context, job, action string, rec Record, le *LineError) error {
+	id := rec.ID
+	if id == "" {
+		sum := sha256.Sum256(rec.Raw)
+		id = fmt.Sprintf("line%d-%s", rec.Line, hex.EncodeToString(sum[:4]))
+	}
+	e := &deadletter.Entry{
+		Job: job, Record: id, Action: action, Reason: retry.ReasonBadInput, Class: retry.ClassInvalidRequest,
+		Error: "bad input: " + le.Error(), Attempts: 0, Deliveries: 0, FailedAt: time.Now().UTC(),
+		Data: rec.Raw,
+	}
+	if err := deadletter.Publish(ctx, d.B, e); err != nil {
+		return err
+	}
+	return d.B.WriteResult(ctx, &broker.Result{
+		ID: id, Status: broker.StatusFailed, Reason: string(retry.ReasonBadInput), Action: action, Job: job,
+		Error:    &broker.ResultError{Class: string(retry.ClassInvalidRequest), Message: e.Error},
+		Finished: e.FailedAt,
+	})
+}

@@ -1,0 +1,283 @@
+// Package dispatcher reads input files as a stream, derives stable record
+// ids, and publishes a job's records to JetStream idempotently.
+package dispatcher
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Formats of input files.
+const (
+	FormatJSONL = "jsonl"
+	FormatCSV   = "csv"
+)
+
+// Record is one input record.
+type Record struct {
+	Line   int            // 1-based line of the file where the record starts
+	ID     string         // from the id field, or a stable hash of the record
+	Fields map[string]any // the record
+	Raw    []byte         // the line as read (for bad_input dead letters)
+}
+
+// LineError is a refused input line: "file:line: reason".
+type LineError struct {
+	File   string
+	Line   int
+	Reason string
+}
+
+func (e *LineError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("%s: %s", e.File, e.Reason)
+	}
+	return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason)
+}
+
+// Reader reads records one at a time; the file is never held in memory.
+type Reader struct {
+	path    string
+	format  string
+	idField string
+	f       *os.File
+	hash    io.Writer // sees every byte read, for the job's content hash
+	sum     hashSum
+
+	br   *bufio.Reader
+	line int
+
+	cr     *csv.Reader
+	header []string
+}
+
+type hashSum interface {
+	io.Writer
+	Sum([]byte) []byte
+}
+
+// FormatOf picks the format from the file extension.
+func FormatOf(path string) (string, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".jsonl", ".ndjson", ".json":
+		return FormatJSONL, nil
+	case ".csv":
+		return FormatCSV, nil
+	}
+	return "", fmt.Errorf("%s: unknown input format (use .jsonl, .ndjson or .csv, or --format)", path)
+}
+
+// Open opens path. format "" picks it from the extension. idField "" hashes
+// each record for its id.
+func Open(path, format, idField string) (*Reader, error) {
+	if format == "" {
+		var err error
+		if format, err = FormatOf(path); err != nil {
+			return nil, err
+		}
+	}
+	if format != FormatJSONL && format != FormatCSV {
+		return nil, fmt.Errorf("--format %q: use jsonl or csv", format)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	r := &Reader{path: path, format: format, idField: idField, f: f, hash: h, sum: h}
+	r.br = bufio.NewReaderSize(io.TeeReader(f, h), 256<<10)
+	if format == FormatCSV {
+		r.cr = csv.NewReader(r.br)
+		r.cr.ReuseRecord = true
+		header, err := r.cr.Read()
+		if errors.Is(err, io.EOF) {
+			f.Close()
+			return nil, &LineError{File: path, Reason: "empty file: no header row and no records"}
+		}
+		if err != nil {
+			f.Close()
+			return nil, csvErr(path, err)
+		}
+		r.header = append([]string(nil), header...)
+		seen := map[string]bool{}
+		for i, h := range r.header {
+			h = strings.TrimSpace(strings.TrimPrefix(h, "\ufeff"))
+			if h == "" {
+				f.Close()
+				return nil, &LineError{File: path, Line: 1, Reason: fmt.Sprintf("header column %d is empty", i+1)}
+			}
+			if seen[h] {
+				f.Close()
+				return nil, &LineError{File: path, Line: 1, Reason: fmt.Sprintf("header column %q appears twice", h)}
+			}
+			seen[h] = true
+			r.header[i] = h
+		}
+		if idField != "" && !seen[idField] {
+			f.Close()
+			return nil, &LineError{File: path, Line: 1, Reason: fmt.Sprintf("--id-field %q is not a column (columns: %s)", idField, strings.Join(r.header, ", "))}
+		}
+	}
+	return r, nil
+}
+
+// Close closes the file.
+func (r *Reader) Close() error { return r.f.Close() }
+
+// ContentHash is the hash of every byte read so far (the whole file after io.EOF).
+func (r *Reader) ContentHash() string { return hex.EncodeToString(r.sum.Sum(nil)) }
+
+// Next returns the next record, io.EOF at the end, or a *LineError for a
+// bad line (reading can go on after it).
+func (r *Reader) Next() (Record, error) {
+	if r.format == FormatCSV {
+		return r.nextCSV()
+	}
+	return r.nextJSONL()
+}
+
+func (r *Reader) nextJSONL() (Record, error) {
+	for {
+		raw, err := r.br.ReadBytes('\n')
+		if len(raw) == 0 && errors.Is(err, io.EOF) {
+			return Record{}, io.EOF
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return Record{}, err
+		}
+		r.line++
+		line := bytes.TrimSpace(raw)
+		if len(line) == 0 {
+			continue
+		}
+		rec := Record{Line: r.line, Raw: line}
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return rec, &LineError{File: r.path, Line: r.line, Reason: "malformed JSON: " + jsonReason(err)}
+		}
+		if dec.More() {
+			return rec, &LineError{File: r.path, Line: r.line, Reason: "malformed JSON: more than one value on the line"}
+		}
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return rec, &LineError{File: r.path, Line: r.line, Reason: fmt.Sprintf("a record must be a JSON object, got %s", jsonKind(v))}
+		}
+		rec.Fields = obj
+		if err := r.setID(&rec); err != nil {
+			return rec, err
+		}
+		return rec, nil
+	}
+}
+
+func (r *Reader) nextCSV() (Record, error) {
+	fields, err := r.cr.Read()
+	line, _ := r.cr.FieldPos(0)
+	if errors.Is(err, io.EOF) {
+		return Record{}, io.EOF
+	}
+	if err != nil {
+		var pe *csv.ParseError
+		if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
+			return Record{Line: pe.StartLine, Raw: []byte(strings.Join(fields, ","))}, &LineError{File: r.path, Line: pe.StartLine,
+				Reason: fmt.Sprintf("ragged row: %d fields, the header has %d", len(fields), len(r.header))}
+		}
+		return Record{Line: line}, csvErr(r.path, err)
+	}
+	rec := Record{Line: line, Fields: make(map[string]any, len(fields)), Raw: []byte(strings.Join(fields, ","))}
+	for i, v := range fields {
+		rec.Fields[r.header[i]] = v
+	}
+	if err := r.setID(&rec); err != nil {
+		return rec, err
+	}
+	return rec, nil
+}
+
+func (r *Reader) setID(rec *Record) error {
+	if r.idField == "" {
+		rec.ID = HashID(rec.Fields)
+		return nil
+	}
+	v, ok := rec.Fields[r.idField]
+	if !ok || v == nil {
+		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is missing", r.idField)}
+	}
+	var id string
+	switch t := v.(type) {
+	case string:
+		id = strings.TrimSpace(t)
+	case json.Number:
+		id = t.String()
+	case bool:
+		id = strconv.FormatBool(t)
+	default:
+		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q must be a string or number, got %s", r.idField, jsonKind(v))}
+	}
+	if id == "" {
+		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is empty", r.idField)}
+	}
+	if len(id) > 256 {
+		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is longer than 256 bytes", r.idField)}
+	}
+	rec.ID = id
+	return nil
+}
+
+// HashID is the stable id of a record without an id field: a hash of its
+// canonical JSON (keys sorted), so the same record always gets the same id.
+func HashID(fields map[string]any) string {
+	b, _ := json.Marshal(fields) // map keys are sorted by encoding/json
+	sum := sha256.Sum256(b)
+	return "r" + hex.EncodeToString(sum[:10])
+}
+
+func csvErr(path string, err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return &LineError{File: path, Line: pe.Line, Reason: "malformed CSV: " + pe.Err.Error()}
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
+
+func jsonReason(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "unexpected end of line (unterminated object or string)"
+	}
+	return err.Error()
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number, float64:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}

@@ -1,0 +1,82 @@
+// Package provider holds the model adapters (openai, anthropic, gemini, sim)
+// and normalises every failure into a *retry.Error.
+//
+// # Adapters
+//
+// One adapter per wire protocol (DESIGN.md §3), built with [New]:
+//
+//   - openai: Chat Completions (POST {base_url}/chat/completions, Authorization:
+//     Bearer), for OpenAI and every compatible endpoint (see [Presets]).
+//     Streaming reads SSE "data:" lines up to "data: [DONE]" and asks for
+//     stream_options.include_usage. JSON mode is response_format json_object, or
+//     json_schema when Request.Schema is set. Request.Params are merged into the
+//     body (temperature, max_tokens, top_p, stop, seed, …); the adapter's own
+//     fields (model, messages, stream) cannot be overridden by them.
+//   - anthropic: Messages API (POST {base_url}/messages, x-api-key,
+//     anthropic-version 2023-06-01). max_tokens defaults to
+//     [AnthropicMaxTokensDefault]; "stop" is sent as stop_sequences. The API has
+//     no JSON switch: JSON mode adds an instruction (and the schema) to the
+//     system prompt. Input tokens count cache reads and writes too, as OpenAI's
+//     prompt_tokens does.
+//   - gemini: native generateContent / streamGenerateContent?alt=sse. The key
+//     goes in the x-goog-api-key header, never in ?key=. Params map onto
+//     generationConfig (max_tokens → maxOutputTokens, top_p → topP, …); JSON
+//     mode sets responseMimeType application/json and responseJsonSchema.
+//     Thinking tokens are counted as output tokens (they are billed as such).
+//   - sim: the simulated model of sim.go.
+//
+// The real adapters use net/http, not the vendors' SDKs: classifying a
+// failure needs its exact status, headers and body, and the SDKs' own retries
+// would multiply with jetpool's two retry layers, which alone own retrying.
+//
+// # Errors
+//
+// Every failure is a *retry.Error with its Class set, a stable TypeName, the
+// HTTP Status, the provider's error type and code (Gemini: status and
+// ErrorInfo reason), the provider's message (parsed from the body; a body that
+// is not JSON gives its first [MaxMessageLen] characters), RetryAfter
+// (Retry-After, retry-after-ms, Gemini's RetryInfo.retryDelay), Reset (the
+// longest x-ratelimit-reset-* / anthropic-ratelimit-*-reset, set on rate
+// limits only: on any other error a bucket's refill time would only delay a
+// retry), Provider and Model. Classification is [retry.Classify]'s; an adapter
+// overrides it only where it knows a provider shape Classify cannot tell:
+//
+//   - OpenAI's 429 "Request too large for … on tokens per min" is
+//     invalid_request: the request alone exceeds the per-minute budget, so no
+//     wait lets it through.
+//   - Gemini's 200 whose promptFeedback blocks the prompt is invalid_request
+//     (PromptBlockedError).
+//
+// Transport failures are network errors: APIConnectionError before any
+// response (connection refused or reset, DNS, TLS), APITimeoutError when
+// Config.Timeout expires (it bounds the whole call, stream included),
+// NetworkError for a body cut short. A stream that breaks mid-flight is a
+// NetworkError with an empty message (DESIGN.md §3). A 2xx body that ends in
+// "unexpected end of JSON input" is a truncated body, so network, not a schema
+// problem. A body beyond [MaxBodyBytes] (or an error body beyond
+// [MaxErrorBodyBytes], which is just cut) is a ResponseTooLargeError of class
+// server.
+//
+// # insufficient_quota
+//
+// OpenAI's 429 with type/code insufficient_quota ("You exceeded your current
+// quota, please check your plan and billing details") is a billing problem:
+// no wait fixes it, so it is permanent. It is classed auth (retry.Classify
+// does so; the adapter names it InsufficientQuotaError): like a dead key, the
+// account must be fixed by a person, after which every record that failed
+// this way can be replayed with `jetpool retry --class auth`. Gemini's
+// per-minute 429 RESOURCE_EXHAUSTED says "exceeded your current quota" too and
+// stays a rate limit: the type, not the message, decides.
+//
+// # Secrets
+//
+// API keys come from Config.APIKey (the environment or a key file) at each
+// call. They never appear in an error: every message is scrubbed of the key,
+// and of credential-looking query parameters (key=, api_key=, token=, …),
+// including the URL inside Go's *url.Error.
+//
+// # Tests
+//
+// Package providertest has loopback fake servers and the wire formats of the
+// three APIs; suite_test.go runs one behaviour suite against every adapter.
+package provider

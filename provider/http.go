@@ -1,0 +1,528 @@
+package provider
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jetpool/jetpool/retry"
+)
+
+// Size caps on what an adapter reads from a provider. A misbehaving endpoint
+// (or a proxy that streams forever) must not be able to exhaust a worker's memory.
+const (
+	// MaxBodyBytes caps a successful response body, streamed or not.
+	MaxBodyBytes = 32 << 20
+	// MaxErrorBodyBytes caps the part of an error body that is read and parsed.
+	MaxErrorBodyBytes = 64 << 10
+	// MaxMessageLen caps a provider message that is not JSON (an HTML error page, say).
+	MaxMessageLen = 500
+)
+
+var (
+	// errRequestTimeout is the cause set on a call's context when Config.Timeout expires,
+	// so an expired request timeout can be told from the caller's own cancellation.
+	errRequestTimeout = errors.New("request timeout")
+	// errBodyTooLarge is returned by capReader once a body passes its cap.
+	errBodyTooLarge = errors.New("response body too large")
+)
+
+// client is the HTTP plumbing shared by the openai, anthropic and gemini adapters.
+//
+// The adapters speak net/http directly rather than through the vendors' SDKs:
+// we need the exact status line, headers and body of every failure to classify
+// it, and the SDKs' own retry loops would multiply with our two retry layers
+// (DESIGN.md §1) — here nothing retries but jetpool's session and exec layers.
+type client struct {
+	cfg  Config
+	base *url.URL
+	http *http.Client
+	tr   *http.Transport
+	// auth sets the credentials on a request (nothing when key is empty).
+	auth func(h http.Header, key string)
+	// known classifies an error by provider-specific knowledge that retry.Classify
+	// does not have; it returns ClassNone to leave the decision to Classify.
+	known func(e *retry.Error) retry.Class
+	now   func() time.Time
+}
+
+func newClient(cfg Config, defaultBase string) (*client, error) {
+	raw := cmp.Or(cfg.BaseURL, defaultBase)
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("provider %s: base_url %q is not an http(s) URL", cfg.Name, redactURL(raw))
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return &client{
+		cfg:  cfg,
+		base: u,
+		tr:   tr,
+		// No Client.Timeout: the per-request timeout is a context deadline (see
+		// withTimeout) so that it also bounds reading a stream, and so that its
+		// expiry can be told from the caller's cancellation.
+		http:  &http.Client{Transport: tr},
+		known: func(*retry.Error) retry.Class { return retry.ClassNone },
+		now:   time.Now,
+	}, nil
+}
+
+// CloseIdleConnections closes the adapter's idle keep-alive connections.
+func (c *client) CloseIdleConnections() { c.tr.CloseIdleConnections() }
+
+// Name implements Provider.
+func (c *client) Name() string { return c.cfg.Name }
+
+// endpoint joins path to the base URL, keeping the base URL's own query
+// (e.g. an Azure-style ?api-version=) and adding q.
+func (c *client) endpoint(path string, q url.Values) string {
+	u := *c.base
+	u.Path = strings.TrimRight(u.Path, "/") + "/" + strings.TrimLeft(path, "/")
+	u.RawPath = ""
+	if len(q) > 0 {
+		all := u.Query()
+		for k, vs := range q {
+			all[k] = vs
+		}
+		u.RawQuery = all.Encode()
+	}
+	return u.String()
+}
+
+// key reads the API key; a missing key is an auth error naming the variable.
+func (c *client) key(model string) (string, *retry.Error) {
+	k, err := c.cfg.APIKey()
+	if err != nil {
+		return "", &retry.Error{Class: retry.ClassAuth, TypeName: "AuthError", Message: err.Error(),
+			Provider: c.cfg.Name, Model: model, Err: err}
+	}
+	return k, nil
+}
+
+// withTimeout bounds one request, its body or stream included, by Config.Timeout.
+func (c *client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, cmp.Or(c.cfg.Timeout, TimeoutDefault), errRequestTimeout)
+}
+
+// send makes one request. A non-2xx status comes back as a classified
+// *retry.Error (its body read, capped, and closed); so does a transport error.
+// On success the caller owns resp.Body.
+func (c *client) send(ctx context.Context, method, target string, body any, model, key string, hdr http.Header) (*http.Response, *retry.Error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, &retry.Error{Class: retry.ClassProgramming, TypeName: "EncodeError",
+				Message: "encoding request: " + err.Error(), Provider: c.cfg.Name, Model: model, Err: err}
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return nil, &retry.Error{Class: retry.ClassProgramming, TypeName: "RequestError",
+			Message: c.redact(err.Error(), key), Provider: c.cfg.Name, Model: model}
+	}
+	req.Header.Set("User-Agent", "jetpool")
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, vs := range hdr {
+		req.Header[k] = vs
+	}
+	if key != "" {
+		c.auth(req.Header, key)
+	}
+	// cfg.Headers last: an operator may override anything, anthropic-version included.
+	for k, v := range c.cfg.Headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, c.transportError(ctx, err, model, key, "")
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	// A read error here leaves a partial body; the status still classifies it.
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBodyBytes))
+	return nil, c.statusError(resp.StatusCode, resp.Header, b, model, key)
+}
+
+// statusError normalises a non-2xx response.
+func (c *client) statusError(status int, h http.Header, body []byte, model, key string) *retry.Error {
+	ae := parseAPIError(body)
+	e := &retry.Error{
+		Status:       status,
+		ProviderType: ae.typ,
+		ProviderCode: ae.code,
+		Message:      ae.message,
+		Provider:     c.cfg.Name,
+		Model:        model,
+	}
+	if e.Message == "" {
+		e.Message = bodyPrefix(body)
+	}
+	if e.Message == "" {
+		// Like the vendors' SDKs: "529 status code (no body)" beats an empty
+		// message, which the session layer would read as a dropped stream.
+		e.Message = fmt.Sprintf("%d status code (no body)", status)
+	}
+	e.RetryAfter = max(retryAfter(h, c.now()), ae.retryDelay)
+	c.finish(e, key)
+	if e.Class == retry.ClassRateLimit {
+		// Reset headers describe when a bucket refills. Only a rate limit says
+		// that bucket is what stopped us; on a 500 they would only delay a retry.
+		e.Reset = resetAfter(h, c.now())
+	}
+	return e
+}
+
+// finish classifies e (provider knowledge first, then retry.Classify), names
+// it and scrubs the key from its message.
+func (c *client) finish(e *retry.Error, key string) {
+	if e.Class == retry.ClassNone {
+		e.Class = c.known(e)
+	}
+	if e.Class == retry.ClassNone {
+		e.Class = retry.Classify(e)
+	}
+	if e.TypeName == "" {
+		e.TypeName = typeName(e)
+	}
+	e.Message = c.redact(e.Message, key)
+}
+
+// typeName picks the stable diagnostic name of an HTTP error.
+func typeName(e *retry.Error) string {
+	switch {
+	case e.ProviderCode == "insufficient_quota" || e.ProviderType == "insufficient_quota":
+		return "InsufficientQuotaError"
+	case e.Class == retry.ClassServer && (e.Status == 529 || e.ProviderType == "overloaded_error"):
+		return "OverloadedError"
+	case e.Class == retry.ClassInvalidRequest && e.Status == http.StatusNotFound:
+		return "NotFoundError"
+	case e.Class == retry.ClassAuth && e.Status == http.StatusForbidden:
+		return "PermissionDeniedError"
+	case e.Class == retry.ClassUnknown:
+		return "APIError"
+	}
+	return e.Class.TypeName()
+}
+
+// transportError normalises an error that is not an HTTP status: no response
+// at all, or a body or stream that broke. when says where it broke: "" before
+// the response headers, otherwise e.g. "reading response body".
+func (c *client) transportError(ctx context.Context, err error, model, key, when string) *retry.Error {
+	e := &retry.Error{Class: retry.ClassNetwork, Provider: c.cfg.Name, Model: model}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// url.Error prints the request URL; a key may ride in its query.
+		err = &url.Error{Op: ue.Op, URL: redactURL(ue.URL), Err: ue.Err}
+	}
+	e.Err = err
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		// Not transient in any useful way, not the caller's fault either: the
+		// endpoint misbehaves like a 5xx would.
+		e.Class, e.TypeName = retry.ClassServer, "ResponseTooLargeError"
+		e.Message = fmt.Sprintf("response body exceeds %d MiB", MaxBodyBytes>>20)
+	case context.Cause(ctx) == errRequestTimeout:
+		e.TypeName = "APITimeoutError"
+		e.Message = fmt.Sprintf("request timed out after %s", cmp.Or(c.cfg.Timeout, TimeoutDefault))
+		e.Err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	case ctx.Err() != nil:
+		// The caller's own context: cancelled (shutdown) or its deadline passed.
+		e.TypeName = "APIConnectionError"
+		e.Message = ctx.Err().Error()
+		e.Err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	case when == "":
+		e.TypeName = "APIConnectionError"
+		e.Message = err.Error()
+	default:
+		e.TypeName = "NetworkError"
+		e.Message = when + ": " + err.Error()
+	}
+	e.Message = c.redact(e.Message, key)
+	return e
+}
+
+// streamBroken is the error of a stream that broke mid-flight: a network
+// error with an empty message (DESIGN.md §3), unless the cause is ours to name
+// (our timeout, the caller's cancellation, the size cap).
+func (c *client) streamBroken(ctx context.Context, err error, model, key string) *retry.Error {
+	if errors.Is(err, errBodyTooLarge) || ctx.Err() != nil {
+		return c.transportError(ctx, err, model, key, "reading stream")
+	}
+	return &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
+		Provider: c.cfg.Name, Model: model, Err: err}
+}
+
+// readBody reads a successful, non-streamed body under MaxBodyBytes.
+func (c *client) readBody(ctx context.Context, resp *http.Response, model, key string) ([]byte, *retry.Error) {
+	b, err := io.ReadAll(&capReader{r: resp.Body, n: MaxBodyBytes})
+	if err != nil {
+		return nil, c.transportError(ctx, err, model, key, "reading response body")
+	}
+	return b, nil
+}
+
+// decodeBody decodes a 2xx JSON body. A body cut short is a network error,
+// not a schema problem: "unexpected end of JSON input" means the bytes stopped,
+// not that the model said something wrong.
+func (c *client) decodeBody(b []byte, v any, model, key string) *retry.Error {
+	err := json.Unmarshal(b, v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	if len(bytes.TrimSpace(b)) == 0 || (errors.As(err, &se) && se.Offset >= int64(len(b))) {
+		return &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
+			Message: "truncated response body: " + err.Error(), Provider: c.cfg.Name, Model: model, Err: err}
+	}
+	// Not JSON at all (a proxy's HTML page, say): nothing we know; the exec layer may retry.
+	e := &retry.Error{Class: retry.ClassUnknown, TypeName: "InvalidResponseError",
+		Message:  "decoding response: " + err.Error() + ": " + bodyPrefix(b),
+		Provider: c.cfg.Name, Model: model, Err: err}
+	e.Message = c.redact(e.Message, key)
+	return e
+}
+
+// inBandError normalises an error that arrives inside a 2xx body or an SSE
+// stream ({"error":{...}} or Anthropic's event: error).
+func (c *client) inBandError(data []byte, model, key string) *retry.Error {
+	ae := parseAPIError(data)
+	e := &retry.Error{ProviderType: ae.typ, ProviderCode: ae.code, Message: ae.message,
+		RetryAfter: ae.retryDelay, Provider: c.cfg.Name, Model: model}
+	if ae.status >= 400 {
+		e.Status = ae.status // e.g. OpenRouter's {"error":{"code":502,...}}
+	}
+	if e.Message == "" {
+		e.Message = bodyPrefix(data)
+	}
+	c.finish(e, key)
+	return e
+}
+
+// apiError is the error object of any of the three wire formats:
+//
+//	OpenAI & co.: {"error":{"message","type","param","code"}} (code: string, number or null)
+//	vLLM, Mistral: {"object":"error","message","type","code"}
+//	Anthropic:    {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}
+//	Gemini:       {"error":{"code":429,"message","status":"RESOURCE_EXHAUSTED","details":[…]}}
+//	Gemini's OpenAI-compatible endpoint wraps that in an array; Ollama says {"error":"…"}.
+type apiError struct {
+	message, typ, code string
+	status             int           // a numeric code in the body
+	retryDelay         time.Duration // Gemini RetryInfo
+}
+
+type wireError struct {
+	Message json.RawMessage `json:"message"`
+	Type    string          `json:"type"`
+	Code    json.RawMessage `json:"code"`
+	Status  string          `json:"status"`
+	Detail  json.RawMessage `json:"detail"`
+	Details []struct {
+		Type       string `json:"@type"`
+		Reason     string `json:"reason"`
+		RetryDelay string `json:"retryDelay"`
+	} `json:"details"`
+}
+
+func parseAPIError(body []byte) apiError {
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '[' {
+		var arr []json.RawMessage
+		if json.Unmarshal(body, &arr) != nil || len(arr) == 0 {
+			return apiError{}
+		}
+		body = arr[0]
+	}
+	var top struct {
+		wireError
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &top) != nil {
+		return apiError{}
+	}
+	w := top.wireError
+	if len(top.Error) > 0 {
+		var s string
+		if json.Unmarshal(top.Error, &s) == nil {
+			w = wireError{Message: top.Error} // Ollama: {"error":"model \"x\" not found"}
+		} else {
+			var inner wireError
+			if json.Unmarshal(top.Error, &inner) == nil {
+				w = inner
+			}
+		}
+	}
+	var ae apiError
+	ae.message = jsonText(w.Message)
+	if ae.message == "" {
+		ae.message = jsonText(w.Detail) // FastAPI servers: {"detail":"Not Found"}
+	}
+	ae.typ = cmp.Or(w.Status, w.Type)
+	if w.Type == "error" && w.Status == "" {
+		ae.typ = "" // Anthropic's envelope type, not an error type
+	}
+	var code string
+	var num int
+	switch {
+	case json.Unmarshal(w.Code, &code) == nil:
+		ae.code = code
+	case json.Unmarshal(w.Code, &num) == nil:
+		ae.status = num
+	}
+	for _, d := range w.Details {
+		switch {
+		case strings.HasSuffix(d.Type, "google.rpc.ErrorInfo") && d.Reason != "":
+			ae.code = d.Reason
+		case strings.HasSuffix(d.Type, "google.rpc.RetryInfo"):
+			if dd, err := time.ParseDuration(d.RetryDelay); err == nil && dd > 0 {
+				ae.retryDelay = dd
+			}
+		}
+	}
+	return ae
+}
+
+// jsonText renders a JSON string as itself and anything else (a FastAPI
+// validation list, say) as compact JSON.
+func jsonText(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return strings.TrimSpace(s)
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return ""
+	}
+	return truncate(b.String(), MaxMessageLen)
+}
+
+// bodyPrefix is a body that is not a JSON error, trimmed for a message.
+func bodyPrefix(b []byte) string {
+	return truncate(strings.Join(strings.Fields(string(b)), " "), MaxMessageLen)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8Start(s[len(s)-1]) {
+		s = s[:len(s)-1] // don't cut a rune in half
+	}
+	if len(s) > 0 {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}
+
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// retryAfter reads Retry-After (seconds or an HTTP date) and OpenAI's
+// retry-after-ms; the longer wins.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	var d time.Duration
+	if v := h.Get("Retry-After"); v != "" {
+		if x, ok := retry.ParseRetryAfter(v, now); ok {
+			d = x
+		}
+	}
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if x, ok := retry.ParseRetryAfterMS(v); ok {
+			d = max(d, x)
+		}
+	}
+	return d
+}
+
+// resetHeaders are the rate-limit reset headers of OpenAI (and Groq, and most
+// compatible endpoints: "6m0s", "20ms") and of Anthropic (RFC 3339 times).
+var resetHeaders = []string{
+	"X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens",
+	"Anthropic-Ratelimit-Requests-Reset", "Anthropic-Ratelimit-Tokens-Reset",
+	"Anthropic-Ratelimit-Input-Tokens-Reset", "Anthropic-Ratelimit-Output-Tokens-Reset",
+}
+
+// resetAfter is the longest of the reset headers.
+func resetAfter(h http.Header, now time.Time) time.Duration {
+	var d time.Duration
+	for _, k := range resetHeaders {
+		if v := h.Get(k); v != "" {
+			if x, ok := retry.ParseReset(v, now); ok {
+				d = max(d, x)
+			}
+		}
+	}
+	return d
+}
+
+// secretParam matches a credential in a URL query.
+var secretParam = regexp.MustCompile(`(?i)([?&](?:key|api[_-]?key|access_token|token|sig|signature)=)[^&#\s"]*`)
+
+// redact removes the key, and any credential-looking query parameter, from s.
+func (c *client) redact(s, key string) string {
+	if key != "" {
+		s = strings.ReplaceAll(s, key, "[REDACTED]")
+	}
+	return secretParam.ReplaceAllString(s, "${1}REDACTED")
+}
+
+// redactURL drops credentials from a URL: its password and secret query values.
+func redactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		u.User = url.User(u.User.Username())
+		raw = u.String()
+	}
+	return secretParam.ReplaceAllString(raw, "${1}REDACTED")
+}
+
+// capReader fails with errBodyTooLarge once more than n bytes were read.
+type capReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n < 0 {
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > c.n+1 {
+		p = p[:c.n+1]
+	}
+	n, err := c.r.Read(p)
+	c.n -= int64(n)
+	if c.n < 0 {
+		return n, errBodyTooLarge
+	}
+	return n, err
+}
+
+// mergeParams copies params under body's own fields: what the adapter sets
+// (model, messages, stream…) wins.
+func mergeParams(params map[string]any, body map[string]any) map[string]any {
+	out := make(map[string]any, len(params)+len(body))
+	for k, v := range params {
+		out[k] = v
+	}
+	for k, v := range body {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,87 @@
+package provider
+
+import (
+	"context"
+	"time"
+)
+
+// Kinds of provider (one adapter per wire protocol).
+const (
+	KindOpenAI    = "openai"
+	KindAnthropic = "anthropic"
+	KindGemini    = "gemini"
+	KindSim       = "sim"
+)
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role    string `json:"role"` // "user" | "assistant"
+	Content string `json:"content"`
+}
+
+// Request is one model call.
+type Request struct {
+	Model    string
+	System   string
+	Messages []Message
+	// Params are sampling parameters: temperature, max_tokens, top_p, stop, …
+	Params map[string]any
+	// JSON asks for JSON output where the provider has such a mode.
+	JSON bool
+	// Schema, when set with JSON, is the JSON Schema the output must satisfy
+	// (used for structured-output modes that accept one).
+	Schema map[string]any
+	Stream bool
+	// OnDelta, when set on a streaming call, receives text as it arrives.
+	OnDelta func(text string)
+	// RecordID lets the sim provider seed its faults per record; real adapters ignore it.
+	RecordID string
+}
+
+// Usage is the token count of one call.
+type Usage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// Response is a successful call.
+type Response struct {
+	Text         string
+	FinishReason string // normalised: "stop", "length", "content_filter", or the provider's word
+	Usage        Usage
+	Model        string
+}
+
+// Provider is one configured endpoint. Call returns a *retry.Error (with its
+// Class set, and Provider and Model filled in) for every failure.
+type Provider interface {
+	Name() string
+	Kind() string
+	Call(ctx context.Context, req Request) (Response, error)
+	// Preflight makes one cheap call that proves the key and model work.
+	Preflight(ctx context.Context, model string) error
+}
+
+// Limits is a provider's shared budget, across every worker process.
+type Limits struct {
+	RPM         int `json:"rpm,omitempty" yaml:"rpm"`
+	TPM         int `json:"tpm,omitempty" yaml:"tpm"`
+	Concurrency int `json:"concurrency,omitempty" yaml:"concurrency"`
+}
+
+// Config is a provider entry of a workflow.
+type Config struct {
+	Name       string            `json:"name"`
+	Kind       string            `json:"kind"`
+	BaseURL    string            `json:"base_url,omitempty"`
+	APIKeyEnv  string            `json:"api_key_env,omitempty"`
+	APIKeyFile string            `json:"api_key_file,omitempty"`
+	Timeout    time.Duration     `json:"timeout,omitempty"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Stream     bool              `json:"stream,omitempty"`
+	Limits     Limits            `json:"limits,omitzero"`
+	Sim        *SimConfig        `json:"sim,omitempty"`
+}
+
+// TimeoutDefault is the per-request timeout when a provider sets none.
+const TimeoutDefault = 120 * time.Second

@@ -1,0 +1,177 @@
+package providertest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// q is s as a JSON string.
+func q(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// --- OpenAI Chat Completions ------------------------------------------------
+
+// OpenAIChat is a chat.completion body.
+func OpenAIChat(model, text string, in, out int) string {
+	return fmt.Sprintf(`{"id":"chatcmpl-abc123","object":"chat.completion","created":1741570283,"model":%s,`+
+		`"choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,`+
+		`"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},`+
+		`"service_tier":"default","system_fingerprint":"fp_06737a9306"}`, q(model), q(text), in, out, in+out)
+}
+
+// OpenAIStream is the SSE events of a streamed completion with
+// stream_options.include_usage: a role chunk, one chunk per delta, a
+// finish_reason chunk, a usage chunk with empty choices, and [DONE].
+func OpenAIStream(model string, deltas []string, in, out int) []string {
+	chunk := func(choices string) string {
+		return fmt.Sprintf("data: {\"id\":\"chatcmpl-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,"+
+			"\"model\":%s,\"system_fingerprint\":\"fp_06737a9306\",\"choices\":%s,\"usage\":null}\n\n", q(model), choices)
+	}
+	evs := []string{chunk(`[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]`)}
+	for _, d := range deltas {
+		evs = append(evs, chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null}]`, q(d))))
+	}
+	evs = append(evs, chunk(`[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]`))
+	evs = append(evs, fmt.Sprintf("data: {\"id\":\"chatcmpl-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,"+
+		"\"model\":%s,\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n",
+		q(model), in, out, in+out))
+	return append(evs, "data: [DONE]\n\n")
+}
+
+// OpenAIError is an OpenAI error body; an empty code is null.
+func OpenAIError(message, typ, code string) string {
+	c := "null"
+	if code != "" {
+		c = q(code)
+	}
+	return fmt.Sprintf(`{"error":{"message":%s,"type":%s,"param":null,"code":%s}}`, q(message), q(typ), c)
+}
+
+// OpenAIModels is a GET /models listing.
+func OpenAIModels(ids ...string) string {
+	items := make([]string, len(ids))
+	for i, id := range ids {
+		items[i] = fmt.Sprintf(`{"id":%s,"object":"model","created":1686935002,"owned_by":"system"}`, q(id))
+	}
+	return `{"object":"list","data":[` + strings.Join(items, ",") + `]}`
+}
+
+// --- Anthropic Messages -----------------------------------------------------
+
+// AnthropicMessage is a Messages API response body.
+func AnthropicMessage(model, text string, in, out int) string {
+	return fmt.Sprintf(`{"id":"msg_013Zva2CMHLNnXjNJJKqJ2EF","type":"message","role":"assistant","model":%s,`+
+		`"content":[{"type":"text","text":%s}],"stop_reason":"end_turn","stop_sequence":null,`+
+		`"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":%d,"service_tier":"standard"}}`,
+		q(model), q(text), in, out)
+}
+
+// anthropicEvent is one SSE event of the Messages stream.
+func anthropicEvent(name, data string) string {
+	return "event: " + name + "\ndata: " + data + "\n\n"
+}
+
+// AnthropicStream is the SSE events of a streamed message, as the API sends
+// them: message_start, content_block_start, ping, content_block_delta…,
+// content_block_stop, message_delta, message_stop.
+func AnthropicStream(model string, deltas []string, in, out int) []string {
+	evs := []string{
+		anthropicEvent("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY","type":"message","role":"assistant","content":[],"model":%s,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`, q(model), in)),
+		anthropicEvent("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
+		anthropicEvent("ping", `{"type": "ping"}`),
+	}
+	for _, d := range deltas {
+		evs = append(evs, anthropicEvent("content_block_delta",
+			fmt.Sprintf(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":%s}}`, q(d))))
+	}
+	return append(evs,
+		anthropicEvent("content_block_stop", `{"type":"content_block_stop","index":0}`),
+		anthropicEvent("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, out)),
+		anthropicEvent("message_stop", `{"type":"message_stop"}`),
+	)
+}
+
+// AnthropicError is an Anthropic error body (also the data of an SSE error event).
+func AnthropicError(typ, message string) string {
+	return fmt.Sprintf(`{"type":"error","error":{"type":%s,"message":%s},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}`, q(typ), q(message))
+}
+
+// AnthropicErrorEvent is an SSE error event, as sent after a 200.
+func AnthropicErrorEvent(typ, message string) string {
+	return anthropicEvent("error", fmt.Sprintf(`{"type":"error","error":{"type":%s,"message":%s}}`, q(typ), q(message)))
+}
+
+// AnthropicModel is a GET /models/{id} body.
+func AnthropicModel(id string) string {
+	return fmt.Sprintf(`{"type":"model","id":%s,"display_name":"Claude","created_at":"2025-02-19T00:00:00Z"}`, q(id))
+}
+
+// --- Gemini generateContent -------------------------------------------------
+
+// geminiChunk is a GenerateContentResponse with one candidate.
+func geminiChunk(model, text, finish string, in, out int) string {
+	fin, usage := "", ""
+	if finish != "" {
+		fin = fmt.Sprintf(`,"finishReason":%s`, q(finish))
+	}
+	if in > 0 || out > 0 {
+		usage = fmt.Sprintf(`,"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d,"promptTokensDetails":[{"modality":"TEXT","tokenCount":%d}]}`,
+			in, out, in+out, in)
+	}
+	return fmt.Sprintf(`{"candidates":[{"content":{"parts":[{"text":%s}],"role":"model"}%s,"index":0}]%s,"modelVersion":%s,"responseId":"6bLbaLq0NcSxz7IPj8i5-Ao"}`,
+		q(text), fin, usage, q(model))
+}
+
+// GeminiResponse is a generateContent response body.
+func GeminiResponse(model, text string, in, out int) string {
+	return geminiChunk(model, text, "STOP", in, out)
+}
+
+// GeminiStream is the alt=sse events of streamGenerateContent: each a whole
+// response, CRLF-framed as Google sends them; the last carries finishReason
+// and the usage.
+func GeminiStream(model string, deltas []string, in, out int) []string {
+	evs := make([]string, len(deltas))
+	for i, d := range deltas {
+		fin, ci, co := "", 0, 0
+		if i == len(deltas)-1 {
+			fin, ci, co = "STOP", in, out
+		}
+		evs[i] = "data: " + geminiChunk(model, d, fin, ci, co) + "\r\n\r\n"
+	}
+	return evs
+}
+
+// GeminiError is a Google API error body; details are JSON objects (see
+// GeminiErrorInfo, GeminiRetryInfo).
+func GeminiError(code int, status, message string, details ...string) string {
+	d := ""
+	if len(details) > 0 {
+		d = `,"details":[` + strings.Join(details, ",") + `]`
+	}
+	return fmt.Sprintf(`{"error":{"code":%d,"message":%s,"status":%s%s}}`, code, q(message), q(status), d)
+}
+
+// GeminiErrorInfo is a google.rpc.ErrorInfo detail.
+func GeminiErrorInfo(reason string) string {
+	return fmt.Sprintf(`{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":%s,"domain":"googleapis.com","metadata":{"service":"generativelanguage.googleapis.com"}}`, q(reason))
+}
+
+// GeminiRetryInfo is a google.rpc.RetryInfo detail, e.g. delay "13s".
+func GeminiRetryInfo(delay string) string {
+	return fmt.Sprintf(`{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":%s}`, q(delay))
+}
+
+// GeminiQuotaFailure is the google.rpc.QuotaFailure detail of a per-minute quota 429.
+func GeminiQuotaFailure(metric string) string {
+	return fmt.Sprintf(`{"@type":"type.googleapis.com/google.rpc.QuotaFailure","violations":[{"quotaMetric":%s,"quotaId":"GenerateRequestsPerMinutePerProjectPerModel-FreeTier","quotaValue":"10"}]}`, q(metric))
+}
+
+// GeminiModel is a GET /models/{model} body.
+func GeminiModel(name string) string {
+	return fmt.Sprintf(`{"name":%s,"version":"001","displayName":"Gemini","inputTokenLimit":1048576,"outputTokenLimit":65536,"supportedGenerationMethods":["generateContent","countTokens"]}`, q("models/"+name))
+}

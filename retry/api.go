@@ -1,0 +1,109 @@
+package retry
+
+import (
+	"context"
+	"time"
+)
+
+// OnExhausted says what happens to the job when a record's retries are spent.
+type OnExhausted string
+
+const (
+	// ReturnLast records the last response/error with status failed; the job goes on.
+	ReturnLast OnExhausted = "return_last"
+	// Raise fails the job.
+	Raise OnExhausted = "raise"
+)
+
+// Defaults and bounds of Policy (DESIGN.md §1–§2).
+const (
+	MaxAttemptsDefault      = 3
+	MaxAttemptsMin          = 1
+	MaxAttemptsMax          = 10
+	BackoffDefault          = 2 * time.Second
+	MaxBackoffDefault       = 60 * time.Second
+	MaxDeliveriesDefault    = 3
+	MaxDeliveriesMax        = 20
+	RedeliverBackoffDefault = 1500 * time.Millisecond
+	OnExhaustedDefault      = ReturnLast
+)
+
+// Policy is the retry configuration of one action, both layers.
+// The zero value is "retry off": one call, one delivery.
+type Policy struct {
+	Enabled     bool
+	MaxAttempts int           // session calls per delivery; MaxAttemptsDefault
+	Backoff     time.Duration // session base delay; BackoffDefault
+	MaxBackoff  time.Duration // cap of one session delay; MaxBackoffDefault
+	// Budget is the longest a session may spend waiting between its calls
+	// (0: the sum of its scheduled delays). A Retry-After beyond what is left
+	// hands the record over to the exec layer instead of sleeping.
+	Budget           time.Duration
+	OnExhausted      OnExhausted
+	MaxDeliveries    int           // exec layer deliveries; MaxDeliveriesDefault
+	RedeliverBackoff time.Duration // exec base delay; RedeliverBackoffDefault
+}
+
+// Reason is why a record ended in the dead-letter stream.
+type Reason string
+
+// Dead-letter reasons (DESIGN.md §4).
+const (
+	ReasonPermanent        Reason = "permanent"
+	ReasonExhausted        Reason = "exhausted"
+	ReasonContextOverflow  Reason = "context_overflow"
+	ReasonSchemaViolation  Reason = "schema_violation"
+	ReasonProgrammingError Reason = "programming_error"
+	ReasonBadInput         Reason = "bad_input"
+	ReasonMaxDeliveries    Reason = "max_deliveries"
+	ReasonBatchNotReturned Reason = "batch_not_returned"
+	ReasonJobFailed        Reason = "job_failed"
+	ReasonMaxCalls         Reason = "max_calls"
+)
+
+// Reasons lists every reason.
+var Reasons = []Reason{ReasonPermanent, ReasonExhausted, ReasonContextOverflow, ReasonSchemaViolation,
+	ReasonProgrammingError, ReasonBadInput, ReasonMaxDeliveries, ReasonBatchNotReturned, ReasonJobFailed, ReasonMaxCalls}
+
+// Clock abstracts time for the session loop so tests can use a fake.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits d or until ctx is done, returning ctx.Err() in that case.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// History is a session's message history. Before each attempt the session
+// remembers Len(); after a failed attempt it truncates back to it, so a failed
+// assistant turn never reaches the next prompt.
+type History interface {
+	Len() int
+	Truncate(n int)
+}
+
+// Attempt is one call, as recorded in a result's recovery and in diagnostics.
+type Attempt struct {
+	N        int       `json:"n"`        // 1-based across deliveries
+	Delivery int       `json:"delivery"` // 1-based JetStream delivery
+	Class    Class     `json:"class,omitempty"`
+	Error    string    `json:"error,omitempty"` // "TypeName: message"
+	At       time.Time `json:"at"`
+	// Absorbed is true for a rate limit absorbed by shared backpressure: it
+	// is recorded but does not count as a failed attempt.
+	Absorbed bool `json:"absorbed,omitempty"`
+}
+
+// Verdict is what the exec layer does with a delivery.
+type Verdict int
+
+const (
+	VerdictDone       Verdict = iota // ack: success, or a failure recorded under return_last
+	VerdictRedeliver                 // NakWithDelay(Delay)
+	VerdictDeadLetter                // dead-letter with Reason, then terminate
+)
+
+// Decision is the exec layer's answer for one delivery.
+type Decision struct {
+	Verdict Verdict
+	Delay   time.Duration // for VerdictRedeliver
+	Reason  Reason        // for VerdictDeadLetter
+}

@@ -1,0 +1,329 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// delivery is one work message being handled.
+type delivery struct {
+	msg     jetstream.Msg
+	job     string
+	action  *workflow.Action
+	index   int
+	env     *broker.Envelope
+	replays int
+	n       int // JetStream delivery count
+	mode    string
+	prior   []retry.Attempt // attempts of earlier deliveries
+}
+
+func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
+	p := jr.p
+	if p.cfg.drop != nil && p.cfg.drop(msg) {
+		return // as if the process died: no ack, no nak
+	}
+	p.handled.Add(1)
+	p.cfg.Metrics.Delivery(jr.id)
+	d, err := jr.parse(msg)
+	if err != nil {
+		jr.deadLetterBroken(ctx, msg, err)
+		return
+	}
+	log := p.log.With().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).Logger()
+
+	if j := jr.current(); j.Status == broker.JobFailed {
+		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
+		jr.finishFailed(ctx, d, final, nil, retry.ReasonJobFailed, "job failed: "+j.Reason, 0, provider.Usage{})
+		return
+	}
+	// A redelivery after a crash, or a duplicate, must not pay twice.
+	if ok, err := p.b.HasOK(ctx, d.job, d.action.Name, d.env.ID); err != nil {
+		log.Warn().Err(err).Msg("result lookup failed; handing the record back")
+		_ = msg.NakWithDelay(time.Second)
+		return
+	} else if ok != nil {
+		if err := jr.forward(ctx, d, ok.Output); err != nil {
+			log.Warn().Err(err).Msg("forward to next action failed; handing back")
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		_ = msg.Ack()
+		return
+	}
+	if d.n > 1 {
+		d.prior = jr.loadAttempts(ctx, d)
+	}
+
+	// Heartbeats keep a long call's delivery alive (AckWait).
+	hbCtx, stopHB := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t := time.NewTicker(p.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	run := jr.runSession(ctx, d)
+	stopHB()
+	<-hbDone
+
+	out := run.outcome
+	pol := d.action.Retry
+	dec := pol.Decide(out, d.n)
+	all := append(append([]retry.Attempt(nil), d.prior...), out.Attempts...)
+	switch dec.Verdict {
+	case retry.VerdictDone:
+		res := jr.result(d, run, all)
+		if err := jr.forward(ctx, d, run.output); err != nil {
+			log.Warn().Err(err).Msg("forward to next action failed; will redeliver")
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if err := p.b.WriteResult(ctx, res); err != nil {
+			log.Warn().Err(err).Msg("result write failed; will redeliver")
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		_ = msg.Ack()
+		if len(d.prior) > 0 {
+			jr.clearAttempts(ctx, d)
+		}
+		p.cfg.Metrics.Record(d.job, d.action.Name, broker.StatusOK, "")
+	case retry.VerdictRedeliver:
+		if out.Canceled {
+			// Shutting down: hand it back at once, attempts kept.
+			jr.saveAttempts(context.WithoutCancel(ctx), d, all)
+			_ = msg.Nak()
+			return
+		}
+		jr.saveAttempts(ctx, d, all)
+		log.Debug().Str("class", string(out.Err.Class)).Dur("delay", dec.Delay).Msg("exec layer: redeliver")
+		_ = msg.NakWithDelay(dec.Delay)
+	case retry.VerdictDeadLetter:
+		diag := run.diag
+		if diag == "" {
+			diag = retry.Diagnose(out.Err, all, d.n)
+		}
+		jr.finishFailed(ctx, d, out.Err, all, dec.Reason, diag, run.calls, run.usage)
+	}
+}
+
+func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
+	parts := broker.SubjectParts(msg.Subject())
+	if len(parts) < 2 || parts[0] != jr.id {
+		return nil, fmt.Errorf("unexpected subject %s", msg.Subject())
+	}
+	a, idx := jr.wf.Action(parts[1])
+	if a == nil {
+		return nil, fmt.Errorf("the workflow has no action %q", parts[1])
+	}
+	var env broker.Envelope
+	if err := json.Unmarshal(msg.Data(), &env); err != nil {
+		return nil, fmt.Errorf("malformed work message: %w", err)
+	}
+	if env.ID == "" {
+		return nil, fmt.Errorf("work message without a record id")
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: &env, n: int(meta.NumDelivered)}
+	d.replays, _ = strconv.Atoi(msg.Headers().Get(broker.HeaderReplays))
+	d.mode = msg.Headers().Get(broker.HeaderMode)
+	return d, nil
+}
+
+// deadLetterBroken handles a work message the worker cannot even read.
+func (jr *jobRunner) deadLetterBroken(ctx context.Context, msg jetstream.Msg, cause error) {
+	parts := broker.SubjectParts(msg.Subject())
+	action := "unknown"
+	if len(parts) >= 2 {
+		action = parts[1]
+	}
+	rec := msg.Headers().Get(broker.HeaderRecord)
+	if rec == "" {
+		rec = "unknown"
+	}
+	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError,
+		Class: retry.ClassProgramming, Error: "failed permanently: ProgrammingError: " + cause.Error(), Data: msg.Data()}
+	if err := deadletter.Publish(ctx, jr.p.b, e); err != nil {
+		jr.p.log.Error().Err(err).Msg("dead-letter failed; the message stays for redelivery")
+		_ = msg.NakWithDelay(5 * time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// forward publishes the record to the next action, with this action's output.
+func (jr *jobRunner) forward(ctx context.Context, d *delivery, output any) error {
+	if d.index+1 >= len(jr.wf.Actions) {
+		return nil
+	}
+	next := jr.wf.Actions[d.index+1]
+	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, Line: d.env.Line, Outputs: map[string]any{}}
+	for k, v := range d.env.Outputs {
+		env.Outputs[k] = v
+	}
+	env.Outputs[d.action.Name] = output
+	m, err := broker.NewWorkMsg(d.job, next.Name, env, d.replays)
+	if err != nil {
+		return err
+	}
+	_, err = jr.p.b.JS.PublishMsg(ctx, m)
+	return err
+}
+
+func (jr *jobRunner) result(d *delivery, run *sessionRun, all []retry.Attempt) *broker.Result {
+	r := &broker.Result{
+		ID: d.env.ID, Status: broker.StatusOK, Output: run.output, Action: d.action.Name, Job: d.job,
+		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: run.model, Replays: d.replays,
+		Usage:    broker.Usage{InputTokens: run.usage.InputTokens, OutputTokens: run.usage.OutputTokens},
+		Finished: time.Now().UTC(),
+	}
+	r.Recovery = recovery(all, run.calls+priorCalls(d.prior), d.n, run.repairs)
+	return r
+}
+
+func priorCalls(prior []retry.Attempt) int { return len(prior) }
+
+func recovery(all []retry.Attempt, calls, deliveries, repairs int) broker.Recovery {
+	rec := broker.Recovery{Attempts: calls, Deliveries: deliveries, Repairs: repairs}
+	seen := map[retry.Class]bool{}
+	for _, a := range all {
+		rec.Failures = append(rec.Failures, broker.Failure{N: a.N, Delivery: a.Delivery, Class: string(a.Class), Error: a.Error, Absorbed: a.Absorbed})
+		if a.Class != "" && !seen[a.Class] {
+			seen[a.Class] = true
+			rec.Classes = append(rec.Classes, string(a.Class))
+		}
+	}
+	return rec
+}
+
+// finishFailed dead-letters the record, writes its failed result, and only
+// then acks the work message. If the dead letter cannot be published the
+// message is not acked: it will be redelivered, never lost.
+func (jr *jobRunner) finishFailed(ctx context.Context, d *delivery, final *retry.Error, all []retry.Attempt,
+	reason retry.Reason, diag string, calls int, usage provider.Usage) {
+	p := jr.p
+	if final == nil {
+		final = &retry.Error{Class: retry.ClassUnknown}
+	}
+	totalCalls := calls + priorCalls(d.prior)
+	e := &deadletter.Entry{
+		Job: d.job, Record: d.env.ID, Action: d.action.Name, Reason: reason, Class: final.Class, Error: diag,
+		Attempts: totalCalls, Deliveries: d.n, Provider: d.action.Provider, Model: cmpOr(final.Model, d.action.Model),
+		Replays: d.replays, Data: d.msg.Data(), FailedAt: time.Now().UTC(),
+	}
+	if err := deadletter.Publish(ctx, p.b, e); err != nil {
+		p.log.Error().Err(err).Str("record", d.env.ID).Msg("dead-letter publish failed; record stays for redelivery")
+		_ = d.msg.NakWithDelay(2 * time.Second)
+		return
+	}
+	res := &broker.Result{
+		ID: d.env.ID, Status: broker.StatusFailed, Reason: string(reason), Action: d.action.Name, Job: d.job,
+		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
+		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: e.Model, Replays: d.replays,
+		Usage:    broker.Usage{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens},
+		Recovery: recovery(all, totalCalls, d.n, 0), Finished: e.FailedAt,
+	}
+	if err := p.b.WriteResult(ctx, res); err != nil {
+		p.log.Error().Err(err).Str("record", d.env.ID).Msg("result write failed; record stays for redelivery")
+		_ = d.msg.NakWithDelay(2 * time.Second)
+		return
+	}
+	_ = d.msg.Ack()
+	if len(d.prior) > 0 {
+		jr.clearAttempts(ctx, d)
+	}
+	p.cfg.Metrics.Record(d.job, d.action.Name, string(reason), final.Class)
+	p.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Str("reason", string(reason)).
+		Msg(diag)
+	if reason != retry.ReasonJobFailed && reason != retry.ReasonBadInput && d.action.Retry.OnExhausted == retry.Raise {
+		jr.raise(ctx, d, diag)
+	}
+}
+
+// raise fails the job: workers stop running its records; what is queued is
+// dead-lettered with reason job_failed (replayable with `jetpool retry`).
+func (jr *jobRunner) raise(ctx context.Context, d *delivery, diag string) {
+	j, err := jr.p.b.UpdateJob(ctx, d.job, func(j *broker.Job) bool {
+		if j.Status == broker.JobFailed {
+			return false
+		}
+		j.Status = broker.JobFailed
+		j.Reason = fmt.Sprintf("action %s, record %s: %s", d.action.Name, d.env.ID, diag)
+		return true
+	})
+	if err != nil {
+		jr.p.log.Error().Err(err).Msg("could not mark the job failed")
+		return
+	}
+	jr.setJob(j)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func attemptsKey(d *delivery) string {
+	return d.job + "." + d.action.Name + "." + broker.RecordToken(d.env.ID)
+}
+
+func (jr *jobRunner) loadAttempts(ctx context.Context, d *delivery) []retry.Attempt {
+	kv, err := jr.p.b.KV(ctx, broker.BucketAttempts)
+	if err != nil {
+		return nil
+	}
+	e, err := kv.Get(ctx, attemptsKey(d))
+	if err != nil {
+		return nil
+	}
+	var st struct {
+		Replays  int             `json:"replays"`
+		Attempts []retry.Attempt `json:"attempts"`
+	}
+	if json.Unmarshal(e.Value(), &st) != nil || st.Replays != d.replays {
+		return nil
+	}
+	return st.Attempts
+}
+
+func (jr *jobRunner) saveAttempts(ctx context.Context, d *delivery, all []retry.Attempt) {
+	kv, err := jr.p.b.KV(ctx, broker.BucketAttempts)
+	if err != nil {
+		return
+	}
+	data, _ := json.Marshal(map[string]any{"replays": d.replays, "attempts": all})
+	if _, err := kv.Put(ctx, attemptsKey(d), data); err != nil {
+		jr.p.log.Debug().Err(err).Msg("attempts not saved; diagnostics of the next delivery will lack them")
+	}
+}
+
+func (jr *jobRunner) clearAttempts(ctx context.Context, d *delivery) {
+	if kv, err := jr.p.b.KV(ctx, broker.BucketAttempts); err == nil {
+		_ = kv.Purge(ctx, attemptsKey(d))
+	}
+}

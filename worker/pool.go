@@ -1,0 +1,403 @@
+// Package worker runs a pool of bounded concurrency that pulls records from
+// the jobs' durable consumers, runs each action's session (the session-level
+// retry), and acks, naks with delay (the exec-level retry) or dead-letters.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// Defaults of Config.
+const (
+	// ConcurrencyDefault suits I/O-bound model calls: most of a call is waiting.
+	ConcurrencyDefault = 64
+	// FetchBatchMax bounds one pull request.
+	FetchBatchMax = 256
+	// IdlePollMax is the longest pause between pulls of an idle job.
+	IdlePollMax = 500 * time.Millisecond
+)
+
+// Config configures a Pool. Zero fields take their defaults.
+type Config struct {
+	Concurrency int // ConcurrencyDefault
+	Log         zerolog.Logger
+	Clock       retry.Clock // retry.SystemClock
+	// Jobs limits the pool to these jobs; empty serves every running job.
+	Jobs []string
+	// Heartbeat is the InProgress interval for long calls (AckWait/3).
+	Heartbeat time.Duration
+	// NewProvider builds provider adapters (provider.New); tests wrap it.
+	NewProvider func(provider.Config) (provider.Provider, error)
+	// Metrics, when set, receives every outcome.
+	Metrics Metrics
+
+	// drop, in tests, makes the worker abandon a message as a crashed process
+	// would: no ack, no nak.
+	drop func(jetstream.Msg) bool
+}
+
+// Metrics receives the pool's events (Prometheus in cmd/jetpool).
+type Metrics interface {
+	Record(job, action, outcome string, class retry.Class)
+	Call(provider string, class retry.Class, d time.Duration, usage provider.Usage)
+	Delivery(job string)
+	InFlight(delta int)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Record(string, string, string, retry.Class)              {}
+func (nopMetrics) Call(string, retry.Class, time.Duration, provider.Usage) {}
+func (nopMetrics) Delivery(string)                                         {}
+func (nopMetrics) InFlight(int)                                            {}
+
+// Pool is a worker pool. Start it, then Stop it; both are safe to call twice.
+type Pool struct {
+	b   *broker.Broker
+	cfg Config
+	log zerolog.Logger
+	sem chan struct{}
+	id  string
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	jobs     map[string]*jobRunner
+	runCtx   context.Context    // fetch loops
+	stopRun  context.CancelFunc // stops fetching
+	hctx     context.Context    // handlers: cancelled when Stop's deadline passes
+	stopH    context.CancelFunc
+	loops    sync.WaitGroup // fetch loops and the watcher
+	inflight sync.WaitGroup
+	ctlSub   *nats.Subscription
+
+	calls    atomic.Int64
+	handled  atomic.Int64
+	inFlight atomic.Int64
+}
+
+// New makes a pool over b.
+func New(b *broker.Broker, cfg Config) *Pool {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = ConcurrencyDefault
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = retry.SystemClock{}
+	}
+	if cfg.NewProvider == nil {
+		cfg.NewProvider = provider.New
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopMetrics{}
+	}
+	if cfg.Heartbeat <= 0 {
+		aw := b.Cfg.AckWait
+		if aw <= 0 {
+			aw = broker.AckWaitDefault
+		}
+		cfg.Heartbeat = aw / 3
+	}
+	host, _ := os.Hostname()
+	return &Pool{
+		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
+		jobs: map[string]*jobRunner{}, id: fmt.Sprintf("%s-%d", host, os.Getpid()),
+	}
+}
+
+// Calls is the number of model calls this pool has made.
+func (p *Pool) Calls() int64 { return p.calls.Load() }
+
+// InFlightCount is the number of records being worked now.
+func (p *Pool) InFlightCount() int64 { return p.inFlight.Load() }
+
+// Start watches the jobs bucket and serves every running job (or cfg.Jobs).
+func (p *Pool) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return nil
+	}
+	kv, err := p.b.KV(ctx, broker.BucketJobs)
+	if err != nil {
+		return err
+	}
+	p.runCtx, p.stopRun = context.WithCancel(context.WithoutCancel(ctx))
+	p.hctx, p.stopH = context.WithCancel(context.WithoutCancel(ctx))
+	w, err := kv.WatchAll(p.runCtx)
+	if err != nil {
+		p.stopRun()
+		p.stopH()
+		return fmt.Errorf("watch jobs: %w", err)
+	}
+	p.started = true
+	p.ctlSub, err = p.b.NC.Subscribe(broker.SubjectControl, p.answerStats)
+	if err != nil {
+		p.log.Warn().Err(err).Msg("stats responder not started")
+	}
+	p.loops.Add(1)
+	go func() {
+		defer p.loops.Done()
+		defer w.Stop()
+		for {
+			select {
+			case <-p.runCtx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				var j broker.Job
+				if err := json.Unmarshal(e.Value(), &j); err != nil {
+					p.log.Warn().Str("job", e.Key()).Err(err).Msg("unreadable job entry")
+					continue
+				}
+				p.onJob(&j)
+			}
+		}
+	}()
+	return nil
+}
+
+func (p *Pool) wants(job string) bool {
+	if len(p.cfg.Jobs) == 0 {
+		return true
+	}
+	for _, j := range p.cfg.Jobs {
+		if j == job {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) onJob(j *broker.Job) {
+	if !p.wants(j.ID) {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	if jr, ok := p.jobs[j.ID]; ok {
+		jr.setJob(j)
+		return
+	}
+	wf, err := workflow.Decode(j.Workflow)
+	if err != nil {
+		p.log.Error().Str("job", j.ID).Err(err).Msg("job's workflow is unusable; not serving it")
+		return
+	}
+	jr := &jobRunner{p: p, id: j.ID, wf: wf, providers: map[string]provider.Provider{}}
+	jr.setJob(j)
+	p.jobs[j.ID] = jr
+	p.loops.Add(1)
+	go func() {
+		defer p.loops.Done()
+		jr.fetchLoop(p.runCtx)
+	}()
+	p.log.Info().Str("job", j.ID).Msg("serving job")
+}
+
+// Stop stops pulling, lets in-flight records finish until ctx is done, then
+// hands the rest back (Nak, no delay) so no record waits for a full AckWait.
+func (p *Pool) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.started || p.stopped {
+		p.stopped = true
+		p.mu.Unlock()
+		return nil
+	}
+	p.stopped = true
+	p.mu.Unlock()
+	if p.ctlSub != nil {
+		_ = p.ctlSub.Unsubscribe()
+	}
+	p.stopRun()
+	p.loops.Wait()
+	done := make(chan struct{})
+	go func() { p.inflight.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("stop: %d records still in flight at the deadline were handed back", p.inFlight.Load())
+		p.stopH()
+		<-done
+	}
+	p.stopH()
+	return err
+}
+
+// Stats is what a worker answers on jetpool.ctl.stats.
+type Stats struct {
+	Worker   string           `json:"worker"`
+	InFlight map[string]int64 `json:"in_flight"` // by job
+	Calls    int64            `json:"calls"`
+	Handled  int64            `json:"handled"`
+}
+
+// Snapshot returns the pool's stats.
+func (p *Pool) Snapshot() Stats {
+	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load()}
+	p.mu.Lock()
+	for id, jr := range p.jobs {
+		if n := jr.inFlight.Load(); n > 0 {
+			s.InFlight[id] = n
+		}
+	}
+	p.mu.Unlock()
+	return s
+}
+
+func (p *Pool) answerStats(m *nats.Msg) {
+	data, _ := json.Marshal(p.Snapshot())
+	_ = m.Respond(data)
+}
+
+// jobRunner pulls one job's records.
+type jobRunner struct {
+	p  *Pool
+	id string
+	wf *workflow.Workflow
+
+	mu        sync.Mutex
+	job       *broker.Job
+	providers map[string]provider.Provider
+	inFlight  atomic.Int64
+}
+
+func (jr *jobRunner) setJob(j *broker.Job) {
+	jr.mu.Lock()
+	jr.job = j
+	jr.mu.Unlock()
+}
+
+func (jr *jobRunner) current() *broker.Job {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	return jr.job
+}
+
+func (jr *jobRunner) provider(name string) (provider.Provider, error) {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	if pr, ok := jr.providers[name]; ok {
+		return pr, nil
+	}
+	cfg, ok := jr.wf.Providers[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown provider %q", name)
+	}
+	pr, err := jr.p.cfg.NewProvider(cfg)
+	if err != nil {
+		return nil, err
+	}
+	jr.providers[name] = pr
+	return pr, nil
+}
+
+func (jr *jobRunner) fetchLoop(ctx context.Context) {
+	p := jr.p
+	var cons jetstream.Consumer
+	idle := 10 * time.Millisecond
+	pause := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		if cons == nil {
+			c, err := p.b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
+			if err != nil {
+				if ctx.Err() == nil {
+					p.log.Debug().Str("job", jr.id).Err(err).Msg("job consumer not ready")
+				}
+				if !pause(time.Second) {
+					return
+				}
+				continue
+			}
+			cons = c
+		}
+		// Take one slot (waiting for it), then whatever else is free.
+		select {
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < FetchBatchMax {
+			select {
+			case p.sem <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		batch, err := cons.FetchNoWait(n)
+		got := 0
+		if err == nil {
+			for msg := range batch.Messages() {
+				got++
+				p.inflight.Add(1)
+				p.inFlight.Add(1)
+				jr.inFlight.Add(1)
+				p.cfg.Metrics.InFlight(1)
+				go func() {
+					defer func() {
+						p.inFlight.Add(-1)
+						jr.inFlight.Add(-1)
+						p.cfg.Metrics.InFlight(-1)
+						<-p.sem
+						p.inflight.Done()
+					}()
+					jr.handle(p.hctx, msg)
+				}()
+			}
+			err = batch.Error()
+		}
+		for range n - got {
+			<-p.sem
+		}
+		if err != nil && ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+			p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
+			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				cons = nil
+			}
+		}
+		if got == 0 {
+			if !pause(idle) {
+				return
+			}
+			idle = min(idle*2, IdlePollMax)
+		} else {
+			idle = time.Millisecond
+		}
+	}
+}

@@ -1,0 +1,221 @@
+package workflow
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/retry"
+)
+
+// The encoded form is the workflow's own vocabulary, resolved: no defaults:
+// block (every action spells out what it inherited), schemas inlined, only
+// the providers in use, durations as Go duration strings. Decode reads it
+// with the YAML parser (JSON is YAML), so it passes through exactly the
+// checks a workflow file does, plus a few keys only it may carry: file,
+// actions[].line, expect.schema_file and expect.schema_line.
+
+type wireWorkflow struct {
+	Name      string                  `json:"name,omitempty"`
+	File      string                  `json:"file,omitempty"`
+	Providers map[string]wireProvider `json:"providers,omitempty"`
+	Actions   []wireAction            `json:"actions"`
+}
+
+type wireProvider struct {
+	Kind       string            `json:"kind"`
+	BaseURL    string            `json:"base_url,omitempty"`
+	APIKeyEnv  string            `json:"api_key_env,omitempty"`
+	APIKeyFile string            `json:"api_key_file,omitempty"`
+	Timeout    string            `json:"timeout,omitempty"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	Stream     bool              `json:"stream,omitempty"`
+	Limits     *provider.Limits  `json:"limits,omitempty"`
+	Sim        any               `json:"sim,omitempty"`
+}
+
+type wireAction struct {
+	Name     string         `json:"name"`
+	Line     int            `json:"line,omitempty"`
+	Provider string         `json:"provider"`
+	Model    string         `json:"model,omitempty"`
+	System   string         `json:"system,omitempty"`
+	Prompt   string         `json:"prompt"`
+	Params   map[string]any `json:"params,omitempty"`
+	Stream   bool           `json:"stream"`
+	JSON     bool           `json:"json"`
+	Retry    any            `json:"retry"` // false, or a wireRetry
+	Expect   *wireExpect    `json:"expect,omitempty"`
+	MaxCalls int            `json:"max_calls,omitempty"`
+	Mode     string         `json:"mode"`
+	Batch    *wireBatch     `json:"batch,omitempty"`
+	Fallback string         `json:"fallback,omitempty"`
+}
+
+type wireRetry struct {
+	Enabled     bool           `json:"enabled"`
+	MaxAttempts int            `json:"max_attempts,omitempty"`
+	Backoff     string         `json:"backoff,omitempty"`
+	MaxBackoff  string         `json:"max_backoff,omitempty"`
+	Budget      string         `json:"budget,omitempty"`
+	OnExhausted string         `json:"on_exhausted,omitempty"`
+	Redeliver   *wireRedeliver `json:"redeliver,omitempty"`
+}
+
+type wireRedeliver struct {
+	MaxDeliveries int    `json:"max_deliveries,omitempty"`
+	Backoff       string `json:"backoff,omitempty"`
+}
+
+type wireExpect struct {
+	Format     string         `json:"format"`
+	Schema     map[string]any `json:"schema,omitempty"`
+	SchemaFile string         `json:"schema_file,omitempty"`
+	SchemaLine int            `json:"schema_line,omitempty"`
+	Repair     wireRepair     `json:"repair"`
+}
+
+type wireRepair struct {
+	MaxAttempts int    `json:"max_attempts"`
+	OnExhausted string `json:"on_exhausted,omitempty"`
+}
+
+type wireBatch struct {
+	MaxRecords int    `json:"max_records,omitempty"`
+	MaxWait    string `json:"max_wait,omitempty"`
+	Poll       string `json:"poll,omitempty"`
+}
+
+func dur(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
+
+// Encode renders the workflow as self-contained JSON for the jobs bucket:
+// defaults applied, schema files inlined. Decode reads it back.
+func (w *Workflow) Encode() ([]byte, error) {
+	ww := wireWorkflow{Name: w.Name, File: w.File, Providers: map[string]wireProvider{}}
+	for name, c := range w.Providers {
+		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
+			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream}
+		if c.Limits != (provider.Limits{}) {
+			wp.Limits = &c.Limits
+		}
+		if c.Sim != nil {
+			sim, err := yamlValue(reflect.ValueOf(c.Sim))
+			if err != nil {
+				return nil, fmt.Errorf("encode workflow: provider %s: sim: %w", name, err)
+			}
+			wp.Sim = sim
+		}
+		ww.Providers[name] = wp
+	}
+	for _, a := range w.Actions {
+		wa := wireAction{Name: a.Name, Line: a.Line, Provider: a.Provider, Model: a.Model, System: a.System,
+			Prompt: a.Prompt, Params: a.Params, Stream: a.Stream, JSON: a.JSON, Retry: wirePolicy(a.Retry),
+			MaxCalls: a.MaxCalls, Mode: a.Mode, Fallback: a.Fallback}
+		if e := a.Expect; e != nil {
+			wa.Expect = &wireExpect{Format: e.Format, Schema: e.Schema, SchemaFile: e.SchemaFile, SchemaLine: e.SchemaLine,
+				Repair: wireRepair{MaxAttempts: e.RepairAttempts, OnExhausted: string(e.RepairOnExhausted)}}
+		}
+		if a.Mode == ModeBatch {
+			wa.Batch = &wireBatch{MaxRecords: a.Batch.MaxRecords, MaxWait: dur(a.Batch.MaxWait), Poll: dur(a.Batch.Poll)}
+		}
+		ww.Actions = append(ww.Actions, wa)
+	}
+	// Indented, so that an error found by Decode has a useful line.
+	b, err := json.MarshalIndent(ww, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode workflow: %w", err)
+	}
+	return b, nil
+}
+
+func wirePolicy(p retry.Policy) any {
+	if !p.Enabled {
+		if p.OnExhausted == "" || p.OnExhausted == retry.OnExhaustedDefault {
+			return false
+		}
+		return wireRetry{OnExhausted: string(p.OnExhausted)}
+	}
+	wr := wireRetry{Enabled: true, MaxAttempts: p.MaxAttempts, Backoff: dur(p.Backoff), MaxBackoff: dur(p.MaxBackoff),
+		Budget: dur(p.Budget), OnExhausted: string(p.OnExhausted)}
+	if p.MaxDeliveries != 0 || p.RedeliverBackoff != 0 {
+		wr.Redeliver = &wireRedeliver{MaxDeliveries: p.MaxDeliveries, Backoff: dur(p.RedeliverBackoff)}
+	}
+	return wr
+}
+
+// Decode reads a workflow written by Encode, validating it again and
+// compiling its templates. Errors name the file the workflow came from.
+func Decode(data []byte) (*Workflow, error) {
+	var head struct {
+		File string `json:"file"`
+	}
+	label := "encoded workflow"
+	if json.Unmarshal(data, &head) == nil && head.File != "" {
+		label = head.File + " (encoded)"
+	}
+	p := &parser{file: label, encoded: true}
+	return p.parse(data)
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// yamlValue renders v as JSON values under its yaml names, leaving out zero
+// fields, so that decoding the result with yaml.v3 gives v back: encoding/json
+// would write durations as integers, which yaml.v3 refuses.
+func yamlValue(v reflect.Value) (any, error) {
+	if v.Type() == durationType {
+		return time.Duration(v.Int()).String(), nil
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return nil, nil
+		}
+		return yamlValue(v.Elem())
+	case reflect.Struct:
+		m := map[string]any{}
+		t := v.Type()
+		for i := range t.NumField() {
+			sf := t.Field(i)
+			tag := sf.Tag.Get("yaml")
+			if !sf.IsExported() || tag == "-" || v.Field(i).IsZero() {
+				continue
+			}
+			x, err := yamlValue(v.Field(i))
+			if err != nil {
+				return nil, err
+			}
+			name, opts, _ := strings.Cut(tag, ",")
+			if strings.Contains(opts, "inline") {
+				sub, ok := x.(map[string]any)
+				if !ok {
+					return nil, fmt.Errorf("inline field %s is not a struct", sf.Name)
+				}
+				for k, v := range sub {
+					m[k] = v
+				}
+				continue
+			}
+			if name == "" {
+				name = strings.ToLower(sf.Name)
+			}
+			m[name] = x
+		}
+		return m, nil
+	}
+	var n yaml.Node
+	if err := n.Encode(v.Interface()); err != nil {
+		return nil, err
+	}
+	return toJSON(&n)
+}

@@ -1,0 +1,135 @@
+package workflow
+
+import (
+	"text/template"
+	"time"
+
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/retry"
+)
+
+// Modes of an action.
+const (
+	ModeOnline  = "online" // one provider call per record, as records arrive (ModeDefault)
+	ModeBatch   = "batch"  // the provider's batch API, about half the price
+	ModeDefault = ModeOnline
+)
+
+// Formats of an expect: block.
+const (
+	FormatJSON = "json" // the output must parse as JSON (and match Schema when set)
+	FormatText = "text" // no check of the output; the same as no expect: block
+)
+
+// Defaults and bounds of BatchConfig, applied to actions in batch mode.
+const (
+	BatchMaxRecordsDefault = 1000
+	BatchMaxRecordsMin     = 1
+	// BatchMaxRecordsMax is OpenAI Batch's limit of requests per batch
+	// (Anthropic's is higher); one workflow value must suit every provider.
+	BatchMaxRecordsMax  = 50000
+	BatchMaxWaitDefault = 30 * time.Second
+	BatchPollDefault    = 30 * time.Second
+)
+
+// Defaults and bounds of an expect: block's repair: loop.
+const (
+	// RepairAttemptsDefault applies when a repair: block leaves out
+	// max_attempts (or is `repair: true`). Without a repair: block there is
+	// no repair: an output that fails the expectation fails the record.
+	RepairAttemptsDefault = 2
+	RepairAttemptsMin     = 0
+	RepairAttemptsMax     = retry.MaxAttemptsMax
+)
+
+// Workflow is a parsed, validated workflow.
+type Workflow struct {
+	Name string // the optional name: field
+	File string // the path the workflow was loaded from, as given
+	// Providers holds every provider an action uses, keyed by name: entries
+	// of providers: (layered over the preset of the same name, if any) and
+	// presets used by name. Entries no action uses are validated but left out,
+	// so that preflight never demands a key for an unused endpoint.
+	Providers map[string]provider.Config
+	Actions   []*Action
+}
+
+// Action is one step of the per-record pipeline, with defaults applied.
+type Action struct {
+	Name  string
+	Index int // position in actions:, 0-based
+	Line  int // line of the action in the workflow file
+
+	Provider string // a key of Workflow.Providers
+	Model    string // may be empty for kind sim
+	System   string
+	Prompt   string // a text/template; see Render
+	// Params are sampling parameters merged from defaults: and the action.
+	// Values are JSON types (float64, string, bool, []any, map[string]any)
+	// after Parse exactly as after Decode, so code that reads them behaves
+	// the same on the dispatcher and on a worker.
+	Params map[string]any
+	// Stream is the action's stream, else the defaults', else the provider's.
+	Stream bool
+	// JSON asks for the provider's JSON mode. It is never implied by expect:,
+	// because some JSON modes reject prompts that do not mention JSON.
+	JSON bool
+
+	// Retry is the zero Policy (off: one call, one delivery) unless a retry:
+	// block turned it on; then Policy.WithDefaults has been applied.
+	Retry  retry.Policy
+	Expect *Expect // nil when absent
+	// MaxCalls caps the calls per record across retries, deliveries and
+	// repairs; 0 means no cap beyond the retry layers'.
+	MaxCalls int
+
+	Mode     string      // ModeOnline or ModeBatch
+	Batch    BatchConfig // set, defaults applied, when Mode is ModeBatch; zero otherwise
+	Fallback string      // "" or ModeOnline (batch mode only): where a batch's stragglers go
+
+	prompt *compiledPrompt // nil for an Action not built by Parse or Decode
+}
+
+// Expect is what an action's output must be.
+type Expect struct {
+	Format string         // FormatJSON or FormatText; a schema implies FormatJSON
+	Schema map[string]any // JSON Schema, inlined even when written as a file path
+	// SchemaFile is the path the schema was read from, as written in the
+	// workflow (relative to the workflow file); "" when written inline.
+	SchemaFile string
+	SchemaLine int // line of schema: in the workflow file
+	// RepairAttempts is how many repair calls may follow an output that fails
+	// the expectation (0: none; RepairAttemptsDefault in a repair: block).
+	RepairAttempts int
+	// RepairOnExhausted is what happens when the repairs are spent
+	// (retry.OnExhaustedDefault).
+	RepairOnExhausted retry.OnExhausted
+}
+
+// BatchConfig tunes batch mode.
+type BatchConfig struct {
+	MaxRecords int           // records per batch (BatchMaxRecordsDefault)
+	MaxWait    time.Duration // longest wait before a partial batch is sent (BatchMaxWaitDefault)
+	Poll       time.Duration // how often a batch's status is polled (BatchPollDefault)
+}
+
+// SchemaCheck, when set, is called during validation with every expect:
+// schema (after a schema file has been read); its error is reported at the
+// schema's line. It is the hook for real JSON Schema validation.
+var SchemaCheck func(schema map[string]any) error
+
+// Action returns the action called name and its index, or nil and -1.
+func (w *Workflow) Action(name string) (*Action, int) {
+	for i, a := range w.Actions {
+		if a.Name == name {
+			return a, i
+		}
+	}
+	return nil, -1
+}
+
+// compiledPrompt is an action's parsed template and the fields it reads.
+type compiledPrompt struct {
+	tmpl   *template.Template
+	fields []string
+}
