@@ -212,3 +212,41 @@ func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, 
 // reasons mirrors retry.Reasons (broker imports no policy).
 var reasons = []string{"permanent", "exhausted", "context_overflow", "schema_violation", "programming_error",
 	"bad_input", "max_deliveries", "batch_not_returned", "job_failed", "max_calls"}
+
+// Progress is a job's live state: exact result counts and the work
+// consumer's backlog.
+type Progress struct {
+	Counts
+	Queued     uint64 // not yet delivered
+	AckPending int    // in flight, or waiting for a delayed redelivery
+	Paused     bool
+}
+
+// Drained reports whether nothing of the job is queued, in flight or waiting.
+func (p Progress) Drained() bool { return p.Queued == 0 && p.AckPending == 0 }
+
+// Finished reports whether every record of j has its final result (or j
+// failed and nothing of it is left in flight).
+func (p Progress) Finished(j *Job) bool {
+	return j.Dispatched && p.Drained() && (p.Done >= j.Total || j.Status == JobFailed)
+}
+
+// JobProgress reads a job's progress.
+func (b *Broker) JobProgress(ctx context.Context, j *Job, byReason bool) (Progress, error) {
+	var p Progress
+	c, err := b.JobCounts(ctx, j, byReason)
+	if err != nil {
+		return p, err
+	}
+	p.Counts = c
+	cons, err := b.JS.Consumer(ctx, StreamWork, ConsumerName(j.ID))
+	if err != nil {
+		return p, fmt.Errorf("job %s: %w", j.ID, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return p, err
+	}
+	p.Queued, p.AckPending, p.Paused = info.NumPending, info.NumAckPending, info.Paused
+	return p, nil
+}

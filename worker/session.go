@@ -78,16 +78,11 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 				h.msgs[idx].Content = partial.String()
 			}
 		}
-		start := jr.p.cfg.Clock.Now()
-		jr.p.calls.Add(1)
 		run.calls++
-		resp, err := pr.Call(ctx, req)
+		resp, err := jr.call(ctx, a.Provider, pr, req)
 		if err != nil {
-			e := retry.AsError(err)
-			jr.p.cfg.Metrics.Call(a.Provider, e.Class, jr.p.cfg.Clock.Now().Sub(start), provider.Usage{})
-			return e
+			return err
 		}
-		jr.p.cfg.Metrics.Call(a.Provider, "", jr.p.cfg.Clock.Now().Sub(start), resp.Usage)
 		run.usage.InputTokens += resp.Usage.InputTokens
 		run.usage.OutputTokens += resp.Usage.OutputTokens
 		if resp.Model != "" {

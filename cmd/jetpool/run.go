@@ -149,12 +149,12 @@ func waitJob(ctx context.Context, e *env, b *broker.Broker, jobID string, progre
 		if err != nil {
 			return nil, err
 		}
-		st, err := jobState(ctx, b, job)
+		st, err := b.JobProgress(ctx, job, false)
 		if err != nil {
 			return nil, err
 		}
-		bar.update(st.counts.Done, job.Total, st)
-		if job.Dispatched && st.drained() && (st.counts.Done >= job.Total || job.Status == broker.JobFailed) {
+		bar.update(st.Done, job.Total, st)
+		if st.Finished(job) {
 			if job.Status != broker.JobFailed && job.Status != broker.JobCompleted {
 				job, _ = b.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
 					if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
@@ -172,34 +172,6 @@ func waitJob(ctx context.Context, e *env, b *broker.Broker, jobID string, progre
 		case <-tick.C:
 		}
 	}
-}
-
-// state is a job's live state.
-type state struct {
-	counts     broker.Counts
-	pending    uint64 // queued
-	ackPending int    // in flight or waiting for redelivery
-}
-
-func (s state) drained() bool { return s.pending == 0 && s.ackPending == 0 }
-
-func jobState(ctx context.Context, b *broker.Broker, job *broker.Job) (state, error) {
-	var st state
-	c, err := b.JobCounts(ctx, job, false)
-	if err != nil {
-		return st, err
-	}
-	st.counts = c
-	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(job.ID))
-	if err != nil {
-		return st, fmt.Errorf("job %s: %w", job.ID, err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return st, err
-	}
-	st.pending, st.ackPending = info.NumPending, info.NumAckPending
-	return st, nil
 }
 
 // preflight checks each provider the workflow uses once, before anything is published.

@@ -167,7 +167,7 @@ func newProgress(e *env, want bool) *progress {
 	)}
 }
 
-func (p *progress) update(done, total int64, st state) {
+func (p *progress) update(done, total int64, st broker.Progress) {
 	if p.bar == nil {
 		return
 	}
@@ -175,7 +175,7 @@ func (p *progress) update(done, total int64, st state) {
 		p.total = total
 		p.bar.ChangeMax64(total)
 	}
-	p.bar.Describe(fmt.Sprintf("records (%d queued, %d in flight/waiting)", st.pending, st.ackPending))
+	p.bar.Describe(fmt.Sprintf("records (%d queued, %d in flight/waiting)", st.Queued, st.AckPending))
 	_ = p.bar.Set64(done)
 }
 
