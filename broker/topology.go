@@ -152,7 +152,25 @@ func (b *Broker) EnsureConsumer(ctx context.Context, job string, maxDeliver int)
 // Count returns how many messages of stream match filter, computed by the
 // server (an ephemeral consumer's pending count): O(subjects matched) in the
 // server, no messages cross the wire.
+//
+// A work-queue stream allows no such consumer; there it sums the stream's
+// per-subject counts instead (a job has one subject per action).
 func (b *Broker) Count(ctx context.Context, stream, filter string) (uint64, error) {
+	if stream == StreamWork || stream == StreamAdvisories {
+		s, err := b.stream(ctx, stream)
+		if err != nil {
+			return 0, err
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			return 0, fmt.Errorf("count %s %s: %w", stream, filter, err)
+		}
+		var n uint64
+		for _, c := range info.State.Subjects {
+			n += c
+		}
+		return n, nil
+	}
 	c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		FilterSubject:     filter,
 		AckPolicy:         jetstream.AckNonePolicy,

@@ -207,14 +207,23 @@ func (r *Reader) nextCSV() (Record, error) {
 	return rec, nil
 }
 
+// AutoIDField is used as the record id when --id-field is not given and a
+// record has it; records without it get a hash of their content.
+const AutoIDField = "id"
+
 func (r *Reader) setID(rec *Record) error {
-	if r.idField == "" {
-		rec.ID = HashID(rec.Fields)
-		return nil
+	field := r.idField
+	if field == "" {
+		if v, ok := rec.Fields[AutoIDField]; ok && v != nil {
+			field = AutoIDField
+		} else {
+			rec.ID = HashID(rec.Fields)
+			return nil
+		}
 	}
-	v, ok := rec.Fields[r.idField]
+	v, ok := rec.Fields[field]
 	if !ok || v == nil {
-		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is missing", r.idField)}
+		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is missing", field)}
 	}
 	var id string
 	switch t := v.(type) {
@@ -225,13 +234,13 @@ func (r *Reader) setID(rec *Record) error {
 	case bool:
 		id = strconv.FormatBool(t)
 	default:
-		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q must be a string or number, got %s", r.idField, jsonKind(v))}
+		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q must be a string or number, got %s", field, jsonKind(v))}
 	}
 	if id == "" {
-		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is empty", r.idField)}
+		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is empty", field)}
 	}
 	if len(id) > 256 {
-		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is longer than 256 bytes", r.idField)}
+		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is longer than 256 bytes", field)}
 	}
 	rec.ID = id
 	return nil

@@ -31,15 +31,15 @@ type delivery struct {
 
 func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 	p := jr.p
-	if p.cfg.drop != nil && p.cfg.drop(msg) {
-		return // as if the process died: no ack, no nak
-	}
 	p.handled.Add(1)
 	p.cfg.Metrics.Delivery(jr.id)
 	d, err := jr.parse(msg)
 	if err != nil {
 		jr.deadLetterBroken(ctx, msg, err)
 		return
+	}
+	if p.cfg.DieOn != nil && p.cfg.DieOn(d.job, d.action.Name, d.env.ID) {
+		return // as if the process died: no ack, no nak
 	}
 	log := p.log.With().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).Logger()
 

@@ -29,8 +29,8 @@ const (
 	ConcurrencyDefault = 64
 	// FetchBatchMax bounds one pull request.
 	FetchBatchMax = 256
-	// IdlePollMax is the longest pause between pulls of an idle job.
-	IdlePollMax = 500 * time.Millisecond
+	// IdlePollMax is how long a pull of an idle job waits for a record.
+	IdlePollMax = time.Second
 )
 
 // Config configures a Pool. Zero fields take their defaults.
@@ -47,9 +47,9 @@ type Config struct {
 	// Metrics, when set, receives every outcome.
 	Metrics Metrics
 
-	// drop, in tests, makes the worker abandon a message as a crashed process
-	// would: no ack, no nak.
-	drop func(jetstream.Msg) bool
+	// DieOn, for tests and chaos drills, makes the worker abandon a record
+	// as a crashed process would: no ack, no nak, no result.
+	DieOn func(job, action, record string) bool
 }
 
 // Metrics receives the pool's events (Prometheus in cmd/jetpool).
@@ -319,7 +319,7 @@ func (jr *jobRunner) provider(name string) (provider.Provider, error) {
 func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	p := jr.p
 	var cons jetstream.Consumer
-	idle := 10 * time.Millisecond
+	idle := false
 	pause := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -360,7 +360,20 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 				break more
 			}
 		}
-		batch, err := cons.FetchNoWait(n)
+		var batch jetstream.MessageBatch
+		var err error
+		if idle {
+			// Nothing came last time: long-poll with a single slot, so a
+			// record (or a delayed redelivery) is picked up the moment it
+			// is due while the other slots stay free for other jobs.
+			for range n - 1 {
+				<-p.sem
+			}
+			n = 1
+			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(IdlePollMax))
+		} else {
+			batch, err = cons.FetchNoWait(n)
+		}
 		got := 0
 		if err == nil {
 			for msg := range batch.Messages() {
@@ -385,19 +398,21 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		for range n - got {
 			<-p.sem
 		}
-		if err != nil && ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) {
+			err = nil
+		}
+		if err != nil && ctx.Err() == nil {
 			p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
 			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
 				cons = nil
 			}
 		}
-		if got == 0 {
-			if !pause(idle) {
+		idle = got == 0
+		if idle && err != nil && ctx.Err() == nil {
+			// A broken connection or a missing consumer: do not spin.
+			if !pause(IdlePollMax) {
 				return
 			}
-			idle = min(idle*2, IdlePollMax)
-		} else {
-			idle = time.Millisecond
 		}
 	}
 }

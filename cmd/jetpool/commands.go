@@ -44,7 +44,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	var f runFlags
 	fs.StringVar(&f.input, "input", "", "input records: JSONL or CSV with a header row")
 	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input)")
-	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: a hash of the record)")
+	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: \"id\" when a record has it, else a hash of the record)")
 	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the extension)")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed lines (bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")

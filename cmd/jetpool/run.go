@@ -30,7 +30,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.input, "input", "", "input records: JSONL (one object per line) or CSV with a header row")
 	fs.StringVar(&f.output, "output", "", "write results JSONL here (default: none; see 'jetpool results')")
 	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, so a rerun resumes)")
-	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: a stable hash of the record)")
+	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: \"id\" when a record has it, else a stable hash of the record)")
 	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the file extension)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed input lines (reason bad_input) instead of refusing the file")

@@ -1,0 +1,170 @@
+package dispatcher_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const simWorkflow = `
+providers:
+  sim: {kind: sim}
+actions:
+  - name: summarize
+    provider: sim
+    prompt: "Summarize {{ .text }}"
+`
+
+func TestReadJSONLAndCSV(t *testing.T) {
+	t.Parallel()
+	p := testenv.WriteFile(t, "in.jsonl", "{\"id\":\"a\",\"text\":\"x\"}\n\n{\"text\":\"no id\",\"n\":1.50}\n")
+	r, err := dispatcher.Open(p, "", "")
+	require.NoError(t, err)
+	defer r.Close()
+	rec, err := r.Next()
+	require.NoError(t, err)
+	require.Equal(t, "a", rec.ID)
+	require.Equal(t, 1, rec.Line)
+	rec, err = r.Next()
+	require.NoError(t, err)
+	require.Equal(t, 3, rec.Line, "blank lines are skipped but counted")
+	require.True(t, strings.HasPrefix(rec.ID, "r"), "no id field: a content hash")
+	require.Equal(t, dispatcher.HashID(rec.Fields), rec.ID, "the hash is stable")
+	_, err = r.Next()
+	require.ErrorIs(t, err, io.EOF)
+
+	c := testenv.WriteFile(t, "in.csv", "id,text\n1,hello\n2,\"with, comma\"\n")
+	r2, err := dispatcher.Open(c, "", "id")
+	require.NoError(t, err)
+	defer r2.Close()
+	rec, err = r2.Next()
+	require.NoError(t, err)
+	require.Equal(t, "1", rec.ID)
+	require.Equal(t, map[string]any{"id": "1", "text": "hello"}, rec.Fields)
+	rec, err = r2.Next()
+	require.NoError(t, err)
+	require.Equal(t, "with, comma", rec.Fields["text"])
+	require.Equal(t, 3, rec.Line)
+}
+
+// Every bad input is refused with file:line: reason, and nothing is published.
+func TestBadInputsPublishNothing(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	cases := []struct {
+		name, file, content, idField, want string
+	}{
+		{"malformed JSONL line", "in.jsonl", "{\"id\":\"1\",\"text\":\"a\"}\n{\"id\":\"2\",\"text\":\n", "", "in.jsonl:2: malformed JSON"},
+		{"not an object", "in.jsonl", "{\"id\":\"1\",\"text\":\"a\"}\n[1,2]\n", "", "in.jsonl:2: a record must be a JSON object, got an array"},
+		{"ragged CSV row", "in.csv", "id,text\n1,a\n2,b,extra\n", "", "in.csv:3: ragged row: 3 fields, the header has 2"},
+		{"empty file", "in.jsonl", "", "", "in.jsonl: empty file: no records"},
+		{"empty CSV", "in.csv", "", "", "in.csv: empty file"},
+		{"template names a missing field", "in.jsonl", "{\"id\":\"1\",\"text\":\"a\"}\n{\"id\":\"2\",\"body\":\"b\"}\n", "",
+			"in.jsonl:2: action \"summarize\": prompt template uses field \"text\", which the record lacks (it has: body, id)"},
+		{"missing id field", "in.jsonl", "{\"key\":\"1\",\"text\":\"a\"}\n", "key2", "in.jsonl:1: id field \"key2\" is missing"},
+		{"empty id", "in.jsonl", "{\"id\":\"\",\"text\":\"a\"}\n", "", "in.jsonl:1: id field \"id\" is empty"},
+		{"unknown format", "in.txt", "x", "", "unknown input format"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := testenv.WriteFile(t, tc.file, tc.content)
+			d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+			_, err := d.Dispatch(context.Background(), wf, dispatcher.Options{Input: p, IDField: tc.idField, JobID: "bad"})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	// Nothing was published, and no job was created.
+	n, err := b.Count(context.Background(), broker.StreamWork, "jetpool.work.>")
+	require.NoError(t, err)
+	require.Zero(t, n)
+	_, _, err = b.GetJob(context.Background(), "bad")
+	require.ErrorIs(t, err, broker.ErrJobNotFound)
+}
+
+func TestBadInputErrorListsEveryLine(t *testing.T) {
+	t.Parallel()
+	wf := testenv.Workflow(t, simWorkflow)
+	var sb strings.Builder
+	for range 30 {
+		sb.WriteString("{oops\n")
+	}
+	p := testenv.WriteFile(t, "in.jsonl", sb.String())
+	_, _, bad, err := dispatcher.Check(wf, dispatcher.Options{Input: p})
+	require.NoError(t, err)
+	require.Len(t, bad, 30)
+	msg := (&dispatcher.BadInputError{Errs: bad}).Error()
+	require.Contains(t, msg, "30 bad input lines, nothing published")
+	require.Contains(t, msg, "in.jsonl:20: malformed JSON")
+	require.Contains(t, msg, "… and 10 more")
+}
+
+func TestSkipBadDeadLettersBadInput(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	p := testenv.WriteFile(t, "in.jsonl", "{\"id\":\"1\",\"text\":\"a\"}\nnot json\n{\"id\":\"3\",\"text\":\"c\"}\n")
+	res := testenv.Dispatch(t, b, wf, p, dispatcher.Options{SkipBad: true, JobID: "skip"})
+	require.EqualValues(t, 2, res.Published)
+	require.EqualValues(t, 1, res.BadLines)
+	require.EqualValues(t, 3, res.Job.Total)
+	n, err := b.Count(context.Background(), broker.StreamDLQ, broker.DLQFilter("skip", "summarize"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	c, err := b.JobCounts(context.Background(), res.Job, true)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, c.ByReason["bad_input"])
+}
+
+func TestDispatchTwicePublishesOnce(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.Records(t, 50)
+	first := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
+	require.EqualValues(t, 50, first.Published)
+	require.False(t, first.Existing)
+	second := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
+	require.True(t, second.Existing, "same workflow and input: the same job id, already dispatched")
+	require.Equal(t, first.Job.ID, second.Job.ID)
+	// Even forced under another dispatch of the same job id, dedupe holds.
+	j, _, err := b.GetJob(context.Background(), first.Job.ID)
+	require.NoError(t, err)
+	_, err = b.UpdateJob(context.Background(), j.ID, func(j *broker.Job) bool { j.Dispatched = false; return true })
+	require.NoError(t, err)
+	third := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
+	require.Zero(t, third.Published)
+	require.EqualValues(t, 50, third.Duplicates)
+	n, err := b.Count(context.Background(), broker.StreamWork, broker.WorkFilter(first.Job.ID))
+	require.NoError(t, err)
+	require.EqualValues(t, 50, n)
+}
+
+func TestJobIDIsStableAndValid(t *testing.T) {
+	t.Parallel()
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.Records(t, 3)
+	id1, n, _, err := dispatcher.Check(wf, dispatcher.Options{Input: in})
+	require.NoError(t, err)
+	id2, _, _, err := dispatcher.Check(wf, dispatcher.Options{Input: in})
+	require.NoError(t, err)
+	require.Equal(t, id1, id2)
+	require.EqualValues(t, 3, n)
+	require.True(t, broker.ValidName(id1), id1)
+	_, _, _, err = dispatcher.Check(wf, dispatcher.Options{Input: in, JobID: "bad id!"})
+	require.Error(t, err)
+	var le *dispatcher.LineError
+	require.False(t, errors.As(err, &le))
+}

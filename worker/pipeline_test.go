@@ -1,0 +1,186 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const pipelineWorkflow = `
+providers:
+  sim: {kind: sim, sim: {reply: "{{.Prompt}}!"}}
+defaults:
+  provider: sim
+actions:
+  - name: upper
+    prompt: "A({{ .text }})"
+  - name: wrap
+    prompt: "B({{ .upper }})"
+`
+
+// N records in, N results out, ids match, outputs of a two-action pipeline.
+func TestPipelineEndToEnd(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, pipelineWorkflow)
+	const n = 120
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{})
+	counter := testenv.NewCounter()
+	testenv.Pool(t, b, worker.Config{Concurrency: 8, NewProvider: counter.New})
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, n, p.OK)
+	require.Zero(t, p.Failed)
+	results := testenv.Results(t, b, job)
+	require.Len(t, results, n)
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("r%d", i)
+		r := results[id]
+		require.NotNil(t, r, id)
+		require.Equal(t, broker.StatusOK, r.Status)
+		require.Equal(t, "wrap", r.Action)
+		require.Equal(t, fmt.Sprintf("B(A(record %d)!)!", i), r.Output)
+		require.Equal(t, fmt.Sprintf("A(record %d)!", i), r.Outputs["upper"], "later actions see earlier outputs")
+		require.Equal(t, 1, r.Recovery.Attempts)
+		require.Equal(t, 1, r.Recovery.Deliveries)
+		require.Equal(t, 2, counter.Calls(id), "one call per action")
+	}
+}
+
+// Dispatching the same file twice runs each record once.
+func TestDispatchTwiceRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, pipelineWorkflow)
+	in := testenv.Records(t, 40)
+	res := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
+	counter := testenv.NewCounter()
+	testenv.Pool(t, b, worker.Config{Concurrency: 8, NewProvider: counter.New})
+	testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	// Force a full re-dispatch of the same job: Nats-Msg-Id dedupes it, and
+	// beyond the dedupe window workers skip records that already succeeded.
+	_, err := b.UpdateJob(context.Background(), res.Job.ID, func(j *broker.Job) bool { j.Dispatched = false; return true })
+	require.NoError(t, err)
+	again := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
+	require.Zero(t, again.Published)
+	testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.Equal(t, 80, counter.Total(), "40 records × 2 actions, each called once")
+}
+
+// A redelivered record that already has its result is not paid for again.
+func TestRedeliveryAfterResultDoesNotPayTwice(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, pipelineWorkflow)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 5), dispatcher.Options{})
+	// The record's result for action "upper" exists already (a worker wrote
+	// it and died before acking).
+	require.NoError(t, b.WriteResult(context.Background(), &broker.Result{ID: "r1", Status: broker.StatusOK, Output: "A(record 1)!",
+		Action: "upper", Job: res.Job.ID}))
+	counter := testenv.NewCounter()
+	testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New})
+	job, _ := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.Equal(t, 1, counter.Calls("r1"), "only action wrap was called for r1")
+	require.Equal(t, "B(A(record 1)!)!", testenv.Results(t, b, job)["r1"].Output)
+}
+
+// A worker killed mid-call (its connection gone, no ack) → the record is
+// redelivered to another worker and finishes once.
+func TestWorkerKilledMidCall(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t, testenv.Options{AckWait: 2 * time.Second})
+	wf := testenv.Workflow(t, pipelineWorkflow)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 10), dispatcher.Options{})
+
+	// Process A: its calls hang until the test ends.
+	conA := testenv.Connect(t, b)
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	started := make(chan struct{}, 100)
+	hang := testenv.NewCounter()
+	hang.Wrap = func(req provider.Request, next func() (provider.Response, error)) (provider.Response, error) {
+		started <- struct{}{}
+		<-release
+		return next()
+	}
+	poolA := worker.New(conA, worker.Config{Concurrency: 3, NewProvider: hang.New, Log: testenv.Logger(t)})
+	require.NoError(t, poolA.Start(context.Background()))
+	for range 3 {
+		<-started
+	}
+	// Kill A: the connection goes, no ack, no nak.
+	conA.NC.Close()
+
+	counter := testenv.NewCounter()
+	testenv.Pool(t, b, worker.Config{Concurrency: 8, NewProvider: counter.New})
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 10, p.OK)
+	results := testenv.Results(t, b, job)
+	require.Len(t, results, 10)
+	redelivered := 0
+	for id := range results {
+		up, err := b.HasOK(context.Background(), job.ID, "upper", id)
+		require.NoError(t, err)
+		if up.Recovery.Deliveries > 1 {
+			redelivered++
+		}
+	}
+	require.Equal(t, 3, redelivered, "A's three in-flight records came back after AckWait")
+	once.Do(func() { close(release) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = poolA.Stop(ctx)
+}
+
+// A graceful stop hands in-flight records back at once (no AckWait wait).
+func TestStopHandsBackInFlight(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t, testenv.Options{AckWait: time.Minute})
+	wf := testenv.Workflow(t, pipelineWorkflow)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 6), dispatcher.Options{})
+	conA := testenv.Connect(t, b)
+	started := make(chan struct{}, 100)
+	blocker := &ctxBlocker{started: started}
+	poolA := worker.New(conA, worker.Config{Concurrency: 2, Log: testenv.Logger(t), NewProvider: blocker.New})
+	require.NoError(t, poolA.Start(context.Background()))
+	<-started
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.Error(t, poolA.Stop(ctx), "the deadline passes with calls in flight: they are handed back")
+
+	start := time.Now()
+	testenv.Pool(t, b, worker.Config{Concurrency: 8})
+	_, p := testenv.WaitFinished(t, b, res.Job.ID, 20*time.Second)
+	require.EqualValues(t, 6, p.OK)
+	require.Less(t, time.Since(start), 30*time.Second, "nothing waited for the 1m AckWait")
+}
+
+// ctxBlocker is a provider whose calls block until their context ends.
+type ctxBlocker struct{ started chan struct{} }
+
+func (c *ctxBlocker) New(cfg provider.Config) (provider.Provider, error) { return &blockingProvider{c}, nil }
+
+type blockingProvider struct{ c *ctxBlocker }
+
+func (p *blockingProvider) Name() string                                   { return "block" }
+func (p *blockingProvider) Kind() string                                   { return "sim" }
+func (p *blockingProvider) Preflight(context.Context, string) error        { return nil }
+func (p *blockingProvider) Call(ctx context.Context, _ provider.Request) (provider.Response, error) {
+	p.c.started <- struct{}{}
+	<-ctx.Done()
+	return provider.Response{}, ctx.Err()
+}
