@@ -89,6 +89,10 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 	out := run.outcome
 	pol := d.action.Retry
 	dec := pol.Decide(out, d.n)
+	if run.reason != "" && !out.Canceled {
+		// The session ended the record itself (max_calls).
+		dec = retry.Decision{Verdict: retry.VerdictDeadLetter, Reason: run.reason}
+	}
 	all := append(append([]retry.Attempt(nil), d.prior...), out.Attempts...)
 	switch dec.Verdict {
 	case retry.VerdictDone:
@@ -210,7 +214,8 @@ func recovery(all []retry.Attempt, calls, deliveries, repairs int) broker.Recove
 	rec := broker.Recovery{Attempts: calls, Deliveries: deliveries, Repairs: repairs}
 	seen := map[retry.Class]bool{}
 	for _, a := range all {
-		rec.Failures = append(rec.Failures, broker.Failure{N: a.N, Delivery: a.Delivery, Class: string(a.Class), Error: a.Error, Absorbed: a.Absorbed})
+		rec.Failures = append(rec.Failures, broker.Failure{N: a.N, Delivery: a.Delivery, Class: string(a.Class), Error: a.Error, Absorbed: a.Absorbed,
+			Repair: a.Class == retry.ClassSchemaViolation})
 		if a.Class != "" && !seen[a.Class] {
 			seen[a.Class] = true
 			rec.Classes = append(rec.Classes, string(a.Class))
@@ -244,7 +249,7 @@ func (jr *jobRunner) finishFailed(ctx context.Context, d *delivery, final *retry
 		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: e.Model, Replays: d.replays,
 		Usage:    broker.Usage{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens},
-		Recovery: recovery(all, totalCalls, d.n, 0), Finished: e.FailedAt,
+		Recovery: recovery(all, totalCalls, d.n, repairsOf(all, true)), Finished: e.FailedAt,
 	}
 	if err := p.b.WriteResult(ctx, res); err != nil {
 		p.log.Error().Err(err).Str("record", d.env.ID).Msg("result write failed; record stays for redelivery")
@@ -258,7 +263,7 @@ func (jr *jobRunner) finishFailed(ctx context.Context, d *delivery, final *retry
 	p.cfg.Metrics.Record(d.job, d.action.Name, string(reason), final.Class)
 	p.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Str("reason", string(reason)).
 		Msg(diag)
-	if reason != retry.ReasonJobFailed && reason != retry.ReasonBadInput && d.action.Retry.OnExhausted == retry.Raise {
+	if reason != retry.ReasonJobFailed && reason != retry.ReasonBadInput && exhaustedPolicy(d.action, reason, final) == retry.Raise {
 		jr.raise(ctx, d, diag)
 	}
 }

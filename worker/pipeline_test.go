@@ -172,13 +172,15 @@ func TestStopHandsBackInFlight(t *testing.T) {
 // ctxBlocker is a provider whose calls block until their context ends.
 type ctxBlocker struct{ started chan struct{} }
 
-func (c *ctxBlocker) New(cfg provider.Config) (provider.Provider, error) { return &blockingProvider{c}, nil }
+func (c *ctxBlocker) New(cfg provider.Config) (provider.Provider, error) {
+	return &blockingProvider{c}, nil
+}
 
 type blockingProvider struct{ c *ctxBlocker }
 
-func (p *blockingProvider) Name() string                                   { return "block" }
-func (p *blockingProvider) Kind() string                                   { return "sim" }
-func (p *blockingProvider) Preflight(context.Context, string) error        { return nil }
+func (p *blockingProvider) Name() string                            { return "block" }
+func (p *blockingProvider) Kind() string                            { return "sim" }
+func (p *blockingProvider) Preflight(context.Context, string) error { return nil }
 func (p *blockingProvider) Call(ctx context.Context, _ provider.Request) (provider.Response, error) {
 	p.c.started <- struct{}{}
 	<-ctx.Done()

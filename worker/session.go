@@ -2,11 +2,17 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"maps"
 	"strings"
+	"sync"
 
+	"github.com/jetpool/jetpool/expect"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // history is a session's message history (retry.History).
@@ -21,10 +27,17 @@ type sessionRun struct {
 	output  any
 	model   string
 	usage   provider.Usage
-	calls   int
-	repairs int
+	calls   int // calls made in this delivery
+	repairs int // repair calls made for the record, earlier deliveries included
 	diag    string // set when the session ends the record itself (e.g. repair exhausted)
+	// reason, when set, overrides the exec layer's decision: the session
+	// ended the record itself (retry.ReasonMaxCalls).
+	reason retry.Reason
 }
+
+// OutputMaxLen is the longest a model's last output may be in a
+// diagnostic, in runes; longer ones are cut and end in "…".
+const OutputMaxLen = 1000
 
 // templateData is what an action's prompt sees: the record's fields, and
 // the outputs of earlier actions by action name.
@@ -35,9 +48,28 @@ func templateData(d *delivery) map[string]any {
 	return data
 }
 
+// runSession runs one delivery of a record's action: the conversation with
+// the model, with the session retry layer around every model request and,
+// when the action has an expect: block, the repair loop around that.
+//
+// The repair loop (issue 6). An output that fails the expectation is not a
+// transport error and no retry layer sees it: the invalid assistant turn
+// stays in the history, a user message naming what is wrong follows it, and
+// the model is asked again, up to expect.repair.max_attempts times in a
+// delivery. Each request (the first and every repair) is its own
+// retry.Session, so a transport error during a repair is retried as usual
+// and its failed assistant turn is popped, while the invalid output and its
+// correction, which the repair needs, are kept. A delivery that the exec
+// layer redelivers starts a new conversation; attempts, repairs and
+// max_calls count across deliveries.
+//
+// Every call, retried or repair, counts against the action's max_calls:
+// each round's retry budget is shrunk to the calls left, and a record that
+// reaches the cap while a layer would still have gone on ends with reason
+// max_calls.
 func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
-	run := &sessionRun{model: d.action.Model}
 	a := d.action
+	run := &sessionRun{model: a.Model, repairs: repairsOf(d.prior, false)}
 	prompt, err := a.Render(templateData(d))
 	if err != nil {
 		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error()}}
@@ -48,56 +80,257 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "ProviderError", Message: err.Error()}}
 		return run
 	}
+	chk, err := checkerFor(a.Expect)
+	if err != nil {
+		// The workflow was validated before dispatch: a schema that does
+		// not compile here is a bug, not the model's fault.
+		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "SchemaError", Message: err.Error()}}
+		return run
+	}
+	prior := len(d.prior)
+	if a.MaxCalls > 0 && prior >= a.MaxCalls {
+		// Only a redelivery after a crash gets here: the cap was spent by
+		// deliveries that saved their attempts but did not finish.
+		last := d.prior[len(d.prior)-1]
+		run.outcome = retry.Outcome{Err: &retry.Error{Class: last.Class, TypeName: "MaxCallsError",
+			Message: fmt.Sprintf("max_calls %d spent by earlier deliveries", a.MaxCalls)}}
+		run.reason = retry.ReasonMaxCalls
+		run.diag = maxCallsDiag(a.MaxCalls, d.prior, d.n, "")
+		return run
+	}
+
 	h := &history{msgs: []provider.Message{{Role: "user", Content: prompt}}}
-	s := &retry.Session{
-		Policy:        a.Retry,
-		Clock:         jr.p.cfg.Clock,
-		History:       h,
-		Delivery:      d.n,
-		PriorAttempts: len(d.prior),
-	}
-	var text string
-	run.outcome = s.Run(ctx, func(ctx context.Context, attempt int) error {
-		req := provider.Request{
-			Model: a.Model, System: a.System, Messages: h.msgs, Params: a.Params, JSON: a.JSON,
-			Stream: a.Stream, RecordID: d.env.ID,
+	repairs := 0 // this delivery's
+	var out retry.Outcome
+	for {
+		pol := a.Retry
+		if left := a.MaxCalls - prior - run.calls; a.MaxCalls > 0 && pol.Attempts() > left {
+			pol.MaxAttempts = left
 		}
-		if a.Expect != nil {
-			req.JSON, req.Schema = true, a.Expect.Schema
+		s := &retry.Session{
+			Policy:        pol,
+			Clock:         jr.p.cfg.Clock,
+			History:       h,
+			Delivery:      d.n,
+			PriorAttempts: prior + run.calls,
 		}
-		var partial *strings.Builder
-		if req.Stream {
-			// The assistant turn grows as the stream arrives; if the stream
-			// breaks, the session pops it before the next attempt.
-			partial = &strings.Builder{}
-			h.msgs = append(h.msgs, provider.Message{Role: "assistant"})
-			idx := len(h.msgs) - 1
-			req.Messages = h.msgs[:idx]
-			req.OnDelta = func(t string) {
-				partial.WriteString(t)
-				h.msgs[idx].Content = partial.String()
-			}
-		}
-		run.calls++
-		resp, err := jr.call(ctx, a.Provider, pr, req)
-		if err != nil {
+		var resp provider.Response
+		o := s.Run(ctx, func(ctx context.Context, attempt int) error {
+			var err error
+			resp, err = jr.ask(ctx, d, pr, h, run, chk != nil)
 			return err
+		})
+		out.Attempts = append(out.Attempts, o.Attempts...)
+		out.Calls += o.Calls
+		out.Err, out.HandOver, out.Canceled = o.Err, o.HandOver, o.Canceled
+		if o.Err != nil || o.Canceled {
+			// A transport error: the retry layers decide, unless the cap
+			// is what stopped them.
+			if a.MaxCalls > 0 && prior+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.n) {
+				run.reason = retry.ReasonMaxCalls
+				run.diag = maxCallsDiag(a.MaxCalls, append(append([]retry.Attempt(nil), d.prior...), out.Attempts...), d.n, "")
+			}
+			break
 		}
-		run.usage.InputTokens += resp.Usage.InputTokens
-		run.usage.OutputTokens += resp.Usage.OutputTokens
-		if resp.Model != "" {
-			run.model = resp.Model
+		if chk == nil {
+			run.output = resp.Text
+			break
 		}
-		if !req.Stream {
-			h.msgs = append(h.msgs, provider.Message{Role: "assistant", Content: resp.Text})
-		} else {
-			h.msgs[len(h.msgs)-1].Content = resp.Text
+		v, err := chk.Check(resp.Text, resp.FinishReason)
+		if err == nil {
+			run.output = v
+			break
 		}
-		text = resp.Text
-		return nil
-	})
-	if run.outcome.Err == nil && !run.outcome.Canceled {
-		run.output = text
+		var viol *expect.Violation
+		if !errors.As(err, &viol) {
+			viol = &expect.Violation{Cause: expect.CauseInvalidJSON, Detail: err.Error(), Output: resp.Text}
+		}
+		final := &retry.Error{Class: retry.ClassSchemaViolation, TypeName: "SchemaViolationError", Message: viol.Error(),
+			Provider: a.Provider, Model: run.model}
+		out.Err = final
+		out.Attempts = append(out.Attempts, retry.Attempt{N: prior + run.calls, Delivery: max(d.n, 1),
+			Class: retry.ClassSchemaViolation, Error: final.Error(), At: jr.p.cfg.Clock.Now()})
+		all := append(append([]retry.Attempt(nil), d.prior...), out.Attempts...)
+		if repairs >= a.Expect.RepairAttempts {
+			run.diag = retry.Diagnose(final, all, d.n) + "; last output: " + clipOutput(resp.Text)
+			break
+		}
+		if a.MaxCalls > 0 && prior+run.calls >= a.MaxCalls {
+			run.reason = retry.ReasonMaxCalls
+			run.diag = maxCallsDiag(a.MaxCalls, all, d.n, resp.Text)
+			break
+		}
+		h.msgs = append(h.msgs, provider.Message{Role: "user", Content: viol.Correction()})
+		repairs++
+		run.repairs++
 	}
+	run.outcome = out
 	return run
+}
+
+// ask makes one model request with the history as it stands and, when it
+// succeeds, appends the assistant's turn to it. A streamed answer grows in
+// the history as it arrives; if the stream breaks, the session pops it.
+func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider, h *history, run *sessionRun, checked bool) (provider.Response, error) {
+	a := d.action
+	req := provider.Request{
+		Model: a.Model, System: a.System, Messages: h.msgs, Params: a.Params, JSON: a.JSON,
+		Stream: a.Stream, RecordID: d.env.ID,
+	}
+	if checked {
+		req.JSON, req.Schema = jsonMode(a, h.msgs), a.Expect.Schema
+	}
+	if req.Stream {
+		var partial strings.Builder
+		h.msgs = append(h.msgs, provider.Message{Role: "assistant"})
+		idx := len(h.msgs) - 1
+		req.Messages = h.msgs[:idx]
+		req.OnDelta = func(t string) {
+			partial.WriteString(t)
+			h.msgs[idx].Content = partial.String()
+		}
+	}
+	run.calls++
+	resp, err := jr.call(ctx, a.Provider, pr, req)
+	if err != nil {
+		return resp, err
+	}
+	run.usage.InputTokens += resp.Usage.InputTokens
+	run.usage.OutputTokens += resp.Usage.OutputTokens
+	if resp.Model != "" {
+		run.model = resp.Model
+	}
+	if req.Stream {
+		h.msgs[len(h.msgs)-1].Content = resp.Text
+	} else {
+		h.msgs = append(h.msgs, provider.Message{Role: "assistant", Content: resp.Text})
+	}
+	return resp, nil
+}
+
+// jsonMode says whether to ask for the provider's JSON mode. With a schema,
+// always (structured output). Without one, only when the action sets json:
+// or the conversation mentions JSON: OpenAI's json_object mode refuses, with
+// a 400, messages that never say "json", which would dead-letter every
+// record as invalid_request.
+func jsonMode(a *workflow.Action, msgs []provider.Message) bool {
+	if a.JSON || a.Expect.Schema != nil {
+		return true
+	}
+	if strings.Contains(strings.ToLower(a.System), "json") {
+		return true
+	}
+	for _, m := range msgs {
+		if strings.Contains(strings.ToLower(m.Content), "json") {
+			return true
+		}
+	}
+	return false
+}
+
+// stoppedByCap reports whether a round that failed with o, once max_calls
+// is spent, would have gone on under pol alone: the session would have
+// retried (its budget was shrunk to the calls left), or the exec layer
+// redelivered.
+func stoppedByCap(pol retry.Policy, o retry.Outcome, delivery int) bool {
+	if o.Err == nil || o.Err.Class.Permanent() {
+		return false
+	}
+	if retry.Retryable(o.Err) && o.Calls < pol.Attempts() {
+		return true
+	}
+	return pol.Decide(o, delivery).Verdict == retry.VerdictRedeliver
+}
+
+// maxCallsDiag is the diagnostic of a record stopped by max_calls:
+// "stopped at max_calls 4: failed after 4 attempts (1 delivery): [1] …".
+func maxCallsDiag(maxCalls int, all []retry.Attempt, delivery int, lastOutput string) string {
+	// Diagnose words a non-permanent final as "failed after N attempts";
+	// the final error itself is listed among the attempts.
+	s := fmt.Sprintf("stopped at max_calls %d: %s", maxCalls, retry.Diagnose(&retry.Error{Class: retry.ClassUnknown}, all, delivery))
+	if lastOutput != "" {
+		s += "; last output: " + clipOutput(lastOutput)
+	}
+	return s
+}
+
+// repairsOf counts the repair calls in attempts: every schema violation
+// was followed by a repair call, except a last one that ended the record
+// (failed true).
+func repairsOf(attempts []retry.Attempt, failed bool) int {
+	n := 0
+	for _, a := range attempts {
+		if a.Class == retry.ClassSchemaViolation {
+			n++
+		}
+	}
+	if failed && n > 0 && attempts[len(attempts)-1].Class == retry.ClassSchemaViolation {
+		n--
+	}
+	return n
+}
+
+// exhaustedPolicy is the on_exhausted that decides the job's fate when a
+// record ends with reason: the repair's for a schema violation (or a
+// max_calls cap that stopped a repair), the retry's otherwise.
+func exhaustedPolicy(a *workflow.Action, reason retry.Reason, final *retry.Error) retry.OnExhausted {
+	repair := reason == retry.ReasonSchemaViolation ||
+		(reason == retry.ReasonMaxCalls && final != nil && final.Class == retry.ClassSchemaViolation)
+	if repair && a.Expect != nil {
+		return a.Expect.RepairOnExhausted
+	}
+	return a.Retry.OnExhausted
+}
+
+// clipOutput folds a model's output onto one line (it goes into a NATS
+// header), redacts anything shaped like a key, and cuts it to OutputMaxLen.
+func clipOutput(s string) string {
+	s = strings.Join(strings.Fields(retry.Redact(s)), " ")
+	if r := []rune(s); len(r) > OutputMaxLen {
+		return string(r[:OutputMaxLen-1]) + "…"
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+// checkers caches compiled expectations by schema: compiling on every
+// delivery would cost more than the check. Bounded, for long-running
+// workers that see many jobs.
+var checkers = struct {
+	sync.Mutex
+	m map[string]*expect.Checker
+}{m: map[string]*expect.Checker{}}
+
+const checkersMax = 256
+
+// checkerFor returns the checker of an expect: block, nil when the output
+// is not checked (no block, or format text).
+func checkerFor(e *workflow.Expect) (*expect.Checker, error) {
+	if e == nil || e.Format != workflow.FormatJSON {
+		return nil, nil
+	}
+	key := ""
+	if e.Schema != nil {
+		b, err := json.Marshal(e.Schema) // map keys sorted: a canonical key
+		if err != nil {
+			return nil, err
+		}
+		key = string(b)
+	}
+	checkers.Lock()
+	defer checkers.Unlock()
+	if c, ok := checkers.m[key]; ok {
+		return c, nil
+	}
+	c, err := expect.New(e.Schema)
+	if err != nil {
+		return nil, err
+	}
+	if len(checkers.m) >= checkersMax {
+		clear(checkers.m)
+	}
+	checkers.m[key] = c
+	return c, nil
 }
