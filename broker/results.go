@@ -233,20 +233,27 @@ func (p Progress) Finished(j *Job) bool {
 
 // JobProgress reads a job's progress.
 func (b *Broker) JobProgress(ctx context.Context, j *Job, byReason bool) (Progress, error) {
-	var p Progress
+	p, err := b.Backlog(ctx, j.ID)
+	if err != nil {
+		return p, err
+	}
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
 		return p, err
 	}
 	p.Counts = c
-	cons, err := b.JS.Consumer(ctx, StreamWork, ConsumerName(j.ID))
+	return p, nil
+}
+
+// Backlog reads only the job consumer's queued and ack-pending counts: one
+// cheap request, fit for tight polling (the result counts are not filled in).
+func (b *Broker) Backlog(ctx context.Context, job string) (Progress, error) {
+	var p Progress
+	cons, err := b.JS.Consumer(ctx, StreamWork, ConsumerName(job))
 	if err != nil {
-		return p, fmt.Errorf("job %s: %w", j.ID, err)
+		return p, fmt.Errorf("job %s: %w", job, err)
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return p, err
-	}
+	info := cons.CachedInfo()
 	p.Queued, p.AckPending, p.Paused = info.NumPending, info.NumAckPending, info.Paused
 	return p, nil
 }

@@ -15,6 +15,39 @@ type Envelope struct {
 	Outputs map[string]any `json:"outputs,omitempty"`
 	// Line of the input file, for diagnostics of bad input.
 	Line int `json:"line,omitempty"`
+	// RawRecord, when set, is written as "record" instead of Record: the
+	// dispatcher passes the input line through without decoding it.
+	RawRecord json.RawMessage `json:"-"`
+}
+
+// MarshalJSON writes RawRecord verbatim when it is set (the dispatcher's
+// hot path: the record was validated when it was read, and is not decoded
+// and encoded again).
+func (e *Envelope) MarshalJSON() ([]byte, error) {
+	type plain Envelope
+	if e.RawRecord == nil || len(e.Outputs) > 0 {
+		if e.RawRecord != nil {
+			return json.Marshal(&struct {
+				*plain
+				Record json.RawMessage `json:"record"`
+			}{plain: (*plain)(e), Record: e.RawRecord})
+		}
+		return json.Marshal((*plain)(e))
+	}
+	id, err := json.Marshal(e.ID)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(e.RawRecord)+len(id)+40)
+	b = append(b, `{"id":`...)
+	b = append(b, id...)
+	b = append(b, `,"record":`...)
+	b = append(b, e.RawRecord...)
+	if e.Line > 0 {
+		b = append(b, `,"line":`...)
+		b = strconv.AppendInt(b, int64(e.Line), 10)
+	}
+	return append(b, '}'), nil
 }
 
 // WorkMsgID is the dedupe id of a record's work message for an action and
@@ -25,7 +58,7 @@ func WorkMsgID(job, action, record string, replays int) string {
 
 // NewWorkMsg builds the work message of a record for an action.
 func NewWorkMsg(job, action string, env *Envelope, replays int) (*nats.Msg, error) {
-	data, err := json.Marshal(env)
+	data, err := env.MarshalJSON()
 	if err != nil {
 		return nil, err
 	}

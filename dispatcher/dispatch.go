@@ -39,6 +39,9 @@ type Options struct {
 	JobID      string // "" derives <workflow>-<hash of workflow and input>
 	SkipBad    bool   // dead-letter bad lines as bad_input instead of refusing the file
 	MaxPending int
+	// Checked says the caller already ran Check with these options and got
+	// JobID and no bad lines (or SkipBad): Dispatch reads the input once.
+	Checked bool
 	// Progress, when set, is called with the number of records published so far.
 	Progress func(published int64)
 }
@@ -169,12 +172,17 @@ func (e *BadInputError) Error() string {
 // Dispatch checks the input, creates the job and publishes every record to
 // its first action. A second dispatch of the same job publishes nothing.
 func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts Options) (*Result, error) {
-	jobID, _, bad, err := Check(wf, opts)
-	if err != nil {
-		return nil, err
-	}
-	if len(bad) > 0 && !opts.SkipBad {
-		return nil, &BadInputError{Errs: bad}
+	jobID := opts.JobID
+	if !opts.Checked || jobID == "" {
+		var bad []error
+		var err error
+		jobID, _, bad, err = Check(wf, opts)
+		if err != nil {
+			return nil, err
+		}
+		if len(bad) > 0 && !opts.SkipBad {
+			return nil, &BadInputError{Errs: bad}
+		}
 	}
 	if j, _, err := d.B.GetJob(ctx, jobID); err == nil && j.Dispatched {
 		return &Result{Job: j, Existing: true}, nil
@@ -284,7 +292,7 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 			res.BadLines++
 			continue
 		}
-		env := &broker.Envelope{ID: rec.ID, Record: rec.Fields, Line: rec.Line}
+		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line}
 		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
 		if err != nil {
 			return nil, err

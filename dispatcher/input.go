@@ -28,8 +28,10 @@ const (
 type Record struct {
 	Line   int            // 1-based line of the file where the record starts
 	ID     string         // from the id field, or a stable hash of the record
-	Fields map[string]any // the record
-	Raw    []byte         // the line as read (for bad_input dead letters)
+	// Fields are the record's top-level fields, undecoded: the dispatcher
+	// never needs more, and passes the record's JSON through as it is.
+	Fields map[string]json.RawMessage
+	Raw    []byte // the record's JSON (JSONL: the line as read; CSV: the row as an object)
 }
 
 // LineError is a refused input line: "file:line: reason".
@@ -162,18 +164,16 @@ func (r *Reader) nextJSONL() (Record, error) {
 			continue
 		}
 		rec := Record{Line: r.line, Raw: line}
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return rec, &LineError{File: r.path, Line: r.line, Reason: "malformed JSON: " + jsonReason(err)}
-		}
-		if dec.More() {
-			return rec, &LineError{File: r.path, Line: r.line, Reason: "malformed JSON: more than one value on the line"}
-		}
-		obj, ok := v.(map[string]any)
-		if !ok {
+		if line[0] != '{' {
+			var v any
+			if err := json.Unmarshal(line, &v); err != nil {
+				return rec, &LineError{File: r.path, Line: r.line, Reason: "malformed JSON: " + jsonReason(err)}
+			}
 			return rec, &LineError{File: r.path, Line: r.line, Reason: fmt.Sprintf("a record must be a JSON object, got %s", jsonKind(v))}
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(line, &obj); err != nil {
+			return rec, &LineError{File: r.path, Line: r.line, Reason: "malformed JSON: " + jsonReason(err)}
 		}
 		rec.Fields = obj
 		if err := r.setID(&rec); err != nil {
@@ -197,10 +197,13 @@ func (r *Reader) nextCSV() (Record, error) {
 		}
 		return Record{Line: line}, csvErr(r.path, err)
 	}
-	rec := Record{Line: line, Fields: make(map[string]any, len(fields)), Raw: []byte(strings.Join(fields, ","))}
+	rec := Record{Line: line, Fields: make(map[string]json.RawMessage, len(fields))}
+	obj := make(map[string]string, len(fields))
 	for i, v := range fields {
-		rec.Fields[r.header[i]] = v
+		obj[r.header[i]] = v
+		rec.Fields[r.header[i]], _ = json.Marshal(v)
 	}
+	rec.Raw, _ = json.Marshal(obj)
 	if err := r.setID(&rec); err != nil {
 		return rec, err
 	}
@@ -214,16 +217,31 @@ const AutoIDField = "id"
 func (r *Reader) setID(rec *Record) error {
 	field := r.idField
 	if field == "" {
-		if v, ok := rec.Fields[AutoIDField]; ok && v != nil {
+		if v, ok := rec.Fields[AutoIDField]; ok && string(v) != "null" {
 			field = AutoIDField
 		} else {
-			rec.ID = HashID(rec.Fields)
+			rec.ID = HashID(rec.Raw)
 			return nil
 		}
 	}
-	v, ok := rec.Fields[field]
-	if !ok || v == nil {
+	raw, ok := rec.Fields[field]
+	if !ok || string(raw) == "null" {
 		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is missing", field)}
+	}
+	var v any
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q: %v", field, err)}
+		}
+		v = s
+	case '{', '[', 't', 'f':
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q: %v", field, err)}
+		}
+	default:
+		v = json.Number(raw) // validated when the line was read
 	}
 	var id string
 	switch t := v.(type) {
@@ -247,10 +265,14 @@ func (r *Reader) setID(rec *Record) error {
 }
 
 // HashID is the stable id of a record without an id field: a hash of its
-// canonical JSON (keys sorted), so the same record always gets the same id.
-func HashID(fields map[string]any) string {
-	b, _ := json.Marshal(fields) // map keys are sorted by encoding/json
-	sum := sha256.Sum256(b)
+// JSON text with insignificant white space removed, so the same record in
+// the same file always gets the same id.
+func HashID(raw []byte) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) == nil {
+		raw = buf.Bytes()
+	}
+	sum := sha256.Sum256(raw)
 	return "r" + hex.EncodeToString(sum[:10])
 }
 

@@ -60,7 +60,8 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return configErr(err)
 	}
-	if _, _, bad, err := dispatcher.Check(wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job}); err != nil {
+	jobID, _, bad, err := dispatcher.Check(wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job})
+	if err != nil {
 		return configErr(err)
 	} else if len(bad) > 0 && !f.skipBad {
 		return configErr(&dispatcher.BadInputError{Errs: bad})
@@ -79,7 +80,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "note: JETPOOL_NATS_URL is unset: the job goes to the embedded store in "+e.cfg.DataDir+"; `jetpool worker` with the same data dir (or `jetpool run`) will work it")
 	}
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
-	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad})
+	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: jobID, SkipBad: f.skipBad, Checked: true})
 	if err != nil {
 		return err
 	}

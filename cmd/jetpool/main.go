@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -126,6 +127,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	e := &env{stdout: stdout, stderr: stderr, cfg: cfg, log: cfg.Logger()}
+	if path := os.Getenv("JETPOOL_CPUPROFILE"); path != "" {
+		stop, err := startCPUProfile(path)
+		if err != nil {
+			fmt.Fprintf(stderr, "jetpool: JETPOOL_CPUPROFILE: %v\n", err)
+			return exitUsage
+		}
+		defer stop()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = cmd.run(ctx, e, args[1:])
@@ -192,6 +201,19 @@ func connect(ctx context.Context, e *env) (*broker.Broker, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// startCPUProfile writes a pprof CPU profile of the command to path.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func plural(n int64, word string) string {

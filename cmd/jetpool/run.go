@@ -51,7 +51,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return configErr(err)
 	}
-	if _, _, bad, err := dispatcher.Check(wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job}); err != nil {
+	jobID, _, bad, err := dispatcher.Check(wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job})
+	if err != nil {
 		return configErr(err)
 	} else if len(bad) > 0 && !f.skipBad {
 		return configErr(&dispatcher.BadInputError{Errs: bad})
@@ -69,7 +70,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 
 	start := time.Now()
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
-	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad})
+	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: jobID, SkipBad: f.skipBad, Checked: true})
 	if err != nil {
 		var bie *dispatcher.BadInputError
 		var le *dispatcher.LineError
@@ -144,17 +145,29 @@ func waitJob(ctx context.Context, e *env, b *broker.Broker, jobID string, progre
 	defer bar.finish()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	var counted time.Time
+	var counts broker.Counts
 	for {
 		job, _, err := b.GetJob(ctx, jobID)
 		if err != nil {
 			return nil, err
 		}
-		st, err := b.JobProgress(ctx, job, false)
+		// The backlog is one cheap request; result counts are computed by
+		// the server over every result subject, so they are read only when
+		// the backlog is drained (to decide) or every 2s (for the bar).
+		st, err := b.Backlog(ctx, jobID)
 		if err != nil {
 			return nil, err
 		}
+		if st.Drained() || (bar.bar != nil && time.Since(counted) > 2*time.Second) {
+			if counts, err = b.JobCounts(ctx, job, false); err != nil {
+				return nil, err
+			}
+			counted = time.Now()
+		}
+		st.Counts = counts
 		bar.update(st.Done, job.Total, st)
-		if st.Finished(job) {
+		if st.Drained() && st.Finished(job) {
 			if job.Status != broker.JobFailed && job.Status != broker.JobCompleted {
 				job, _ = b.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
 					if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
