@@ -397,6 +397,7 @@ action 2/2 noisy_endpoint (line 21)
 
 func TestSchemaCheckHook(t *testing.T) { // not parallel: it sets a package variable
 	var seen []map[string]any
+	prev := SchemaCheck // the real check (schema.go); put it back for the tests that follow
 	SchemaCheck = func(s map[string]any) error {
 		seen = append(seen, s)
 		if s["type"] == "bogus" {
@@ -404,7 +405,7 @@ func TestSchemaCheckHook(t *testing.T) { // not parallel: it sets a package vari
 		}
 		return nil
 	}
-	t.Cleanup(func() { SchemaCheck = nil })
+	t.Cleanup(func() { SchemaCheck = prev })
 
 	require.Equal(t, []string{`workflow.yaml:5: actions[1].expect.schema: type: "bogus" is not a JSON Schema type`}, parseErrs(t, `
 defaults: {provider: sim}
