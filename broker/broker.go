@@ -179,7 +179,10 @@ func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redact(url), err)
 	}
-	js, err := jetstream.New(nc)
+	// The dispatcher keeps at most dispatcher.MaxPendingDefault (4096)
+	// publishes unacknowledged; the library's own limit sits above that so
+	// a slow store (fsync always) slows publishing down instead of failing it.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -170,44 +170,76 @@ type Counts struct {
 
 // JobCounts counts a job's final results. With byReason it also splits
 // failures by reason (one server query per reason).
+//
+// Each figure is one server-side count taken at one instant, so the figures
+// must not be derived from each other by subtraction: Failed used to be
+// "all results − ok results" from two counts taken at different moments,
+// which undercounted (or went negative) while results arrived, and then
+// disagreed with ByReason. Failed is now counted directly over every failure
+// outcome at once, or is the sum of ByReason when that is asked for, so the
+// split always adds up to it.
 func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, error) {
 	c := Counts{Total: j.Total}
 	if len(j.Actions) == 0 {
 		return c, nil
 	}
 	last := j.Actions[len(j.Actions)-1]
-	all, err := b.Count(ctx, StreamResults, "jetpool.results."+j.ID+".>")
-	if err != nil {
-		return c, err
-	}
-	okAll := all
-	{
-		okAll, err = b.Count(ctx, StreamResults, ResultFilter(j.ID, "", OutcomeOK))
-		if err != nil {
-			return c, err
-		}
-	}
 	okLast, err := b.Count(ctx, StreamResults, ResultFilter(j.ID, last, OutcomeOK))
 	if err != nil {
 		return c, err
 	}
 	c.OK = int64(okLast)
-	c.Failed = int64(all - okAll)
-	c.Done = c.OK + c.Failed
-	if byReason && c.Failed > 0 {
-		c.ByReason = map[string]int64{}
-		for _, r := range reasons {
+	if byReason {
+		for _, r := range failureOutcomes {
 			n, err := b.Count(ctx, StreamResults, ResultFilter(j.ID, "", r))
 			if err != nil {
 				return c, err
 			}
 			if n > 0 {
+				if c.ByReason == nil {
+					c.ByReason = map[string]int64{}
+				}
 				c.ByReason[r] = int64(n)
+				c.Failed += int64(n)
 			}
 		}
+	} else {
+		filters := make([]string, len(failureOutcomes))
+		for i, r := range failureOutcomes {
+			filters[i] = ResultFilter(j.ID, "", r)
+		}
+		n, err := b.countResults(ctx, filters)
+		if err != nil {
+			return c, err
+		}
+		c.Failed = int64(n)
 	}
+	c.Done = c.OK + c.Failed
 	return c, nil
 }
+
+// countResults counts the results matching any of filters at one instant
+// (an ephemeral consumer with several filter subjects; see Count).
+func (b *Broker) countResults(ctx context.Context, filters []string) (uint64, error) {
+	c, err := b.JS.CreateConsumer(ctx, StreamResults, jetstream.ConsumerConfig{
+		FilterSubjects:    filters,
+		AckPolicy:         jetstream.AckNonePolicy,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: 10 * time.Second,
+		MemoryStorage:     true,
+		Replicas:          1,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count %s %v: %w", StreamResults, filters, err)
+	}
+	info := c.CachedInfo()
+	_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), StreamResults, info.Name)
+	return info.NumPending, nil
+}
+
+// failureOutcomes are the outcome tokens of failed results: every reason,
+// and "failed" for a failure without one (Result.Outcome).
+var failureOutcomes = append(append([]string(nil), reasons...), "failed")
 
 // reasons mirrors retry.Reasons (broker imports no policy).
 var reasons = []string{"permanent", "exhausted", "context_overflow", "schema_violation", "programming_error",

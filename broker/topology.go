@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,6 +12,12 @@ import (
 
 // Ensure creates or updates every stream and bucket of DESIGN.md §4. It is
 // idempotent and safe to call from every process at start.
+//
+// It reads before it writes: what exists with the wanted settings is left
+// alone, so a process with least privilege (the deploy/ `worker` user, which
+// may read stream info but never create or update a stream) passes Ensure
+// once the dispatcher or an operator has set the topology up. A create or
+// update it is refused fails with the server's permissions error.
 func (b *Broker) Ensure(ctx context.Context) error {
 	r := b.Cfg.Replicas
 	if r < 1 {
@@ -63,7 +70,7 @@ func (b *Broker) Ensure(ctx context.Context) error {
 		},
 	}
 	for _, sc := range streams {
-		if _, err := b.JS.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := b.ensureStream(ctx, sc); err != nil {
 			return fmt.Errorf("stream %s: %w", sc.Name, err)
 		}
 	}
@@ -74,7 +81,7 @@ func (b *Broker) Ensure(ctx context.Context) error {
 		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 	}
 	for _, kc := range buckets {
-		kv, err := b.JS.CreateOrUpdateKeyValue(ctx, kc)
+		kv, err := b.ensureBucket(ctx, kc)
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
 		}
@@ -82,17 +89,72 @@ func (b *Broker) Ensure(ctx context.Context) error {
 		b.kv[kc.Bucket] = kv
 		b.mu.Unlock()
 	}
-	_, err := b.JS.CreateOrUpdateConsumer(ctx, StreamAdvisories, jetstream.ConsumerConfig{
+	cc := jetstream.ConsumerConfig{
 		Durable:     ConsumerMaxDeliveries,
 		Description: "jetpool poison-pill catcher: moves records past MaxDeliver to the DLQ",
 		AckPolicy:   jetstream.AckExplicitPolicy,
 		AckWait:     30 * time.Second,
 		MaxDeliver:  -1,
-	})
-	if err != nil {
+	}
+	if c, err := b.JS.Consumer(ctx, StreamAdvisories, ConsumerMaxDeliveries); err == nil {
+		have := c.CachedInfo().Config
+		if have.Description == cc.Description && have.AckPolicy == cc.AckPolicy && have.AckWait == cc.AckWait && have.MaxDeliver == cc.MaxDeliver {
+			return nil
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("consumer %s: %w", ConsumerMaxDeliveries, err)
+	}
+	if _, err := b.JS.CreateOrUpdateConsumer(ctx, StreamAdvisories, cc); err != nil {
 		return fmt.Errorf("consumer %s: %w", ConsumerMaxDeliveries, err)
 	}
 	return nil
+}
+
+// ensureStream creates sc, or updates it when a setting jetpool chooses
+// differs; it writes nothing when the stream is as wanted.
+func (b *Broker) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
+	s, err := b.JS.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = b.JS.CreateOrUpdateStream(ctx, sc)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if streamAsWanted(s.CachedInfo().Config, sc) {
+		return nil
+	}
+	_, err = b.JS.CreateOrUpdateStream(ctx, sc)
+	return err
+}
+
+// streamAsWanted compares the settings jetpool sets; a zero setting is the
+// server's default and is not compared (the server fills it in).
+func streamAsWanted(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.Storage == want.Storage && have.Replicas == want.Replicas &&
+		have.Discard == want.Discard && have.AllowDirect == want.AllowDirect && have.MaxAge == want.MaxAge &&
+		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
+		(want.MaxMsgsPerSubject == 0 || have.MaxMsgsPerSubject == want.MaxMsgsPerSubject)
+}
+
+// ensureBucket creates kc, or updates it when a setting jetpool chooses
+// differs; it binds to the bucket without writing when it is as wanted.
+func (b *Broker) ensureBucket(ctx context.Context, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	s, err := b.JS.Stream(ctx, "KV_"+kc.Bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return b.JS.CreateOrUpdateKeyValue(ctx, kc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	have := s.CachedInfo().Config
+	history := max(int64(kc.History), 1)
+	if have.Description == kc.Description && have.Replicas == kc.Replicas && have.MaxAge == kc.TTL &&
+		have.MaxMsgsPerSubject == history && have.Storage == kc.Storage {
+		return b.JS.KeyValue(ctx, kc.Bucket)
+	}
+	return b.JS.CreateOrUpdateKeyValue(ctx, kc)
 }
 
 // KV returns a bucket created by Ensure (or binds to it).

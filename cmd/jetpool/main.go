@@ -58,6 +58,7 @@ var commands = []command{
 	{"retry", "replay dead letters into the work stream", cmdRetry},
 	{"validate", "check a workflow and print each action's retry budget", cmdValidate},
 	{"server", "run the embedded NATS server on its own", cmdServer},
+	{"bench", "measure jetpool side by side with the raw JetStream engine", cmdBench},
 }
 
 const usageHead = `jetpool runs batch jobs of model calls on workers fed by NATS JetStream.

@@ -1,0 +1,471 @@
+package main
+
+import (
+	"bufio"
+	"context"
+
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/worker"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+type benchFlags struct {
+	records     int
+	size        int
+	concurrency int
+	latencies   string
+	big         int
+	retryN      int
+	natsCLI     string
+	sync        string
+	dir         string
+}
+
+type benchRow struct{ name, value, note string }
+
+func cmdBench(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "bench", "[flags]",
+		"Measure jetpool side by side with the raw JetStream engine on one embedded server (same process, same store):\n"+
+			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume`, efficiency under\n"+
+			"100 ms of simulated latency, retry overhead with 10% transient faults, and (with --big N) peak RSS of a\n"+
+			"dispatcher and a worker process on an N-record job and the time `jetpool status` takes on it.")
+	var f benchFlags
+	fs.IntVar(&f.records, "records", 100000, "records (and raw messages) for the throughput runs")
+	fs.IntVar(&f.size, "size", 1024, "record size in bytes")
+	fs.IntVar(&f.concurrency, "concurrency", 256, "worker concurrency for the zero-latency end-to-end run")
+	fs.StringVar(&f.latencies, "latency-concurrency", "10,100,1000", "concurrencies for the 100 ms latency runs (empty: skip)")
+	fs.IntVar(&f.big, "big", 0, "records of the memory run (e.g. 1000000; 0: skip)")
+	fs.IntVar(&f.retryN, "retry-records", 10000, "records of the retry-overhead run (0: skip)")
+	fs.StringVar(&f.natsCLI, "nats", "", "path of the nats CLI for the raw baselines (default: nats on PATH or in $GOPATH/bin)")
+	fs.StringVar(&f.sync, "sync", "", "embedded server fsync policy for the run (default: $JETPOOL_SYNC_INTERVAL)")
+	fs.StringVar(&f.dir, "dir", "", "work dir (default: a temp dir, removed after)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("unexpected arguments %v", pos)
+	}
+	dir := f.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "jetpool-bench-*"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	cfg := e.cfg
+	cfg.NATSURL = ""
+	cfg.DataDir = filepath.Join(dir, "store")
+	if f.sync != "" {
+		cfg.SyncInterval = f.sync
+	}
+	cfg.LogLevel = "error"
+	log := cfg.Logger()
+	b, err := broker.StartEmbedded(ctx, cfg, log, broker.ServerOptions{Host: "127.0.0.1", Port: -1})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if err := b.Ensure(ctx); err != nil {
+		return err
+	}
+	url := b.Server().ClientURL()
+	var rows []benchRow
+	add := func(name, value, note string) {
+		rows = append(rows, benchRow{name, value, note})
+		fmt.Fprintf(e.stderr, "  %-52s %-22s %s\n", name, value, note)
+	}
+	fmt.Fprintf(e.stderr, "jetpool bench: %d records of %d B, %s, %d CPUs, fsync %s\n", f.records, f.size, runtime.Version(), runtime.NumCPU(), cfg.SyncInterval)
+
+	// 1. Raw engine baselines.
+	cli := findNatsCLI(f.natsCLI)
+	var rawPub, rawConsume float64
+	if cli != "" {
+		rawPub, err = natsBench(ctx, cli, url, "pub", "async", "bench.pub", "--msgs", strconv.Itoa(f.records), "--size", strconv.Itoa(f.size),
+			"--dedup", "--create", "--stream", "BENCHPUB")
+		if err != nil {
+			return err
+		}
+		add("raw: nats bench js pub async --dedup", rate(rawPub), "msgs/s")
+		rawConsume, err = natsBench(ctx, cli, url, "consume", "", "", "--msgs", strconv.Itoa(f.records), "--stream", "BENCHPUB")
+		if err != nil {
+			return err
+		}
+		add("raw: nats bench js consume (explicit ack)", rate(rawConsume), "msgs/s")
+	} else {
+		fmt.Fprintln(e.stderr, "  (nats CLI not found: raw baselines use the equivalent nats.go loops)")
+	}
+	goPub, goConsume, err := rawGo(ctx, b, f.records, f.size)
+	if err != nil {
+		return err
+	}
+	add("raw: nats.go PublishMsgAsync + Nats-Msg-Id", rate(goPub), "msgs/s")
+	add("raw: nats.go pull consume + ack", rate(goConsume), "msgs/s")
+	if rawPub == 0 {
+		rawPub, rawConsume = goPub, goConsume
+	}
+
+	// 2. Dispatch.
+	in := filepath.Join(dir, "records.jsonl")
+	if err := writeBenchRecords(in, f.records, f.size); err != nil {
+		return err
+	}
+	wf, err := benchWorkflow(dir, "zero", "reply: ok", "")
+	if err != nil {
+		return err
+	}
+	d := &dispatcher.Dispatcher{B: b, Log: log}
+	start := time.Now()
+	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: "bench-zero"})
+	if err != nil {
+		return err
+	}
+	dispatchRate := float64(res.Published) / time.Since(start).Seconds()
+	add("jetpool dispatch (validate pass + publish)", rate(dispatchRate), pct(dispatchRate, rawPub)+" of raw pub")
+
+	// 3. End to end, zero latency.
+	t, err := benchWork(ctx, b, "bench-zero", f.concurrency, log)
+	if err != nil {
+		return err
+	}
+	workRate := float64(f.records) / t.Seconds()
+	add(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), rate(workRate), pct(workRate, rawConsume)+" of raw consume")
+	both := float64(f.records) / (float64(f.records)/dispatchRate + t.Seconds())
+	add("jetpool dispatch + work + result + ack", rate(both), "records/s")
+
+	// 4. Efficiency under latency.
+	for _, cs := range strings.Split(f.latencies, ",") {
+		cs = strings.TrimSpace(cs)
+		if cs == "" {
+			continue
+		}
+		c, err := strconv.Atoi(cs)
+		if err != nil || c <= 0 {
+			return usageErr("--latency-concurrency: %q is not a positive number", cs)
+		}
+		n := c * 20
+		lin := filepath.Join(dir, fmt.Sprintf("lat%d.jsonl", c))
+		if err := writeBenchRecords(lin, n, f.size); err != nil {
+			return err
+		}
+		lwf, err := benchWorkflow(dir, fmt.Sprintf("lat%d", c), "latency: 100ms", "")
+		if err != nil {
+			return err
+		}
+		job := fmt.Sprintf("bench-lat%d", c)
+		if _, err := d.Dispatch(ctx, lwf, dispatcher.Options{Input: lin, JobID: job}); err != nil {
+			return err
+		}
+		t, err := benchWork(ctx, b, job, c, log)
+		if err != nil {
+			return err
+		}
+		got := float64(n) / t.Seconds()
+		ideal := float64(c) / 0.1
+		add(fmt.Sprintf("100 ms latency, concurrency %d (%d records)", c, n), rate(got), pct(got, ideal)+" of ideal "+rate(ideal))
+	}
+
+	// 5. Retry overhead.
+	if f.retryN > 0 {
+		rin := filepath.Join(dir, "retry.jsonl")
+		if err := writeBenchRecords(rin, f.retryN, 256); err != nil {
+			return err
+		}
+		rwf, err := benchWorkflow(dir, "retry", "faults: {server: 0.1}",
+			"    retry: {max_attempts: 3, backoff: 1ms, max_backoff: 5ms, redeliver: {max_deliveries: 3, backoff: 10ms}}\n")
+		if err != nil {
+			return err
+		}
+		if _, err := d.Dispatch(ctx, rwf, dispatcher.Options{Input: rin, JobID: "bench-retry"}); err != nil {
+			return err
+		}
+		if _, err := benchWork(ctx, b, "bench-retry", 64, log); err != nil {
+			return err
+		}
+		j, _, err := b.GetJob(ctx, "bench-retry")
+		if err != nil {
+			return err
+		}
+		s, err := summarize(ctx, b, j, "")
+		if err != nil {
+			return err
+		}
+		// With p = 0.1 per call, the expected calls per record are 1/(1-p).
+		add("retry: 10% transient faults, extra calls", fmt.Sprintf("%d / %d", s.calls-int64(f.retryN), f.retryN),
+			fmt.Sprintf("%.1f%% extra (expected %.1f%%), %d failed", 100*float64(s.calls-int64(f.retryN))/float64(f.retryN), 100*(1/0.9-1), s.failed))
+	}
+
+	// 6. Memory on a big job, in separate processes.
+	if f.big > 0 {
+		if err := benchBig(ctx, e, b, dir, f, add); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(e.stdout, "| measure | value | note |")
+	fmt.Fprintln(e.stdout, "|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintf(e.stdout, "| %s | %s | %s |\n", r.name, r.value, r.note)
+	}
+	return nil
+}
+
+func rate(r float64) string { return fmt.Sprintf("%.0f/s", r) }
+
+func pct(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*a/b)
+}
+
+func findNatsCLI(p string) string {
+	if p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("nats"); err == nil {
+		return p
+	}
+	if gp, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		p := filepath.Join(strings.TrimSpace(string(gp)), "bin", "nats")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+var statsRE = regexp.MustCompile(`stats: ([0-9,]+) msgs/sec`)
+
+// natsBench runs `nats bench js <kind> [<mode>] [subject] …` and returns msgs/s.
+func natsBench(ctx context.Context, cli, url, kind, mode, subject string, args ...string) (float64, error) {
+	a := []string{"bench", "js", kind}
+	if mode != "" {
+		a = append(a, mode)
+	}
+	if subject != "" {
+		a = append(a, subject)
+	}
+	a = append(a, args...)
+	a = append(a, "--no-progress", "-s", url)
+	out, err := exec.CommandContext(ctx, cli, a...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %v\n%s", cli, strings.Join(a, " "), err, out)
+	}
+	m := statsRE.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("nats bench: no rate in its output:\n%s", out)
+	}
+	return strconv.ParseFloat(strings.ReplaceAll(string(m[1]), ",", ""), 64)
+}
+
+// rawGo is the engine's own speed through nats.go, as jetpool uses it:
+// async publish with Nats-Msg-Id, then a pull consumer acking each message.
+func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume float64, err error) {
+	s, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHRAW", Subjects: []string{"benchraw.>"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHRAW")
+	payload := make([]byte, size)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		m := nats.NewMsg("benchraw.x")
+		m.Data = payload
+		m.Header.Set(nats.MsgIdHdr, "raw-"+strconv.Itoa(i))
+		if _, err := b.JS.PublishMsgAsync(m); err != nil {
+			return 0, 0, err
+		}
+		if i%500 == 499 { // nats bench's window
+			select {
+			case <-b.JS.PublishAsyncComplete():
+			case <-ctx.Done():
+				return 0, 0, ctx.Err()
+			}
+		}
+	}
+	select {
+	case <-b.JS.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
+	pub = float64(n) / time.Since(start).Seconds()
+	c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return 0, 0, err
+	}
+	start = time.Now()
+	done := make(chan struct{})
+	var got int
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		_ = m.Ack()
+		got++
+		if got == n {
+			close(done)
+		}
+	}, jetstream.PullMaxMessages(500))
+	if err != nil {
+		return 0, 0, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	cc.Stop()
+	consume = float64(n) / time.Since(start).Seconds()
+	return pub, consume, ctx.Err()
+}
+
+func writeBenchRecords(path string, n, size int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	pad := strings.Repeat("x", max(size-40, 1))
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(w, "{\"id\":\"r%d\",\"text\":\"%s\"}\n", i, pad)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func benchWorkflow(dir, name, sim, retryBlock string) (*workflow.Workflow, error) {
+	p := filepath.Join(dir, name+".yaml")
+	y := fmt.Sprintf("name: %s\nproviders:\n  sim: {kind: sim, sim: {%s}}\nactions:\n  - name: act\n    provider: sim\n    prompt: \"{{ .text }}\"\n%s",
+		name, sim, retryBlock)
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		return nil, err
+	}
+	return workflow.Load(p)
+}
+
+// benchWork runs a pool on job until it is finished and returns the time.
+func benchWork(ctx context.Context, b *broker.Broker, job string, conc int, log zerolog.Logger) (time.Duration, error) {
+	pool := worker.New(b, worker.Config{Concurrency: conc, Log: log, Jobs: []string{job}})
+	start := time.Now()
+	if err := pool.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = pool.Stop(sctx)
+	}()
+	if err := waitFinished(ctx, b, job); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// waitFinished polls the backlog (cheap) and counts results once drained.
+func waitFinished(ctx context.Context, b *broker.Broker, job string) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		j, _, err := b.GetJob(ctx, job)
+		if err != nil {
+			return err
+		}
+		p, err := b.Backlog(ctx, job)
+		if err != nil {
+			return err
+		}
+		if p.Drained() {
+			if p, err = b.JobProgress(ctx, j, false); err != nil {
+				return err
+			}
+			if p.Finished(j) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// benchBig dispatches and works a big job in child processes of this
+// binary, and reports their peak RSS and the time `jetpool status` takes.
+func benchBig(ctx context.Context, e *env, b *broker.Broker, dir string, f benchFlags, add func(name, value, note string)) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in := filepath.Join(dir, "big.jsonl")
+	if err := writeBenchRecords(in, f.big, f.size); err != nil {
+		return err
+	}
+	if _, err := benchWorkflow(dir, "big", "reply: ok", ""); err != nil {
+		return err
+	}
+	env := append(os.Environ(), "JETPOOL_NATS_URL="+b.Server().ClientURL(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")
+	child := func(args ...string) *exec.Cmd {
+		c := exec.CommandContext(ctx, self, args...)
+		c.Env = env
+		c.Stderr = os.Stderr
+		return c
+	}
+	start := time.Now()
+	disp := child("dispatch", filepath.Join(dir, "big.yaml"), "--input", in, "--job", "bench-big", "--no-preflight")
+	disp.Stdout = nil
+	if err := disp.Run(); err != nil {
+		return fmt.Errorf("dispatch child: %w", err)
+	}
+	dt := time.Since(start)
+	add(fmt.Sprintf("big job: dispatch %d records (child process)", f.big), rate(float64(f.big)/dt.Seconds()),
+		"peak RSS "+rss(disp.ProcessState))
+	wk := child("worker", "--concurrency", strconv.Itoa(f.concurrency), "--job", "bench-big")
+	if err := wk.Start(); err != nil {
+		return err
+	}
+	start = time.Now()
+	werr := waitFinished(ctx, b, "bench-big")
+	wt := time.Since(start)
+	_ = wk.Process.Signal(syscall.SIGTERM)
+	_ = wk.Wait()
+	if werr != nil {
+		return werr
+	}
+	add(fmt.Sprintf("big job: work %d records (child worker)", f.big), rate(float64(f.big)/wt.Seconds()), "peak RSS "+rss(wk.ProcessState))
+	for range 3 {
+		st := child("status", "bench-big", "--json")
+		start = time.Now()
+		if err := st.Run(); err != nil {
+			return fmt.Errorf("status child: %w", err)
+		}
+		add("big job: `jetpool status bench-big --json`", time.Since(start).Round(time.Millisecond).String(), "wall time of the whole command")
+	}
+	return nil
+}
+
+func rss(ps *os.ProcessState) string {
+	if ps == nil {
+		return "-"
+	}
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+		return fmt.Sprintf("%d MiB", ru.Maxrss/1024)
+	}
+	return "-"
+}

@@ -1,0 +1,219 @@
+package e2e
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetpool/jetpool/internal/testenv"
+)
+
+// startAuthServer starts a loopback nats-server with JetStream and the auth
+// settings of opts, stopped when the test ends.
+func startAuthServer(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port = "127.0.0.1", -1
+	opts.JetStream, opts.StoreDir = true, t.TempDir()
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// statusWith runs `jetpool status` with env and returns the result.
+func statusWith(t testing.TB, env map[string]string) result {
+	t.Helper()
+	return jetpool(t, env, "status")
+}
+
+// Credentials come from the environment: the right ones work, wrong or
+// missing ones fail at once with an error that says what was refused.
+func TestAuthFromEnvironment(t *testing.T) {
+	t.Parallel()
+	t.Run("user and password", func(t *testing.T) {
+		t.Parallel()
+		s := startAuthServer(t, &server.Options{Username: "jp", Password: "s3cret-pw"})
+		url := s.ClientURL()
+		ok := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_USER": "jp", "JETPOOL_NATS_PASSWORD": "s3cret-pw"})
+		require.Zero(t, ok.code, ok.stderr)
+		assert.Contains(t, ok.stdout, "no jobs")
+
+		bad := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_USER": "jp", "JETPOOL_NATS_PASSWORD": "wrong"})
+		assert.NotZero(t, bad.code)
+		assert.Contains(t, bad.stderr, "connect to NATS at "+url)
+		assert.Contains(t, strings.ToLower(bad.stderr), "authorization violation")
+		assert.NotContains(t, bad.stderr, "wrong", "the password is never printed")
+		assert.Less(t, bad.took, 10*time.Second, "a refused login fails at once, no endless reconnect")
+
+		none := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url})
+		assert.NotZero(t, none.code)
+		assert.Contains(t, strings.ToLower(none.stderr), "authorization violation")
+	})
+	t.Run("token", func(t *testing.T) {
+		t.Parallel()
+		s := startAuthServer(t, &server.Options{Authorization: "tok-e2e-1234"})
+		url := s.ClientURL()
+		ok := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TOKEN": "tok-e2e-1234"})
+		require.Zero(t, ok.code, ok.stderr)
+		assert.Contains(t, ok.stdout, "no jobs")
+		bad := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TOKEN": "tok-wrong"})
+		assert.NotZero(t, bad.code)
+		assert.Contains(t, strings.ToLower(bad.stderr), "authorization violation")
+		assert.NotContains(t, bad.stderr, "tok-wrong")
+	})
+	t.Run("TLS with client certificates", func(t *testing.T) {
+		t.Parallel()
+		pki := newPKI(t)
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: pki.serverCert, KeyFile: pki.serverKey, CaFile: pki.ca, Verify: true})
+		require.NoError(t, err)
+		s := startAuthServer(t, &server.Options{TLS: true, TLSVerify: true, TLSConfig: tc, TLSTimeout: 2})
+		url := s.ClientURL()
+		require.True(t, strings.HasPrefix(url, "tls://") || strings.HasPrefix(url, "nats://"), url)
+
+		env := map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TLS_CA": pki.ca,
+			"JETPOOL_NATS_TLS_CERT": pki.clientCert, "JETPOOL_NATS_TLS_KEY": pki.clientKey}
+		ok := statusWith(t, env)
+		require.Zero(t, ok.code, ok.stderr)
+		assert.Contains(t, ok.stdout, "no jobs")
+
+		// The server's CA, but no client certificate: refused by the server.
+		noCert := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TLS_CA": pki.ca})
+		assert.NotZero(t, noCert.code)
+		assert.Contains(t, noCert.stderr, "connect to NATS at")
+		// A client certificate from another CA: refused too.
+		other := newPKI(t)
+		wrong := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TLS_CA": pki.ca,
+			"JETPOOL_NATS_TLS_CERT": other.clientCert, "JETPOOL_NATS_TLS_KEY": other.clientKey})
+		assert.NotZero(t, wrong.code)
+		// A missing file is named.
+		missing := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TLS_CA": pki.ca,
+			"JETPOOL_NATS_TLS_CERT": filepath.Join(t.TempDir(), "nope.pem"), "JETPOOL_NATS_TLS_KEY": pki.clientKey})
+		assert.NotZero(t, missing.code)
+		assert.Regexp(t, regexp.MustCompile(`JETPOOL_NATS_TLS_CERT/KEY: .*nope\.pem`), missing.stderr)
+	})
+}
+
+// pki is a throwaway CA with a server certificate for 127.0.0.1 and a client
+// certificate, written as PEM files.
+type pki struct {
+	ca, serverCert, serverKey, clientCert, clientKey string
+}
+
+func newPKI(t testing.TB) pki {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "jetpool e2e CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	caCert, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	p := pki{ca: writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)}
+	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		require.NoError(t, err)
+		kder, err := x509.MarshalECPrivateKey(key)
+		require.NoError(t, err)
+		return writePEM(t, dir, name+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-key.pem", "EC PRIVATE KEY", kder)
+	}
+	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
+	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
+	// Sanity: the pair loads as the broker will load it.
+	_, err = tls.LoadX509KeyPair(p.clientCert, p.clientKey)
+	require.NoError(t, err)
+	return p
+}
+
+func writePEM(t testing.TB, dir, name, typ string, der []byte) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
+	return path
+}
+
+// The deploy/ permissions, end to end: the accounts file the cluster ships
+// with, a `jetpool dispatch` as the dispatcher user and a `jetpool worker`
+// as the worker user.
+func TestDeployPermissionsEndToEnd(t *testing.T) {
+	t.Parallel()
+	// The shipped accounts file with its $NATS_*_PASSWORD references filled
+	// in: the server would read them from the environment, and a variable of
+	// an including file does not reach into an include, so this keeps the
+	// test free of a process-wide Setenv (and parallel).
+	data, err := os.ReadFile("../deploy/nats/accounts.conf")
+	require.NoError(t, err)
+	accounts := string(data)
+	for k, v := range map[string]string{"NATS_DISPATCHER_PASSWORD": "dispatcherTestPw1", "NATS_WORKER_PASSWORD": "workerTestPw1",
+		"NATS_OPERATOR_PASSWORD": "operatorTestPw1", "NATS_SYS_PASSWORD": "sysTestPw1"} {
+		require.Contains(t, accounts, "$"+k)
+		accounts = strings.ReplaceAll(accounts, "$"+k, v)
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "accounts.conf"), []byte(accounts), 0o600))
+	conf := filepath.Join(dir, "server.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(`listen: 127.0.0.1:-1
+jetstream {
+  max_memory_store: 64MB
+  max_file_store: 256MB
+}
+include accounts.conf
+`), 0o600))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	s := startAuthServer(t, opts)
+	url := s.ClientURL()
+	as := func(user, pw string) map[string]string {
+		return map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_USER": user, "JETPOOL_NATS_PASSWORD": pw,
+			"JETPOOL_ACK_WAIT": "5s", "JETPOOL_LOG_LEVEL": "info"}
+	}
+	wfPath := filepath.Join(t.TempDir(), "workflow.yaml")
+	require.NoError(t, os.WriteFile(wfPath, []byte(simYAML(20*time.Millisecond, "")), 0o600))
+
+	d := jetpool(t, as("dispatcher", "dispatcherTestPw1"), "dispatch", wfPath, "--input", testenv.Records(t, 30), "--job", "perm", "--no-preflight")
+	require.Zero(t, d.code, "dispatch as the dispatcher user:\n%s", d.stderr)
+
+	w := start(t, as("worker", "workerTestPw1"), "worker", "--concurrency", "8")
+	w.waitOutput(t, regexp.MustCompile(`worker started`), 20*time.Second)
+
+	op := as("operator", "operatorTestPw1")
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		s := jobStatus(t, op, "perm")
+		return s.Succeeded == 30
+	}, "job worked by the worker user")
+	require.NotContains(t, w.stderr.String(), "Permissions Violation")
+}
