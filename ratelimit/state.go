@@ -1,0 +1,93 @@
+package ratelimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"time"
+
+	"github.com/jetpool/jetpool/provider"
+)
+
+// State is the shared state of one provider+key, the value of its entry in
+// the JETPOOL_LIMITS bucket. Times are wall-clock: processes sharing a
+// budget are assumed to have synchronised clocks (NTP), as JetStream's own
+// TTLs assume.
+type State struct {
+	Provider string          `json:"provider"`
+	Limits   provider.Limits `json:"limits,omitzero"`
+
+	// ReqTAT and TokTAT are the GCRA theoretical arrival times of the
+	// request and token budgets.
+	ReqTAT time.Time `json:"req_tat,omitzero"`
+	TokTAT time.Time `json:"tok_tat,omitzero"`
+
+	// Leases are the calls in flight, per process, for limits.concurrency.
+	Leases map[string]Lease `json:"leases,omitempty"`
+
+	// CooldownUntil is the end of the shared cooldown set by a 429.
+	CooldownUntil time.Time `json:"cooldown_until,omitzero"`
+	CooldownCause string    `json:"cooldown_cause,omitempty"`
+	CooldownSet   time.Time `json:"cooldown_set,omitzero"`
+	Cooldowns     int       `json:"cooldowns,omitempty"` // how many were set
+
+	Breaker Breaker `json:"breaker,omitzero"`
+
+	Updated time.Time `json:"updated,omitzero"`
+}
+
+// Lease is one process's calls in flight.
+type Lease struct {
+	N       int       `json:"n"`
+	Expires time.Time `json:"expires"` // refreshed on every change; a dead process's lease lapses
+}
+
+// InFlight is the number of calls in flight under live leases at now.
+func (s *State) InFlight(now time.Time) int {
+	n := 0
+	for _, l := range s.Leases {
+		if now.Before(l.Expires) {
+			n += l.N
+		}
+	}
+	return n
+}
+
+// Cooling reports whether the shared cooldown is on at now.
+func (s *State) Cooling(now time.Time) bool { return now.Before(s.CooldownUntil) }
+
+// Key is the KV key of a provider and API key: the provider's name (made a
+// safe key token) and the first 12 hex digits of the key's SHA-256. The
+// key itself never leaves the process.
+func Key(providerName, apiKey string) string {
+	h := "nokey"
+	if apiKey != "" {
+		sum := sha256.Sum256([]byte(apiKey))
+		h = hex.EncodeToString(sum[:6])
+	}
+	return token(providerName) + "." + h
+}
+
+// ProviderOf is the provider part of a Key.
+func ProviderOf(key string) string {
+	if i := strings.LastIndexByte(key, '.'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+func token(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	if b.Len() == 0 {
+		return "_"
+	}
+	return b.String()
+}
