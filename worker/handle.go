@@ -62,6 +62,10 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
+	if d.action.Mode == workflow.ModeBatch && d.mode != workflow.ModeOnline {
+		jr.enqueueBatch(ctx, d) // worker/batch.go
+		return
+	}
 	if d.n > 1 {
 		d.prior = jr.loadAttempts(ctx, d)
 	}
@@ -71,7 +75,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		t := time.NewTicker(p.cfg.Heartbeat)
+		t := time.NewTicker(jr.heartbeatEvery())
 		defer t.Stop()
 		for {
 			select {
@@ -82,7 +86,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 			}
 		}
 	}()
-	run := jr.runSession(ctx, d)
+	run := jr.runLimited(ctx, d) // runSession, plus the 429s the limiter absorbed
 	stopHB()
 	<-hbDone
 
@@ -124,6 +128,9 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(dec.Delay)
 	case retry.VerdictDeadLetter:
 		diag := run.diag
+		if run.explain != nil {
+			diag = run.explain(all)
+		}
 		if diag == "" {
 			diag = retry.Diagnose(out.Err, all, d.n)
 		}
@@ -208,7 +215,17 @@ func (jr *jobRunner) result(d *delivery, run *sessionRun, all []retry.Attempt) *
 	return r
 }
 
-func priorCalls(prior []retry.Attempt) int { return len(prior) }
+// priorCalls is the attempts spent in earlier deliveries. A 429 absorbed
+// by the shared limiter is listed among the failures but spends no attempt.
+func priorCalls(prior []retry.Attempt) int {
+	n := 0
+	for _, a := range prior {
+		if !a.Absorbed {
+			n++
+		}
+	}
+	return n
+}
 
 func recovery(all []retry.Attempt, calls, deliveries, repairs int) broker.Recovery {
 	rec := broker.Recovery{Attempts: calls, Deliveries: deliveries, Repairs: repairs}

@@ -17,8 +17,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/jetpool/jetpool/batch"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/workflow"
 )
@@ -29,6 +31,10 @@ const (
 	ConcurrencyDefault = 64
 	// FetchBatchMax bounds one pull request.
 	FetchBatchMax = 256
+	// FetchGather is how many free slots a busy pool gathers (at most
+	// FetchGatherWait) before it pulls.
+	FetchGather     = 32
+	FetchGatherWait = 2 * time.Millisecond
 	// IdlePollMax is how long a pull of an idle job waits for a record.
 	IdlePollMax = time.Second
 )
@@ -46,6 +52,13 @@ type Config struct {
 	NewProvider func(provider.Config) (provider.Provider, error)
 	// Metrics, when set, receives every outcome.
 	Metrics Metrics
+	// Limits keeps every provider call inside its shared limits, cooldowns
+	// and circuit (ratelimit). Nil: Start makes one over the broker's
+	// JETPOOL_LIMITS bucket, closed by Stop.
+	Limits *ratelimit.Registry
+	// LimitsConfig configures the registry Start makes when Limits is nil
+	// (its Log, Clock and AdaptiveMax default to the pool's).
+	LimitsConfig ratelimit.Config
 
 	// DieOn, for tests and chaos drills, makes the worker abandon a record
 	// as a crashed process would: no ack, no nak, no result.
@@ -86,6 +99,8 @@ type Pool struct {
 	loops    sync.WaitGroup // fetch loops and the watcher
 	inflight sync.WaitGroup
 	ctlSub   *nats.Subscription
+	limits   *ratelimit.Registry
+	ownLim   bool // limits made by Start, closed by Stop
 
 	calls    atomic.Int64
 	handled  atomic.Int64
@@ -137,12 +152,35 @@ func (p *Pool) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.limits = p.cfg.Limits
+	if p.limits == nil {
+		store, err := ratelimit.NewKVStore(ctx, p.b)
+		if err != nil {
+			return err
+		}
+		lc := p.cfg.LimitsConfig
+		lc.Log = p.log
+		if lc.Clock == nil {
+			lc.Clock = p.cfg.Clock
+		}
+		if lc.AdaptiveMax <= 0 {
+			lc.AdaptiveMax = p.cfg.Concurrency
+		}
+		p.limits, err = ratelimit.NewRegistry(ctx, store, lc)
+		if err != nil {
+			return err
+		}
+		p.ownLim = true
+	}
 	p.runCtx, p.stopRun = context.WithCancel(context.WithoutCancel(ctx))
 	p.hctx, p.stopH = context.WithCancel(context.WithoutCancel(ctx))
 	w, err := kv.WatchAll(p.runCtx)
 	if err != nil {
 		p.stopRun()
 		p.stopH()
+		if p.ownLim {
+			p.limits.Close()
+		}
 		return fmt.Errorf("watch jobs: %w", err)
 	}
 	p.started = true
@@ -210,6 +248,7 @@ func (p *Pool) onJob(j *broker.Job) {
 	jr := &jobRunner{p: p, id: j.ID, wf: wf, providers: map[string]provider.Provider{}}
 	jr.setJob(j)
 	p.jobs[j.ID] = jr
+	jr.startBatcher(p.runCtx) // worker/batch.go
 	p.loops.Add(1)
 	go func() {
 		defer p.loops.Done()
@@ -244,7 +283,15 @@ func (p *Pool) Stop(ctx context.Context) error {
 		p.stopH()
 		<-done
 	}
+	p.mu.Lock()
+	for _, jr := range p.jobs {
+		jr.stopBatcher() // worker/batch.go: hands back records not yet in a recorded batch
+	}
+	p.mu.Unlock()
 	p.stopH()
+	if p.ownLim {
+		p.limits.Close()
+	}
 	return err
 }
 
@@ -283,7 +330,10 @@ type jobRunner struct {
 	mu        sync.Mutex
 	job       *broker.Job
 	providers map[string]provider.Provider
+	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
+	heartbeat atomic.Int64                  // InProgress interval: a third of the consumer's AckWait
 	inFlight  atomic.Int64
+	batcher   *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
 }
 
 func (jr *jobRunner) setJob(j *broker.Job) {
@@ -343,6 +393,21 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 				continue
 			}
 			cons = c
+			// Heartbeats follow the consumer's own AckWait (set by whoever
+			// dispatched the job), not this process's setting: a worker
+			// configured with a longer AckWait must not let a long call's
+			// delivery expire and be paid for twice.
+			if aw := c.CachedInfo().Config.AckWait; aw > 0 {
+				jr.heartbeat.Store(int64(min(aw/3, p.cfg.Heartbeat)))
+			}
+		}
+		// Every provider of the job has an open circuit: pull nothing until
+		// a probe is due (other jobs' providers go on).
+		if jr.circuitOpen() {
+			if !pause(IdlePollMax) {
+				return
+			}
+			continue
 		}
 		// Take one slot (waiting for it), then whatever else is free.
 		select {
@@ -359,6 +424,26 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			default:
 				break more
 			}
+		}
+		// Every pull is a request (and a subscription) of its own: when the
+		// pool is busy, wait a moment for a few more slots to come free so
+		// one pull serves several records, instead of one pull per record.
+		// Nothing is ever pulled beyond the free slots, so no record waits
+		// in a client buffer while its AckWait runs.
+		if want := min(p.cfg.Concurrency/8, FetchGather); !idle && n < want {
+			gather := time.NewTimer(FetchGatherWait)
+		wait:
+			for n < want {
+				select {
+				case p.sem <- struct{}{}:
+					n++
+				case <-gather.C:
+					break wait
+				case <-ctx.Done():
+					break wait
+				}
+			}
+			gather.Stop()
 		}
 		var batch jetstream.MessageBatch
 		var err error
@@ -415,4 +500,12 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// heartbeatEvery is the InProgress interval for this job's deliveries.
+func (jr *jobRunner) heartbeatEvery() time.Duration {
+	if hb := time.Duration(jr.heartbeat.Load()); hb > 0 {
+		return hb
+	}
+	return jr.p.cfg.Heartbeat
 }

@@ -27,9 +27,13 @@ type sessionRun struct {
 	output  any
 	model   string
 	usage   provider.Usage
-	calls   int // calls made in this delivery
-	repairs int // repair calls made for the record, earlier deliveries included
+	calls   int    // calls made in this delivery
+	repairs int    // repair calls made for the record, earlier deliveries included
 	diag    string // set when the session ends the record itself (e.g. repair exhausted)
+	// explain, when set, writes the diagnostic from every attempt of the
+	// record (earlier deliveries' and the 429s the limiter absorbed, which
+	// are added after the session); it takes precedence over diag.
+	explain func(all []retry.Attempt) string
 	// reason, when set, overrides the exec layer's decision: the session
 	// ended the record itself (retry.ReasonMaxCalls).
 	reason retry.Reason
@@ -87,15 +91,18 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "SchemaError", Message: err.Error()}}
 		return run
 	}
-	prior := len(d.prior)
-	if a.MaxCalls > 0 && prior >= a.MaxCalls {
+	// Attempts are numbered after every earlier attempt (as the limiter's
+	// absorb log numbers them); max_calls counts only calls that were
+	// answered, not 429s the limiter absorbed, which cost nothing.
+	prior, priorCalls := len(d.prior), billed(d.prior)
+	if a.MaxCalls > 0 && priorCalls >= a.MaxCalls {
 		// Only a redelivery after a crash gets here: the cap was spent by
 		// deliveries that saved their attempts but did not finish.
 		last := d.prior[len(d.prior)-1]
 		run.outcome = retry.Outcome{Err: &retry.Error{Class: last.Class, TypeName: "MaxCallsError",
 			Message: fmt.Sprintf("max_calls %d spent by earlier deliveries", a.MaxCalls)}}
 		run.reason = retry.ReasonMaxCalls
-		run.diag = maxCallsDiag(a.MaxCalls, d.prior, d.n, "")
+		run.explain = maxCallsDiag(a.MaxCalls, d.n, "")
 		return run
 	}
 
@@ -104,7 +111,7 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 	var out retry.Outcome
 	for {
 		pol := a.Retry
-		if left := a.MaxCalls - prior - run.calls; a.MaxCalls > 0 && pol.Attempts() > left {
+		if left := a.MaxCalls - priorCalls - run.calls; a.MaxCalls > 0 && pol.Attempts() > left {
 			pol.MaxAttempts = left
 		}
 		s := &retry.Session{
@@ -126,9 +133,9 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 		if o.Err != nil || o.Canceled {
 			// A transport error: the retry layers decide, unless the cap
 			// is what stopped them.
-			if a.MaxCalls > 0 && prior+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.n) {
+			if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.n) {
 				run.reason = retry.ReasonMaxCalls
-				run.diag = maxCallsDiag(a.MaxCalls, append(append([]retry.Attempt(nil), d.prior...), out.Attempts...), d.n, "")
+				run.explain = maxCallsDiag(a.MaxCalls, d.n, "")
 			}
 			break
 		}
@@ -150,14 +157,16 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 		out.Err = final
 		out.Attempts = append(out.Attempts, retry.Attempt{N: prior + run.calls, Delivery: max(d.n, 1),
 			Class: retry.ClassSchemaViolation, Error: final.Error(), At: jr.p.cfg.Clock.Now()})
-		all := append(append([]retry.Attempt(nil), d.prior...), out.Attempts...)
 		if repairs >= a.Expect.RepairAttempts {
-			run.diag = retry.Diagnose(final, all, d.n) + "; last output: " + clipOutput(resp.Text)
+			text := resp.Text
+			run.explain = func(all []retry.Attempt) string {
+				return retry.Diagnose(final, all, d.n) + "; last output: " + clipOutput(text)
+			}
 			break
 		}
-		if a.MaxCalls > 0 && prior+run.calls >= a.MaxCalls {
+		if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls {
 			run.reason = retry.ReasonMaxCalls
-			run.diag = maxCallsDiag(a.MaxCalls, all, d.n, resp.Text)
+			run.explain = maxCallsDiag(a.MaxCalls, d.n, resp.Text)
 			break
 		}
 		h.msgs = append(h.msgs, provider.Message{Role: "user", Content: viol.Correction()})
@@ -242,16 +251,31 @@ func stoppedByCap(pol retry.Policy, o retry.Outcome, delivery int) bool {
 	return pol.Decide(o, delivery).Verdict == retry.VerdictRedeliver
 }
 
-// maxCallsDiag is the diagnostic of a record stopped by max_calls:
-// "stopped at max_calls 4: failed after 4 attempts (1 delivery): [1] …".
-func maxCallsDiag(maxCalls int, all []retry.Attempt, delivery int, lastOutput string) string {
-	// Diagnose words a non-permanent final as "failed after N attempts";
-	// the final error itself is listed among the attempts.
-	s := fmt.Sprintf("stopped at max_calls %d: %s", maxCalls, retry.Diagnose(&retry.Error{Class: retry.ClassUnknown}, all, delivery))
-	if lastOutput != "" {
-		s += "; last output: " + clipOutput(lastOutput)
+// maxCallsDiag explains a record stopped by max_calls:
+// "stopped at max_calls 4: failed after 4 attempts (1 delivery): [1] …",
+// and the last output when a repair was cut short.
+func maxCallsDiag(maxCalls, delivery int, lastOutput string) func([]retry.Attempt) string {
+	return func(all []retry.Attempt) string {
+		// Diagnose words a non-permanent final as "failed after N
+		// attempts"; the final error itself is listed among the attempts.
+		s := fmt.Sprintf("stopped at max_calls %d: %s", maxCalls, retry.Diagnose(&retry.Error{Class: retry.ClassUnknown}, all, delivery))
+		if lastOutput != "" {
+			s += "; last output: " + clipOutput(lastOutput)
+		}
+		return s
 	}
-	return s
+}
+
+// billed counts the attempts that were calls the provider answered: all but
+// the 429s absorbed by the shared limiter.
+func billed(attempts []retry.Attempt) int {
+	n := 0
+	for _, a := range attempts {
+		if !a.Absorbed {
+			n++
+		}
+	}
+	return n
 }
 
 // repairsOf counts the repair calls in attempts: every schema violation

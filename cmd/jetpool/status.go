@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetpool/jetpool/batch"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/worker"
 )
@@ -28,6 +29,19 @@ type jobStatus struct {
 	Rate       float64          `json:"records_per_second"`
 	Created    time.Time        `json:"created"`
 	Workers    int              `json:"workers"`
+	Batches    []batchStatus    `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+}
+
+// batchStatus is one outstanding provider batch (JETPOOL_BATCHES).
+type batchStatus struct {
+	Action     string       `json:"action"`
+	Key        string       `json:"key"`
+	ProviderID string       `json:"provider_batch_id,omitempty"`
+	State      string       `json:"state"` // submitting, or the provider's word
+	Round      int          `json:"round"`
+	Counts     batch.Counts `json:"counts"`
+	Age        string       `json:"age"`
+	LastError  string       `json:"last_error,omitempty"`
 }
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
@@ -96,6 +110,8 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "%s failed: %s\n", s.Job, s.Reason)
 		}
 	}
+	printBatches(e, out)
+	printLimits(ctx, e, b) // status_limits.go: cooldowns and open circuits
 	fmt.Fprintf(e.stdout, "(%d workers answered)\n", workers)
 	return nil
 }
@@ -107,17 +123,45 @@ func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, inflight map
 		return s, err
 	}
 	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
+	backlog := false
 	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(j.ID))
 	if err == nil {
 		if info, err := cons.Info(ctx); err == nil {
+			backlog = true
 			s.Queued = info.NumPending
 			s.InFlight = min(inflight[j.ID], int64(info.NumAckPending))
 			s.Waiting = int64(info.NumAckPending) - s.InFlight
 			s.Paused = info.Paused
 		}
 	}
+	if hs, err := batch.List(ctx, b, j.ID); err == nil {
+		for _, h := range hs {
+			st := h.State
+			if h.ProviderState != "" {
+				st = h.ProviderState
+			}
+			s.Batches = append(s.Batches, batchStatus{Action: h.Action, Key: h.Key, ProviderID: h.ProviderID, State: st,
+				Round: h.Round, Counts: h.Counts, Age: time.Since(h.Created).Round(time.Second).String(), LastError: h.LastError})
+		}
+	}
 	if el := time.Since(j.Created).Seconds(); el > 0 {
 		s.Rate = float64(c.Done) / el
+	}
+	// A job worked by long-running workers has nobody waiting on it: the
+	// first status that sees it finished records that it completed.
+	p := broker.Progress{Counts: c, Queued: s.Queued, AckPending: int(s.InFlight + s.Waiting)}
+	if backlog && j.Status == broker.JobRunning && p.Finished(j) {
+		if nj, err := b.UpdateJob(ctx, j.ID, func(j *broker.Job) bool {
+			if j.Status != broker.JobRunning {
+				return false
+			}
+			j.Status = broker.JobCompleted
+			return true
+		}); err == nil {
+			s.Status = nj.Status
+		} else {
+			s.Status = broker.JobCompleted
+		}
 	}
 	return s, nil
 }
@@ -153,4 +197,28 @@ func workerStats(b *broker.Broker) (map[string]int64, int) {
 			return inflight, n
 		}
 	}
+}
+
+// printBatches lists the outstanding provider batches of the jobs shown.
+func printBatches(e *env, out []jobStatus) {
+	n := 0
+	for _, s := range out {
+		n += len(s.Batches)
+	}
+	if n == 0 {
+		return
+	}
+	tw := newTable(e)
+	fmt.Fprintln(tw, "JOB\tACTION\tPROVIDER BATCH\tSTATE\tROUND\tTOTAL\tSUCCEEDED\tFAILED\tAGE")
+	for _, s := range out {
+		for _, b := range s.Batches {
+			id := b.ProviderID
+			if id == "" {
+				id = "(" + b.Key + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Job, b.Action, id, b.State, b.Round,
+				b.Counts.Total, b.Counts.Succeeded, b.Counts.Failed, b.Age)
+		}
+	}
+	tw.Flush()
 }

@@ -127,6 +127,11 @@ func Pool(t testing.TB, b *broker.Broker, cfg worker.Config) *worker.Pool {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 16
 	}
+	if cfg.Limits == nil && cfg.LimitsConfig.Breaker.Failures == 0 {
+		// Tests that inject failures on purpose would trip the circuit
+		// breaker; the tests of the breaker turn it on explicitly.
+		cfg.LimitsConfig.Breaker.Failures = -1
+	}
 	cfg.Log = Logger(t)
 	p := worker.New(b, cfg)
 	require.NoError(t, p.Start(context.Background()))

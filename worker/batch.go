@@ -1,0 +1,189 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetpool/jetpool/batch"
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// hasBatchActions reports whether any action of wf runs in batch mode.
+func hasBatchActions(wf *workflow.Workflow) bool {
+	for _, a := range wf.Actions {
+		if a.Mode == workflow.ModeBatch {
+			return true
+		}
+	}
+	return false
+}
+
+// startBatcher starts the job's batcher when the workflow has batch
+// actions: at once, so that batches this process left behind are resumed
+// even when no work message arrives any more.
+func (jr *jobRunner) startBatcher(ctx context.Context) {
+	if !hasBatchActions(jr.wf) {
+		return
+	}
+	p := jr.p
+	bt := batch.New(batch.Config{
+		Broker: p.b, Job: jr.id, Workflow: jr.wf, Owner: p.id, Handler: batchHandler{jr},
+		Log: p.log, Heartbeat: p.cfg.Heartbeat,
+	})
+	if err := bt.Start(ctx); err != nil {
+		p.log.Error().Str("job", jr.id).Err(err).Msg("batcher not started; batch-mode records wait")
+		return
+	}
+	jr.mu.Lock()
+	jr.batcher = bt
+	jr.mu.Unlock()
+}
+
+func (jr *jobRunner) stopBatcher() {
+	jr.mu.Lock()
+	bt := jr.batcher
+	jr.mu.Unlock()
+	if bt != nil {
+		bt.Stop()
+	}
+}
+
+// enqueueBatch hands a batch-mode delivery to the job's batcher, which acks
+// it once its batch is recorded durably.
+func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery) {
+	jr.mu.Lock()
+	bt := jr.batcher
+	jr.mu.Unlock()
+	if bt == nil {
+		_ = d.msg.NakWithDelay(time.Second)
+		return
+	}
+	req, rerr := batchRequest(d)
+	if rerr != nil {
+		jr.finishFailed(ctx, d, rerr, nil, retry.ReasonProgrammingError, retry.Diagnose(rerr, nil, d.n), 0, provider.Usage{})
+		return
+	}
+	err := bt.Add(ctx, batch.Pending{Msg: d.msg, Action: d.action, Request: req,
+		Item: batch.Item{ID: d.env.ID, Data: d.msg.Data(), Replays: d.replays, Deliveries: d.n}})
+	switch {
+	case errors.Is(err, batch.ErrNoClient):
+		e := &retry.Error{Class: retry.ClassProgramming, TypeName: "BatchModeError", Message: err.Error(),
+			Provider: d.action.Provider, Model: d.action.Model}
+		jr.finishFailed(ctx, d, e, nil, retry.ReasonProgrammingError, retry.Diagnose(e, nil, d.n), 0, provider.Usage{})
+	case err != nil:
+		jr.p.log.Warn().Str("job", d.job).Str("record", d.env.ID).Err(err).Msg("batcher refused the record; handing it back")
+		_ = d.msg.NakWithDelay(time.Second)
+	}
+}
+
+// batchRequest is the provider request of a delivery, built as runSession
+// builds an online call's first attempt.
+func batchRequest(d *delivery) (provider.Request, *retry.Error) {
+	a := d.action
+	prompt, err := a.Render(templateData(d))
+	if err != nil {
+		return provider.Request{}, &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error()}
+	}
+	req := provider.Request{Model: a.Model, System: a.System, Messages: []provider.Message{{Role: "user", Content: prompt}},
+		Params: a.Params, JSON: a.JSON, RecordID: d.env.ID}
+	if a.Expect != nil {
+		req.JSON, req.Schema = true, a.Expect.Schema
+	}
+	return req, nil
+}
+
+// batchHandler writes a batch's outcomes as the online path does.
+type batchHandler struct{ jr *jobRunner }
+
+// delivery rebuilds what handle would have had for the item (no message).
+func (h batchHandler) delivery(a *workflow.Action, it *batch.Item) (*delivery, error) {
+	var env broker.Envelope
+	if err := json.Unmarshal(it.Data, &env); err != nil {
+		return nil, fmt.Errorf("batch item %s: %w", it.ID, err)
+	}
+	_, idx := h.jr.wf.Action(a.Name)
+	return &delivery{job: h.jr.id, action: a, index: idx, env: &env, replays: it.Replays, n: max(it.Deliveries, 1)}, nil
+}
+
+func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch.Item, resp provider.Response) error {
+	jr := h.jr
+	d, err := h.delivery(a, it)
+	if err != nil {
+		return err
+	}
+	output := any(resp.Text)
+	if err := jr.forward(ctx, d, output); err != nil {
+		return err
+	}
+	res := &broker.Result{
+		ID: d.env.ID, Status: broker.StatusOK, Output: output, Action: a.Name, Job: d.job,
+		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmpOr(resp.Model, a.Model), Replays: d.replays,
+		Usage:    broker.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens},
+		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: time.Now().UTC(),
+	}
+	if err := jr.p.b.WriteResult(ctx, res); err != nil {
+		return err
+	}
+	jr.p.cfg.Metrics.Record(d.job, a.Name, broker.StatusOK, "")
+	return nil
+}
+
+func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.Item, final *retry.Error, reason retry.Reason, diag string) error {
+	jr := h.jr
+	d, err := h.delivery(a, it)
+	if err != nil {
+		return err
+	}
+	e := &deadletter.Entry{
+		Job: d.job, Record: d.env.ID, Action: a.Name, Reason: reason, Class: final.Class, Error: diag,
+		Attempts: max(it.Round, 1), Deliveries: d.n, Provider: a.Provider, Model: cmpOr(final.Model, a.Model),
+		Replays: d.replays, Data: it.Data, FailedAt: time.Now().UTC(),
+	}
+	if err := deadletter.Publish(ctx, jr.p.b, e); err != nil {
+		return err
+	}
+	res := &broker.Result{
+		ID: d.env.ID, Status: broker.StatusFailed, Reason: string(reason), Action: a.Name, Job: d.job,
+		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
+		Outputs: d.env.Outputs, Provider: a.Provider, Model: e.Model, Replays: d.replays,
+		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: e.FailedAt,
+	}
+	if err := jr.p.b.WriteResult(ctx, res); err != nil {
+		return err
+	}
+	jr.p.cfg.Metrics.Record(d.job, a.Name, string(reason), final.Class)
+	jr.p.log.Info().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("reason", string(reason)).Msg(diag)
+	if reason != retry.ReasonJobFailed && a.Retry.OnExhausted == retry.Raise {
+		jr.raise(ctx, d, diag)
+	}
+	return nil
+}
+
+// Online republishes the record to its action with Jetpool-Mode: online,
+// under its own Nats-Msg-Id (the original id would be deduplicated away).
+func (h batchHandler) Online(ctx context.Context, a *workflow.Action, it *batch.Item) error {
+	jr := h.jr
+	d, err := h.delivery(a, it)
+	if err != nil {
+		return err
+	}
+	m, err := broker.NewWorkMsg(d.job, a.Name, d.env, d.replays)
+	if err != nil {
+		return err
+	}
+	m.Data = it.Data
+	m.Header.Set(broker.HeaderMsgID, broker.WorkMsgID(d.job, a.Name, d.env.ID, d.replays)+".online")
+	m.Header.Set(broker.HeaderMode, workflow.ModeOnline)
+	if _, err := jr.p.b.JS.PublishMsg(ctx, m); err != nil {
+		return err
+	}
+	jr.p.log.Debug().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Msg("batch straggler sent online")
+	return nil
+}

@@ -1,0 +1,229 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/provider/providertest"
+	"github.com/jetpool/jetpool/ratelimit"
+	"github.com/jetpool/jetpool/ratelimit/ratelimittest"
+	"github.com/jetpool/jetpool/worker"
+)
+
+// limitWorkflow is one openai action against baseURL with the given
+// provider limits ("" for none) and retry block.
+func limitWorkflow(t *testing.T, baseURL, limits, retryBlock string) string {
+	t.Helper()
+	if limits != "" {
+		limits = ", limits: " + limits
+	}
+	return fmt.Sprintf(`
+providers:
+  lim: {kind: openai, base_url: %q, timeout: 10s%s}
+actions:
+  - name: act
+    provider: lim
+    model: gpt-4o-mini
+    prompt: "do {{ .text }}"
+    retry: %s
+`, baseURL, limits, retryBlock)
+}
+
+func registry(t *testing.T, b *broker.Broker, cfg ratelimit.Config) *ratelimit.Registry {
+	t.Helper()
+	store, err := ratelimit.NewKVStore(context.Background(), b)
+	require.NoError(t, err)
+	r, err := ratelimit.NewRegistry(context.Background(), store, cfg)
+	require.NoError(t, err)
+	t.Cleanup(r.Close)
+	return r
+}
+
+// arrivals is a handler that records when each call arrived and answers
+// with next(i), i being the 1-based call number.
+type arrivals struct {
+	mu    sync.Mutex
+	at    []time.Time
+	codes []int
+	next  func(i int) providertest.Reply
+}
+
+func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	a.at = append(a.at, time.Now())
+	i := len(a.at)
+	rp := a.next(i)
+	a.codes = append(a.codes, rp.Status)
+	a.mu.Unlock()
+	rp.ServeHTTP(w, r)
+}
+
+func (a *arrivals) snapshot() ([]time.Time, []int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]time.Time(nil), a.at...), append([]int(nil), a.codes...)
+}
+
+// A 429 with Retry-After seen by one pool cools down both pools (separate
+// connections, as two processes) until the reset; the 429 is absorbed: the
+// record succeeds with max_attempts 1 and one delivery, and its recovery
+// lists the 429 as absorbed.
+func TestSharedCooldownAcrossPools(t *testing.T) {
+	t.Parallel()
+	const retryAfter = 2 * time.Second
+	h := &arrivals{next: func(i int) providertest.Reply {
+		if i == 5 {
+			return providertest.Reply{Status: 429, Header: providertest.Header("Retry-After", "2"),
+				Body: providertest.OpenAIError("Rate limit reached for requests", "requests", "rate_limit_exceeded")}
+		}
+		return providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4o-mini", "ok", 5, 1)}
+	}}
+	srv := providertest.NewServer(t, h)
+	b := testenv.Broker(t)
+	b2 := testenv.Connect(t, b)
+	wf := testenv.Workflow(t, limitWorkflow(t, srv.URL+"/v1", "", `{max_attempts: 1, redeliver: {max_deliveries: 1}}`))
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 30), dispatcher.Options{})
+	p1 := testenv.Pool(t, b, worker.Config{Concurrency: 2})
+	p2 := testenv.Pool(t, b2, worker.Config{Concurrency: 2})
+	job, prog := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 30, prog.OK)
+	require.Positive(t, p1.Calls())
+	require.Positive(t, p2.Calls())
+
+	at, codes := h.snapshot()
+	require.Equal(t, 429, codes[4])
+	limitedAt := at[4]
+	for i, t2 := range at[5:] {
+		d := t2.Sub(limitedAt)
+		// Calls already sent when the 429 came back may land just after it;
+		// nothing else goes until the reset.
+		require.Falsef(t, d > 50*time.Millisecond && d < retryAfter-50*time.Millisecond,
+			"call %d went %s after the 429, inside the shared cooldown", i+6, d)
+	}
+	absorbed := 0
+	for id, r := range testenv.Results(t, b, job) {
+		require.Equal(t, 1, r.Recovery.Deliveries, id)
+		require.Equal(t, 1, r.Recovery.Attempts, "an absorbed 429 spends no attempt: %s", id)
+		for _, f := range r.Recovery.Failures {
+			require.True(t, f.Absorbed, "%s: %+v", id, f)
+			require.Contains(t, f.Error, "RateLimitError")
+			absorbed++
+		}
+	}
+	require.Equal(t, 1, absorbed)
+}
+
+// The circuit opens after consecutive server failures, lets one probe
+// through per cooldown (the cooldown doubling), and closes when the server
+// recovers; every record then succeeds.
+func TestBreakerOpensProbesCloses(t *testing.T) {
+	t.Parallel()
+	srv := ratelimittest.New(1000, 10*time.Millisecond)
+	t.Cleanup(srv.Close)
+	srv.SetFailing(true)
+	b := testenv.Broker(t)
+	const cooldown = 300 * time.Millisecond
+	reg := registry(t, b, ratelimit.Config{Breaker: ratelimit.BreakerConfig{Failures: 3, Cooldown: cooldown}})
+	wf := testenv.Workflow(t, limitWorkflow(t, srv.BaseURL(), "", `{max_attempts: 10, backoff: 10ms}`))
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 4), dispatcher.Options{})
+	testenv.Pool(t, b, worker.Config{Concurrency: 2, Limits: reg})
+
+	lim := func() ratelimit.Status {
+		ls := reg.Limiters()
+		if len(ls) == 0 {
+			return ratelimit.Status{}
+		}
+		return ls[0].Status()
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return lim().Circuit == ratelimit.CircuitOpen }, "circuit never opened")
+	// Wait for two probes to fail, then look at when the failed calls came:
+	// a run of 3 (plus at most one that was in flight when the circuit
+	// opened), then one probe after the cooldown, one after twice it.
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		f := srv.FailedAt()
+		n := 0
+		for i := 1; i < len(f); i++ {
+			if f[i].Sub(f[i-1]) >= cooldown-50*time.Millisecond {
+				n++
+			}
+		}
+		return n >= 2
+	}, "no probes")
+	f := srv.FailedAt()
+	first := 0
+	for i := 1; i < len(f); i++ {
+		if f[i].Sub(f[i-1]) >= cooldown-50*time.Millisecond {
+			first = i
+			break
+		}
+	}
+	require.Contains(t, []int{3, 4}, first, "the circuit opened after 3 failures: %v", f)
+	require.GreaterOrEqual(t, len(f), first+2)
+	require.GreaterOrEqual(t, f[first+1].Sub(f[first]), 2*cooldown-50*time.Millisecond, "the cooldown doubled after a failed probe")
+	require.NotEqual(t, ratelimit.CircuitClosed, lim().Circuit)
+	failed := len(f)
+
+	srv.SetFailing(false)
+	_, prog := testenv.WaitFinished(t, b, res.Job.ID, 20*time.Second)
+	require.EqualValues(t, 4, prog.OK)
+	require.Equal(t, ratelimit.CircuitClosed, lim().Circuit)
+	// A third probe may have failed between the look above and the recovery.
+	require.LessOrEqual(t, srv.Stats().Failed, failed+1, "nothing more failed after the recovery")
+}
+
+// A limit far below the offered load, with a short AckWait: records wait
+// in the limiter far longer than AckWait, and the heartbeats keep every
+// delivery alive — none is redelivered, none is called twice.
+func TestNoAckWaitExpiryWhileLimited(t *testing.T) {
+	t.Parallel()
+	srv := ratelimittest.New(100, 5*time.Millisecond)
+	t.Cleanup(srv.Close)
+	b := testenv.Broker(t, testenv.Options{AckWait: 2 * time.Second})
+	wf := testenv.Workflow(t, limitWorkflow(t, srv.BaseURL(), "{rpm: 120}", `{max_attempts: 1}`))
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 10), dispatcher.Options{})
+	start := time.Now()
+	testenv.Pool(t, b, worker.Config{Concurrency: 10})
+	job, prog := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 10, prog.OK)
+	require.Greater(t, time.Since(start), 4*time.Second, "the last record waited twice AckWait in the limiter")
+	for id, r := range testenv.Results(t, b, job) {
+		require.Equal(t, 1, r.Recovery.Deliveries, id)
+	}
+	require.Equal(t, 10, srv.Stats().Calls(), "each record called once")
+}
+
+// Two pools on separate connections, with limits far below what they
+// offer, stay together under the limits: no 429, never more calls in
+// flight than limits.concurrency.
+func TestTwoPoolsStayUnderLimit(t *testing.T) {
+	t.Parallel()
+	srv := ratelimittest.New(10, 50*time.Millisecond)
+	t.Cleanup(srv.Close)
+	b := testenv.Broker(t)
+	b2 := testenv.Connect(t, b)
+	wf := testenv.Workflow(t, limitWorkflow(t, srv.BaseURL(), "{rpm: 600, concurrency: 3}", `{max_attempts: 3}`))
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 40), dispatcher.Options{})
+	start := time.Now()
+	p1 := testenv.Pool(t, b, worker.Config{Concurrency: 8})
+	p2 := testenv.Pool(t, b2, worker.Config{Concurrency: 8})
+	_, prog := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	elapsed := time.Since(start)
+	require.EqualValues(t, 40, prog.OK)
+	st := srv.Stats()
+	require.Zero(t, st.Limited, "no 429")
+	require.LessOrEqual(t, st.MaxInFlight, 3)
+	require.Positive(t, p1.Calls())
+	require.Positive(t, p2.Calls())
+	// 40 calls at 9.7/s after a burst of 9: at least 3 s.
+	require.Greater(t, elapsed, 3*time.Second)
+	t.Logf("two pools: %d calls in %s, max %d in flight", st.Calls(), elapsed.Round(time.Millisecond), st.MaxInFlight)
+}
