@@ -7,9 +7,15 @@ import (
 
 // Defaults of AIMD.
 const (
-	// AdaptiveInitialDefault is the concurrency a provider without limits
-	// starts at; slow start grows it by half each round trip until the first cut.
-	AdaptiveInitialDefault = 4
+	// AdaptiveInitialDefault (0) starts a provider without limits at
+	// AdaptiveStartDefault, or the maximum when that is lower; slow start
+	// grows it by about half each round trip until the first cut.
+	AdaptiveInitialDefault = 0
+	// AdaptiveStartDefault is where a provider without limits starts: high
+	// enough that a provider that never pushes back reaches the pool's
+	// concurrency in a few round trips, low enough that the first
+	// overshoot of a rate-limited one is a small cohort of 429s.
+	AdaptiveStartDefault = 16
 	// AdaptiveMinDefault is the floor of a cut.
 	AdaptiveMinDefault = 1
 	// AdaptiveMaxDefault caps growth (the pool's own concurrency caps it too).
@@ -39,14 +45,14 @@ type AIMD struct {
 	epoch    time.Time // calls started before it do not cut again
 }
 
-// NewAIMD returns an AIMD at initial (AdaptiveInitialDefault when ≤ 0),
-// capped at maxLimit (AdaptiveMaxDefault when ≤ 0).
+// NewAIMD returns an AIMD at initial (maxLimit when ≤ 0), capped at
+// maxLimit (AdaptiveMaxDefault when ≤ 0).
 func NewAIMD(initial, maxLimit int) *AIMD {
-	if initial <= 0 {
-		initial = AdaptiveInitialDefault
-	}
 	if maxLimit <= 0 {
 		maxLimit = AdaptiveMaxDefault
+	}
+	if initial <= 0 {
+		initial = min(maxLimit, AdaptiveStartDefault)
 	}
 	return &AIMD{Min: AdaptiveMinDefault, Max: float64(maxLimit), Beta: AdaptiveBetaDefault,
 		Probe: AdaptiveProbeDefault, limit: float64(min(initial, maxLimit)), ssthresh: math.Inf(1)}
@@ -62,12 +68,16 @@ func (a *AIMD) Value() float64 { return a.limit }
 // (counting it) were running. A limit that is not in use does not grow: an
 // idle pool learns nothing about the provider.
 func (a *AIMD) Success(inflight int) {
-	if float64(inflight) < a.limit-1 {
+	// Calls run in cohorts (they start together after a cooldown or a
+	// batch of completions), so "the window was full when this call
+	// started" is true for only the last few of each cohort; half full is
+	// the signal that the limit is in use.
+	if float64(inflight) < a.limit/2 {
 		return
 	}
 	switch {
 	case a.limit < a.ssthresh:
-		a.limit += 0.5 // slow start: ×1.5 each round trip, so the first overshoot is a smaller cohort
+		a.limit += 1 // slow start: about ×1.5 each round trip (half the cohort counts), so the first overshoot is a smaller cohort
 	case a.limit < a.ceiling:
 		a.limit += 1 / a.limit
 	default:

@@ -96,14 +96,17 @@ func TestAIMD(t *testing.T) {
 	// An idle limit does not grow.
 	a.Success(1)
 	require.Equal(t, 4, a.Limit())
-	// Slow start: +1/2 per success when in use (×1.5 per round trip).
+	// Slow start: +1 per success when at least half the window is in use
+	// (in a real cohort about half count: ×1.5 per round trip).
 	for range 4 {
 		a.Success(a.Limit())
 	}
-	require.Equal(t, 6, a.Limit())
+	require.Equal(t, 8, a.Limit())
+	a.Success(3)
+	require.Equal(t, 8, a.Limit(), "a window less than half used does not grow")
 	// A 429 cuts once per epoch.
 	require.True(t, a.Overload(t0, t0.Add(time.Millisecond)))
-	require.InDelta(t, 6*AdaptiveBetaDefault, a.Value(), 1e-9)
+	require.InDelta(t, 8*AdaptiveBetaDefault, a.Value(), 1e-9)
 	require.False(t, a.Overload(t0, t0.Add(2*time.Millisecond)), "a call sent before the cut does not cut again")
 	require.True(t, a.Overload(t0.Add(time.Second), t0.Add(time.Second)))
 	// Back to the level of the last cut it grows by one per round trip,
@@ -135,7 +138,7 @@ func TestAIMD(t *testing.T) {
 func TestAIMDConverges(t *testing.T) {
 	t.Parallel()
 	const capacity = 12
-	a := NewAIMD(0, 256)
+	a := NewAIMD(4, 256)
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	var over, calls int
 	var lows []int
@@ -160,6 +163,18 @@ func TestAIMDConverges(t *testing.T) {
 		require.LessOrEqual(t, l, capacity+2)
 	}
 	require.Less(t, float64(over)/float64(calls), 0.05, "429s are a small share of calls")
+}
+
+// Without an explicit start the limit starts at 16 (or the maximum when
+// lower) and slow start takes it from there.
+func TestAIMDDefaultStart(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 8, NewAIMD(0, 8).Limit())
+	a := NewAIMD(0, 64)
+	require.Equal(t, 16, a.Limit())
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	require.True(t, a.OverloadTo(now.Add(-time.Millisecond), now, 10))
+	require.Equal(t, 10, a.Limit(), "the first overload cuts to what the provider sustained")
 }
 
 func newTestRegistry(t *testing.T, store Store, clock retry.Clock, mod ...func(*Config)) *Registry {
@@ -441,9 +456,9 @@ func TestAdaptiveWindow(t *testing.T) {
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "the window is full: %v", err)
 	p1.Done(provider.Usage{}, nil)
 	p2.Done(provider.Usage{}, nil)
-	require.Equal(t, 3.0, l.Status().Limit, "slow start grew the full window")
+	require.Equal(t, 4.0, l.Status().Limit, "slow start grew the full window (+1 per success)")
 	p3, err := l.Acquire(ctx, 0)
 	require.NoError(t, err)
 	p3.Done(provider.Usage{}, rateLimited(0))
-	require.InDelta(t, 3*AdaptiveBetaDefault, l.Status().Limit, 1e-9)
+	require.InDelta(t, 4*AdaptiveBetaDefault, l.Status().Limit, 1e-9)
 }

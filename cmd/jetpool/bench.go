@@ -30,6 +30,7 @@ type benchFlags struct {
 	size        int
 	concurrency int
 	latencies   string
+	perSlot     int
 	big         int
 	retryN      int
 	natsCLI     string
@@ -50,6 +51,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&f.size, "size", 1024, "record size in bytes")
 	fs.IntVar(&f.concurrency, "concurrency", 256, "worker concurrency for the zero-latency end-to-end run")
 	fs.StringVar(&f.latencies, "latency-concurrency", "10,100,1000", "concurrencies for the 100 ms latency runs (empty: skip)")
+	fs.IntVar(&f.perSlot, "latency-records", 50, "records per concurrency slot in the latency runs (50: 5 s of ideal work, ramp-up included)")
 	fs.IntVar(&f.big, "big", 0, "records of the memory run (e.g. 1000000; 0: skip)")
 	fs.IntVar(&f.retryN, "retry-records", 10000, "records of the retry-overhead run (0: skip)")
 	fs.StringVar(&f.natsCLI, "nats", "", "path of the nats CLI for the raw baselines (default: nats on PATH or in $GOPATH/bin)")
@@ -159,7 +161,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if err != nil || c <= 0 {
 			return usageErr("--latency-concurrency: %q is not a positive number", cs)
 		}
-		n := c * 20
+		n := c * max(f.perSlot, 1)
 		lin := filepath.Join(dir, fmt.Sprintf("lat%d.jsonl", c))
 		if err := writeBenchRecords(lin, n, f.size); err != nil {
 			return err

@@ -75,6 +75,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "providertest: no handler", http.StatusNotImplemented)
 		return
 	}
+	r.Body = io.NopCloser(bytes.NewReader(body)) // handlers may read it too
 	h.ServeHTTP(w, r)
 }
 
