@@ -92,7 +92,7 @@ type sim struct {
 	reply *template.Template
 
 	mu    sync.Mutex
-	calls map[string]int // record → calls so far in this process
+	calls map[string]int // record → calls so far in this process (scripts only)
 	total int
 }
 
@@ -184,9 +184,15 @@ func (s *sim) Call(ctx context.Context, req Request) (Response, error) {
 		record = lastUser(req.Messages)
 	}
 	s.mu.Lock()
-	s.calls[record]++
-	call := s.calls[record]
 	s.total++
+	call := s.total
+	if s.sc.FailFirst > 0 || len(s.sc.Replies) > 0 {
+		// Scripts are per record: count each record's calls. Otherwise the
+		// faults of a call are drawn from the process-wide call number, and
+		// nothing per record is kept, so a million-record job costs no memory.
+		s.calls[record]++
+		call = s.calls[record]
+	}
 	s.mu.Unlock()
 
 	if s.cfg.Timeout > 0 {
