@@ -26,8 +26,8 @@ const (
 
 // Record is one input record.
 type Record struct {
-	Line   int            // 1-based line of the file where the record starts
-	ID     string         // from the id field, or a stable hash of the record
+	Line int    // 1-based line of the file where the record starts
+	ID   string // from the id field, or a stable hash of the record
 	// Fields are the record's top-level fields, undecoded: the dispatcher
 	// never needs more, and passes the record's JSON through as it is.
 	Fields map[string]json.RawMessage

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -432,25 +433,31 @@ func benchBig(ctx context.Context, e *env, b *broker.Broker, dir string, f bench
 	start := time.Now()
 	disp := child("dispatch", filepath.Join(dir, "big.yaml"), "--input", in, "--job", "bench-big", "--no-preflight")
 	disp.Stdout = nil
-	if err := disp.Run(); err != nil {
+	if err := disp.Start(); err != nil {
+		return fmt.Errorf("dispatch child: %w", err)
+	}
+	dispHWM := watchHWM(disp.Process.Pid)
+	if err := disp.Wait(); err != nil {
 		return fmt.Errorf("dispatch child: %w", err)
 	}
 	dt := time.Since(start)
 	add(fmt.Sprintf("big job: dispatch %d records (child process)", f.big), rate(float64(f.big)/dt.Seconds()),
-		"peak RSS "+rss(disp.ProcessState))
+		"peak RSS "+dispHWM())
 	wk := child("worker", "--concurrency", strconv.Itoa(f.concurrency), "--job", "bench-big")
 	if err := wk.Start(); err != nil {
 		return err
 	}
+	wkHWM := watchHWM(wk.Process.Pid)
 	start = time.Now()
 	werr := waitFinished(ctx, b, "bench-big")
 	wt := time.Since(start)
+	peak := wkHWM()
 	_ = wk.Process.Signal(syscall.SIGTERM)
 	_ = wk.Wait()
 	if werr != nil {
 		return werr
 	}
-	add(fmt.Sprintf("big job: work %d records (child worker)", f.big), rate(float64(f.big)/wt.Seconds()), "peak RSS "+rss(wk.ProcessState))
+	add(fmt.Sprintf("big job: work %d records (child worker)", f.big), rate(float64(f.big)/wt.Seconds()), "peak RSS "+peak)
 	for range 3 {
 		st := child("status", "bench-big", "--json")
 		start = time.Now()
@@ -462,12 +469,48 @@ func benchBig(ctx context.Context, e *env, b *broker.Broker, dir string, f bench
 	return nil
 }
 
-func rss(ps *os.ProcessState) string {
-	if ps == nil {
-		return "-"
+// watchHWM samples a child's VmHWM (its own peak RSS) until the returned
+// func is called, which reports the peak seen. The child's rusage maxrss is
+// no good here: Linux carries the parent's high-water mark over fork and
+// exec, so a child forked by a big process reports the parent's size.
+func watchHWM(pid int) func() string {
+	var mu sync.Mutex
+	var peak int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	read := func() {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "VmHWM:") {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "VmHWM:"), "kB")), 10, 64)
+				mu.Lock()
+				peak = max(peak, kb)
+				mu.Unlock()
+			}
+		}
 	}
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		return fmt.Sprintf("%d MiB", ru.Maxrss/1024)
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() string {
+		read()
+		close(stop)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("%d MiB", peak/1024)
 	}
-	return "-"
 }

@@ -134,6 +134,7 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	defer stopMetrics()
 	e.log.Info().Int("concurrency", n).Msg("worker started")
 	<-ctx.Done()
+	writeHeapProfile()
 	e.log.Info().Dur("drain", *drain).Msg("stopping: no new records; finishing in-flight calls")
 	m.setReady(false)
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -215,6 +216,19 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeHeapProfile writes a heap profile to $JETPOOL_MEMPROFILE, if set.
+func writeHeapProfile() {
+	path := os.Getenv("JETPOOL_MEMPROFILE")
+	if path == "" {
+		return
+	}
+	if f, err := os.Create(path); err == nil {
+		runtime.GC()
+		_ = pprof.WriteHeapProfile(f)
+		f.Close()
+	}
 }
 
 func plural(n int64, word string) string {
