@@ -165,13 +165,14 @@ func TestAIMDConverges(t *testing.T) {
 	require.Less(t, float64(over)/float64(calls), 0.05, "429s are a small share of calls")
 }
 
-// Without an explicit start the limit starts at 16 (or the maximum when
-// lower) and slow start takes it from there.
+// Without an explicit start the limit starts at AdaptiveStartDefault (or
+// the maximum when lower) and slow start takes it from there; the first
+// overload cuts to what the provider sustained.
 func TestAIMDDefaultStart(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, 8, NewAIMD(0, 8).Limit())
-	a := NewAIMD(0, 64)
-	require.Equal(t, 16, a.Limit())
+	require.Equal(t, 2, NewAIMD(0, 2).Limit())
+	require.Equal(t, AdaptiveStartDefault, NewAIMD(0, 64).Limit())
+	a := NewAIMD(32, 64)
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	require.True(t, a.OverloadTo(now.Add(-time.Millisecond), now, 10))
 	require.Equal(t, 10, a.Limit(), "the first overload cuts to what the provider sustained")
