@@ -65,30 +65,16 @@ type Dispatcher struct {
 // (unless SkipBad), and returns the job id and the number of records.
 // Nothing is published.
 func Check(wf *workflow.Workflow, opts Options) (jobID string, records int64, bad []error, err error) {
-	r, err := Open(opts.Input, opts.Format, opts.IDField)
+	contentHash, err := eachRecord(wf, opts, func(_ Record, le *LineError) error {
+		if le != nil {
+			bad = append(bad, le)
+		} else {
+			records++
+		}
+		return nil
+	})
 	if err != nil {
 		return "", 0, nil, err
-	}
-	defer r.Close()
-	first := wf.Actions[0]
-	fields := first.Fields()
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err == nil {
-			err = checkFields(opts.Input, rec, first, fields)
-		}
-		if err != nil {
-			var le *LineError
-			if !errors.As(err, &le) {
-				return "", 0, nil, err
-			}
-			bad = append(bad, err)
-			continue
-		}
-		records++
 	}
 	if records == 0 && len(bad) == 0 {
 		return "", 0, nil, &LineError{File: opts.Input, Reason: "empty file: no records"}
@@ -98,7 +84,7 @@ func Check(wf *workflow.Workflow, opts Options) (jobID string, records int64, ba
 		enc, _ := wf.Encode()
 		h := sha256.New()
 		h.Write(enc)
-		h.Write([]byte(r.ContentHash()))
+		h.Write([]byte(contentHash))
 		h.Write([]byte(opts.IDField))
 		base := strings.TrimSuffix(filepath.Base(wf.File), filepath.Ext(wf.File))
 		if wf.Name != "" {
@@ -145,6 +131,35 @@ func checkFields(file string, rec Record, a *workflow.Action, fields []string) e
 		}
 	}
 	return nil
+}
+
+// eachRecord reads the input once and calls fn for every record, with the
+// *LineError of a bad one (a malformed line, or a record that lacks a field
+// the first action's prompt uses). It returns the hash of the file's bytes.
+func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError) error) (string, error) {
+	r, err := Open(opts.Input, opts.Format, opts.IDField)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	first := wf.Actions[0]
+	fields := first.Fields()
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return r.ContentHash(), nil
+		}
+		if err == nil {
+			err = checkFields(opts.Input, rec, first, fields)
+		}
+		var le *LineError
+		if err != nil && !errors.As(err, &le) {
+			return "", err
+		}
+		if err := fn(rec, le); err != nil {
+			return "", err
+		}
+	}
 }
 
 // BadInputError lists the refused lines of an input.
@@ -238,13 +253,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 }
 
 func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options) (*Result, error) {
-	r, err := Open(opts.Input, opts.Format, opts.IDField)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
 	first := wf.Actions[0]
-	fields := first.Fields()
 	maxPending := opts.MaxPending
 	if maxPending <= 0 {
 		maxPending = MaxPendingDefault
@@ -273,40 +282,28 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		}
 		return nil
 	}
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err == nil {
-			err = checkFields(opts.Input, rec, first, fields)
-		}
-		if err != nil {
-			var le *LineError
-			if !errors.As(err, &le) {
-				return nil, err
-			}
-			if err := d.deadLetterBad(ctx, job.ID, first.Name, rec, le); err != nil {
-				return nil, err
-			}
+	_, err := eachRecord(wf, opts, func(rec Record, le *LineError) error {
+		if le != nil {
 			res.BadLines++
-			continue
+			return d.deadLetterBad(ctx, job.ID, first.Name, rec, le)
 		}
 		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line}
 		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		f, err := d.B.JS.PublishMsgAsync(m)
 		if err != nil {
-			return nil, fmt.Errorf("publish: %w", err)
+			return fmt.Errorf("publish: %w", err)
 		}
 		pending = append(pending, f)
 		if len(pending) >= maxPending {
-			if err := drain(maxPending / 2); err != nil {
-				return nil, err
-			}
+			return drain(maxPending / 2)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := drain(0); err != nil {
 		return nil, err

@@ -56,20 +56,9 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return usageErr("want WORKFLOW and --input FILE")
 	}
-	wf, err := workflow.Load(pos[0])
+	wf, opts, err := f.prepare(ctx, pos[0])
 	if err != nil {
-		return configErr(err)
-	}
-	jobID, _, bad, err := dispatcher.Check(wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job})
-	if err != nil {
-		return configErr(err)
-	} else if len(bad) > 0 && !f.skipBad {
-		return configErr(&dispatcher.BadInputError{Errs: bad})
-	}
-	if !f.noPreflight {
-		if err := preflight(ctx, wf); err != nil {
-			return configErr(err)
-		}
+		return err
 	}
 	b, err := connect(ctx, e)
 	if err != nil {
@@ -80,7 +69,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "note: JETPOOL_NATS_URL is unset: the job goes to the embedded store in "+e.cfg.DataDir+"; `jetpool worker` with the same data dir (or `jetpool run`) will work it")
 	}
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
-	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: jobID, SkipBad: f.skipBad, Checked: true})
+	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
 		return err
 	}

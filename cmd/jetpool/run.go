@@ -47,20 +47,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if f.input == "" {
 		return usageErr("--input is required")
 	}
-	wf, err := workflow.Load(pos[0])
+	wf, opts, err := f.prepare(ctx, pos[0])
 	if err != nil {
-		return configErr(err)
-	}
-	jobID, _, bad, err := dispatcher.Check(wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job})
-	if err != nil {
-		return configErr(err)
-	} else if len(bad) > 0 && !f.skipBad {
-		return configErr(&dispatcher.BadInputError{Errs: bad})
-	}
-	if !f.noPreflight {
-		if err := preflight(ctx, wf); err != nil {
-			return configErr(err)
-		}
+		return err
 	}
 	b, err := connect(ctx, e)
 	if err != nil {
@@ -70,7 +59,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 
 	start := time.Now()
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
-	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: jobID, SkipBad: f.skipBad, Checked: true})
+	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
 		var bie *dispatcher.BadInputError
 		var le *dispatcher.LineError
@@ -93,6 +82,32 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr)
 	}
 	return workAndReport(ctx, e, b, job.ID, f.concurrency, f.output, !f.noProgress, start)
+}
+
+// prepare does everything run and dispatch do before they publish: load
+// and validate the workflow, read the whole input (refusing bad lines unless
+// --skip-bad), and check the providers' credentials. Every failure is a
+// usage/configuration error (exit 2) and nothing has been published.
+func (f *runFlags) prepare(ctx context.Context, path string) (*workflow.Workflow, dispatcher.Options, error) {
+	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad}
+	wf, err := workflow.Load(path)
+	if err != nil {
+		return nil, opts, configErr(err)
+	}
+	jobID, _, bad, err := dispatcher.Check(wf, opts)
+	if err != nil {
+		return nil, opts, configErr(err)
+	}
+	if len(bad) > 0 && !f.skipBad {
+		return nil, opts, configErr(&dispatcher.BadInputError{Errs: bad})
+	}
+	if !f.noPreflight {
+		if err := preflight(ctx, wf); err != nil {
+			return nil, opts, configErr(err)
+		}
+	}
+	opts.JobID, opts.Checked = jobID, true
+	return wf, opts, nil
 }
 
 // workAndReport runs a pool and the catcher on the job until it is done,
