@@ -80,7 +80,7 @@ func TestQuickstartStory(t *testing.T) {
 	// Running the same command again re-runs nothing.
 	code, stdout, _ = jetpool(t, "run", wf, "--input", in, "--output", out, "--no-progress")
 	require.Equal(t, 0, code)
-	require.Contains(t, stdout, "(this run: 0)")
+	require.Contains(t, stdout, "model calls this run: 0")
 
 	t.Setenv("JETPOOL_SIM_KEY", "sk-sim-fixed")
 	code, stdout, stderr = jetpool(t, "retry", "--output", out, "--no-progress")

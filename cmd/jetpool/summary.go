@@ -118,7 +118,11 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	if retries < 0 {
 		retries = 0
 	}
-	fmt.Fprintf(out, "  calls made: %d (this run: %d), retries spent: %d, records recovered by retry: %d\n", s.calls, callsThisRun, retries, s.recovered)
+	// Attempts come from the results (all runs of the job); calls are this
+	// process's, and include 429s the shared limiter absorbed, which spend
+	// no attempt.
+	fmt.Fprintf(out, "  attempts: %d, retries spent: %d, records recovered by retry: %d; model calls this run: %d\n",
+		s.calls, retries, s.recovered, callsThisRun)
 	if s.tokensIn+s.tokensOut > 0 {
 		fmt.Fprintf(out, "  tokens: %d in, %d out\n", s.tokensIn, s.tokensOut)
 	}
