@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -48,6 +50,63 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 		b = strconv.AppendInt(b, int64(e.Line), 10)
 	}
 	return append(b, '}'), nil
+}
+
+// UnmarshalJSON keeps the record undecoded (RawRecord); Fields decodes what
+// a prompt needs. A worker never pays for decoding fields no template reads.
+func (e *Envelope) UnmarshalJSON(b []byte) error {
+	type plain Envelope
+	w := struct {
+		*plain
+		Record json.RawMessage `json:"record"`
+	}{plain: (*plain)(e)}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	e.Record, e.RawRecord = nil, w.Record
+	if string(w.Record) == "null" {
+		e.RawRecord = nil
+	}
+	return nil
+}
+
+// HasRecord reports whether the envelope carries a record.
+func (e *Envelope) HasRecord() bool { return e.Record != nil || len(e.RawRecord) > 0 }
+
+// Fields returns the record's fields: all of them when names is nil, else
+// only those named (missing ones are left out). Numbers keep their text.
+func (e *Envelope) Fields(names []string) (map[string]any, error) {
+	if e.RawRecord == nil {
+		return e.Record, nil
+	}
+	if names == nil {
+		var all map[string]any
+		dec := json.NewDecoder(bytes.NewReader(e.RawRecord))
+		dec.UseNumber()
+		if err := dec.Decode(&all); err != nil {
+			return nil, fmt.Errorf("record: %w", err)
+		}
+		return all, nil
+	}
+	var shallow map[string]json.RawMessage
+	if err := json.Unmarshal(e.RawRecord, &shallow); err != nil {
+		return nil, fmt.Errorf("record: %w", err)
+	}
+	out := make(map[string]any, len(names))
+	for _, n := range names {
+		raw, ok := shallow[n]
+		if !ok {
+			continue
+		}
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("record field %s: %w", n, err)
+		}
+		out[n] = v
+	}
+	return out, nil
 }
 
 // WorkMsgID is the dedupe id of a record's work message for an action and

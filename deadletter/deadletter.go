@@ -223,7 +223,7 @@ func (e *Entry) Envelope() (*broker.Envelope, error) {
 	if err := json.Unmarshal(e.Data, &env); err != nil {
 		return nil, err
 	}
-	if env.Record == nil {
+	if !env.HasRecord() {
 		return nil, errors.New("not a work envelope")
 	}
 	return &env, nil

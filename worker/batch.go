@@ -87,7 +87,7 @@ func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery) {
 // builds an online call's first attempt.
 func batchRequest(d *delivery) (provider.Request, *retry.Error) {
 	a := d.action
-	prompt, err := a.Render(templateData(d))
+	prompt, err := render(a, d)
 	if err != nil {
 		return provider.Request{}, &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error()}
 	}

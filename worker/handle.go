@@ -191,7 +191,7 @@ func (jr *jobRunner) forward(ctx context.Context, d *delivery, output any) error
 		return nil
 	}
 	next := jr.wf.Actions[d.index+1]
-	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, Line: d.env.Line, Outputs: map[string]any{}}
+	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, RawRecord: d.env.RawRecord, Line: d.env.Line, Outputs: map[string]any{}}
 	for k, v := range d.env.Outputs {
 		env.Outputs[k] = v
 	}

@@ -44,12 +44,35 @@ type sessionRun struct {
 const OutputMaxLen = 1000
 
 // templateData is what an action's prompt sees: the record's fields, and
-// the outputs of earlier actions by action name.
-func templateData(d *delivery) map[string]any {
-	data := make(map[string]any, len(d.env.Record)+len(d.env.Outputs))
-	maps.Copy(data, d.env.Record)
+// the outputs of earlier actions by action name. With fields set, only those
+// top-level record fields are decoded (nil: all of them).
+func templateData(d *delivery, fields []string) (map[string]any, error) {
+	rec, err := d.env.Fields(fields)
+	if err != nil {
+		return nil, err
+	}
+	data := make(map[string]any, len(rec)+len(d.env.Outputs))
+	maps.Copy(data, rec)
 	maps.Copy(data, d.env.Outputs)
-	return data
+	return data, nil
+}
+
+// render renders the action's prompt for the delivery. It decodes only the
+// fields the template names; if the template reads one that analysis did not
+// see (a computed index, say), it renders again over the whole record.
+func render(a *workflow.Action, d *delivery) (string, error) {
+	data, err := templateData(d, a.Fields())
+	if err != nil {
+		return "", err
+	}
+	prompt, err := a.Render(data)
+	if err == nil || !errors.Is(err, workflow.ErrMissingField) {
+		return prompt, err
+	}
+	if data, err = templateData(d, nil); err != nil {
+		return "", err
+	}
+	return a.Render(data)
 }
 
 // runSession runs one delivery of a record's action: the conversation with
@@ -74,7 +97,7 @@ func templateData(d *delivery) map[string]any {
 func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 	a := d.action
 	run := &sessionRun{model: a.Model, repairs: repairsOf(d.prior, false)}
-	prompt, err := a.Render(templateData(d))
+	prompt, err := render(a, d)
 	if err != nil {
 		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error()}}
 		return run
