@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -214,19 +215,10 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 }
 
 func redact(url string) string {
-	if i, j := indexByte(url, '@'), indexByte(url, '/'); i > 0 && j >= 0 {
+	if i, j := strings.IndexByte(url, '@'), strings.IndexByte(url, '/'); i > 0 && j >= 0 {
 		return url[:j+2] + "***" + url[i:]
 	}
 	return url
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // Close drains the connection and stops the embedded server.

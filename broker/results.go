@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/retry"
 )
 
 // Result statuses.
@@ -208,7 +210,7 @@ func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, 
 		for i, r := range failureOutcomes {
 			filters[i] = ResultFilter(j.ID, "", r)
 		}
-		n, err := b.countResults(ctx, filters)
+		n, err := b.countFiltered(ctx, StreamResults, filters...)
 		if err != nil {
 			return c, err
 		}
@@ -218,10 +220,10 @@ func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, 
 	return c, nil
 }
 
-// countResults counts the results matching any of filters at one instant
-// (an ephemeral consumer with several filter subjects; see Count).
-func (b *Broker) countResults(ctx context.Context, filters []string) (uint64, error) {
-	c, err := b.JS.CreateConsumer(ctx, StreamResults, jetstream.ConsumerConfig{
+// countFiltered counts the messages of stream matching any of filters at
+// one instant: an ephemeral consumer's pending count, computed by the server.
+func (b *Broker) countFiltered(ctx context.Context, stream string, filters ...string) (uint64, error) {
+	c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		FilterSubjects:    filters,
 		AckPolicy:         jetstream.AckNonePolicy,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
@@ -230,20 +232,22 @@ func (b *Broker) countResults(ctx context.Context, filters []string) (uint64, er
 		Replicas:          1,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("count %s %v: %w", StreamResults, filters, err)
+		return 0, fmt.Errorf("count %s %v: %w", stream, filters, err)
 	}
 	info := c.CachedInfo()
-	_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), StreamResults, info.Name)
+	_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name)
 	return info.NumPending, nil
 }
 
 // failureOutcomes are the outcome tokens of failed results: every reason,
 // and "failed" for a failure without one (Result.Outcome).
-var failureOutcomes = append(append([]string(nil), reasons...), "failed")
-
-// reasons mirrors retry.Reasons (broker imports no policy).
-var reasons = []string{"permanent", "exhausted", "context_overflow", "schema_violation", "programming_error",
-	"bad_input", "max_deliveries", "batch_not_returned", "job_failed", "max_calls"}
+var failureOutcomes = func() []string {
+	out := make([]string, 0, len(retry.Reasons)+1)
+	for _, r := range retry.Reasons {
+		out = append(out, string(r))
+	}
+	return append(out, "failed")
+}()
 
 // Progress is a job's live state: exact result counts and the work
 // consumer's backlog.

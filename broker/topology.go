@@ -233,21 +233,7 @@ func (b *Broker) Count(ctx context.Context, stream, filter string) (uint64, erro
 		}
 		return n, nil
 	}
-	c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		FilterSubject:     filter,
-		AckPolicy:         jetstream.AckNonePolicy,
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: 10 * time.Second,
-		MemoryStorage:     true,
-		Replicas:          1,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("count %s %s: %w", stream, filter, err)
-	}
-	info := c.CachedInfo()
-	n := info.NumPending
-	_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name)
-	return n, nil
+	return b.countFiltered(ctx, stream, filter)
 }
 
 // LastMsg returns the last message on subject in stream, or nil when none.

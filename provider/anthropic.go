@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -151,7 +152,7 @@ func (p *anthropic) Call(ctx context.Context, req Request) (Response, error) {
 	if req.Stream && req.OnDelta != nil && text.Len() > 0 {
 		req.OnDelta(text.String())
 	}
-	return Response{Text: text.String(), FinishReason: anthropicFinish(m.StopReason), Model: cmpOrS(m.Model, req.Model),
+	return Response{Text: text.String(), FinishReason: anthropicFinish(m.StopReason), Model: cmp.Or(m.Model, req.Model),
 		Usage: Usage{InputTokens: m.Usage.input(), OutputTokens: m.Usage.OutputTokens}}, nil
 }
 
@@ -183,9 +184,9 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 		if err := json.Unmarshal(ev.data, &data); err != nil {
 			return Response{}, p.streamBroken(ctx, fmt.Errorf("bad stream event: %w", err), req.Model, key)
 		}
-		switch cmpOrS(ev.event, data.Type) {
+		switch cmp.Or(ev.event, data.Type) {
 		case "message_start":
-			out.Model = cmpOrS(data.Message.Model, out.Model)
+			out.Model = cmp.Or(data.Message.Model, out.Model)
 			out.Usage = Usage{InputTokens: data.Message.Usage.input(), OutputTokens: data.Message.Usage.OutputTokens}
 		case "content_block_delta":
 			if data.Delta.Type == "text_delta" && data.Delta.Text != "" {

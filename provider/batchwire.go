@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -136,7 +137,7 @@ func (p *openAI) parse(b []byte, model string) (Response, *retry.Error) {
 			Message: "response has no choices", Provider: p.cfg.Name, Model: model}
 	}
 	ch := r.Choices[0]
-	out := Response{Text: contentText(ch.Message.Content), Usage: r.usage(), Model: cmpOrS(r.Model, model)}
+	out := Response{Text: contentText(ch.Message.Content), Usage: r.usage(), Model: cmp.Or(r.Model, model)}
 	if ch.FinishReason != nil {
 		out.FinishReason = *ch.FinishReason
 	}
@@ -155,6 +156,6 @@ func (p *anthropic) parse(b []byte, model string) (Response, *retry.Error) {
 			text.WriteString(c.Text)
 		}
 	}
-	return Response{Text: text.String(), FinishReason: anthropicFinish(m.StopReason), Model: cmpOrS(m.Model, model),
+	return Response{Text: text.String(), FinishReason: anthropicFinish(m.StopReason), Model: cmp.Or(m.Model, model),
 		Usage: Usage{InputTokens: m.Usage.input(), OutputTokens: m.Usage.OutputTokens}}, nil
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -138,7 +139,7 @@ func (p *openAI) Call(ctx context.Context, req Request) (Response, error) {
 			Message: "response has no choices", Provider: p.cfg.Name, Model: req.Model}
 	}
 	ch := r.Choices[0]
-	out := Response{Text: contentText(ch.Message.Content), Usage: r.usage(), Model: cmpOrS(r.Model, req.Model)}
+	out := Response{Text: contentText(ch.Message.Content), Usage: r.usage(), Model: cmp.Or(r.Model, req.Model)}
 	if ch.FinishReason != nil {
 		out.FinishReason = *ch.FinishReason
 	}

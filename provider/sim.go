@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -104,25 +105,20 @@ func newSim(cfg Config) (Provider, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("provider %s: sim: %w", cfg.Name, err)
 	}
-	sc.RetryAfter = cmpOr(sc.RetryAfter, SimRetryAfterDefault)
-	sc.SlowLatency = cmpOr(sc.SlowLatency, SimSlowLatencyDefault)
-	t, err := template.New("reply").Parse(cmpOrS(sc.Reply, SimReplyDefault))
+	sc.RetryAfter = positiveOr(sc.RetryAfter, SimRetryAfterDefault)
+	sc.SlowLatency = positiveOr(sc.SlowLatency, SimSlowLatencyDefault)
+	t, err := template.New("reply").Parse(cmp.Or(sc.Reply, SimReplyDefault))
 	if err != nil {
 		return nil, err
 	}
 	return &sim{cfg: cfg, sc: sc, reply: t, calls: map[string]int{}}, nil
 }
 
-func cmpOr(d, def time.Duration) time.Duration {
+// positiveOr is d when it is positive, else def (a negative duration is
+// as unset as a zero one).
+func positiveOr(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
-	}
-	return def
-}
-
-func cmpOrS(s, def string) string {
-	if s != "" {
-		return s
 	}
 	return def
 }
@@ -178,7 +174,7 @@ func (s *sim) fail(class retry.Class, model string) *retry.Error {
 }
 
 func (s *sim) Call(ctx context.Context, req Request) (Response, error) {
-	model := cmpOrS(req.Model, SimModelDefault)
+	model := cmp.Or(req.Model, SimModelDefault)
 	record := req.RecordID
 	if record == "" {
 		record = lastUser(req.Messages)
@@ -226,7 +222,7 @@ func (s *sim) Call(ctx context.Context, req Request) (Response, error) {
 	}
 
 	if call <= s.sc.FailFirst {
-		return Response{}, s.fail(retry.Class(cmpOrS(s.sc.FailClass, string(retry.ClassServer))), model)
+		return Response{}, s.fail(retry.Class(cmp.Or(s.sc.FailClass, string(retry.ClassServer))), model)
 	}
 	if f.Auth > 0 && s.draw(record, 0, "auth") < f.Auth {
 		key, _ := s.cfg.APIKey()

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
@@ -756,7 +757,7 @@ func (l *Limiter) Status() Status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := Status{Key: l.key, Provider: l.name, Mode: "limits", Limit: float64(l.limits.Concurrency),
-		InFlight: l.shared.InFlight(now), Circuit: cmpOr(l.shared.Breaker.State, CircuitClosed),
+		InFlight: l.shared.InFlight(now), Circuit: cmp.Or(l.shared.Breaker.State, CircuitClosed),
 		Calls: l.calls.Load(), Absorbed: l.absorbed.Load(), Waited: l.waited.Load()}
 	if l.aimd != nil {
 		st.Mode, st.Limit, st.InFlight = "adaptive", l.aimd.Value(), l.inflight
@@ -779,13 +780,6 @@ func (l *Limiter) WaitMax() time.Duration { return l.r.cfg.WaitMax }
 func (l *Limiter) CircuitOpen() bool {
 	s, _ := l.view()
 	return s.Breaker.State == CircuitOpen && l.now().Before(s.Breaker.Until)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // servedWindow is how far back servedRate looks.

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,7 +125,7 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 	}
 	res := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: output, Action: a.Name, Job: d.job,
-		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmpOr(resp.Model, a.Model), Replays: d.replays,
+		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model), Replays: d.replays,
 		Usage:    broker.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens},
 		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: time.Now().UTC(),
 	}
@@ -143,7 +144,7 @@ func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.It
 	}
 	e := &deadletter.Entry{
 		Job: d.job, Record: d.env.ID, Action: a.Name, Reason: reason, Class: final.Class, Error: diag,
-		Attempts: max(it.Round, 1), Deliveries: d.n, Provider: a.Provider, Model: cmpOr(final.Model, a.Model),
+		Attempts: max(it.Round, 1), Deliveries: d.n, Provider: a.Provider, Model: cmp.Or(final.Model, a.Model),
 		Replays: d.replays, Data: it.Data, FailedAt: time.Now().UTC(),
 	}
 	if err := deadletter.Publish(ctx, jr.p.b, e); err != nil {

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -253,7 +254,7 @@ func (jr *jobRunner) finishFailed(ctx context.Context, d *delivery, final *retry
 	totalCalls := calls + priorCalls(d.prior)
 	e := &deadletter.Entry{
 		Job: d.job, Record: d.env.ID, Action: d.action.Name, Reason: reason, Class: final.Class, Error: diag,
-		Attempts: totalCalls, Deliveries: d.n, Provider: d.action.Provider, Model: cmpOr(final.Model, d.action.Model),
+		Attempts: totalCalls, Deliveries: d.n, Provider: d.action.Provider, Model: cmp.Or(final.Model, d.action.Model),
 		Replays: d.replays, Data: d.msg.Data(), FailedAt: time.Now().UTC(),
 	}
 	if err := deadletter.Publish(ctx, p.b, e); err != nil {
@@ -301,13 +302,6 @@ func (jr *jobRunner) raise(ctx context.Context, d *delivery, diag string) {
 		return
 	}
 	jr.setJob(j)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func attemptsKey(d *delivery) string {

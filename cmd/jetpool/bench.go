@@ -143,7 +143,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	add("jetpool dispatch (validate pass + publish)", rate(dispatchRate), pct(dispatchRate, rawPub)+" of raw pub")
 
 	// 3. End to end, zero latency.
-	t, err := benchWork(ctx, b, "bench-zero", f.concurrency, log)
+	t, err := benchWork(ctx, e, b, "bench-zero", f.concurrency, log)
 	if err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if _, err := d.Dispatch(ctx, lwf, dispatcher.Options{Input: lin, JobID: job}); err != nil {
 			return err
 		}
-		t, err := benchWork(ctx, b, job, c, log)
+		t, err := benchWork(ctx, e, b, job, c, log)
 		if err != nil {
 			return err
 		}
@@ -198,7 +198,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if _, err := d.Dispatch(ctx, rwf, dispatcher.Options{Input: rin, JobID: "bench-retry"}); err != nil {
 			return err
 		}
-		if _, err := benchWork(ctx, b, "bench-retry", 64, log); err != nil {
+		if _, err := benchWork(ctx, e, b, "bench-retry", 64, log); err != nil {
 			return err
 		}
 		j, _, err := b.GetJob(ctx, "bench-retry")
@@ -363,7 +363,7 @@ func benchWorkflow(dir, name, sim, retryBlock string) (*workflow.Workflow, error
 }
 
 // benchWork runs a pool on job until it is finished and returns the time.
-func benchWork(ctx context.Context, b *broker.Broker, job string, conc int, log zerolog.Logger) (time.Duration, error) {
+func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc int, log zerolog.Logger) (time.Duration, error) {
 	pool := worker.New(b, worker.Config{Concurrency: conc, Log: log, Jobs: []string{job}})
 	start := time.Now()
 	if err := pool.Start(ctx); err != nil {
@@ -374,39 +374,10 @@ func benchWork(ctx context.Context, b *broker.Broker, job string, conc int, log 
 		defer cancel()
 		_ = pool.Stop(sctx)
 	}()
-	if err := waitFinished(ctx, b, job); err != nil {
+	if _, err := waitJobEvery(ctx, e, b, job, false, 20*time.Millisecond); err != nil {
 		return 0, err
 	}
 	return time.Since(start), nil
-}
-
-// waitFinished polls the backlog (cheap) and counts results once drained.
-func waitFinished(ctx context.Context, b *broker.Broker, job string) error {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		j, _, err := b.GetJob(ctx, job)
-		if err != nil {
-			return err
-		}
-		p, err := b.Backlog(ctx, job)
-		if err != nil {
-			return err
-		}
-		if p.Drained() {
-			if p, err = b.JobProgress(ctx, j, false); err != nil {
-				return err
-			}
-			if p.Finished(j) {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
 }
 
 // benchBig dispatches and works a big job in child processes of this
@@ -449,7 +420,7 @@ func benchBig(ctx context.Context, e *env, b *broker.Broker, dir string, f bench
 	}
 	wkHWM := watchHWM(wk.Process.Pid)
 	start = time.Now()
-	werr := waitFinished(ctx, b, "bench-big")
+	_, werr := waitJobEvery(ctx, e, b, "bench-big", false, 20*time.Millisecond)
 	wt := time.Since(start)
 	peak := wkHWM()
 	_ = wk.Process.Signal(syscall.SIGTERM)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -259,5 +258,3 @@ func checkFilter(f deadletter.Filter) error {
 	}
 	return nil
 }
-
-var errNoJob = errors.New("no such job")
