@@ -44,8 +44,16 @@ func natsCLIOnTerminal(t testing.TB, url string, args ...string) string {
 		copied <- err
 	}()
 	err := cmd.Wait()
-	master.Close()
-	<-copied // ends with EIO: the slave side closed
+	// Drain what the child wrote before closing the master: closing it at
+	// once threw away output still in the terminal's buffer (a flaky test
+	// that saw one dead letter of five). The copy ends with EIO once the
+	// buffer is empty and the slave side is closed.
+	select {
+	case <-copied:
+	case <-time.After(10 * time.Second):
+		master.Close()
+		<-copied
+	}
 	require.NoError(t, err, "nats %v on a terminal:\n%s", args, out.String())
 	return out.String()
 }
