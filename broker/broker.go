@@ -183,13 +183,19 @@ func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *
 	// The dispatcher keeps at most dispatcher.MaxPendingDefault (4096)
 	// publishes unacknowledged; the library's own limit sits above that so
 	// a slow store (fsync always) slows publishing down instead of failing it.
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
+	// An async publish whose ack never comes (a stream leader lost with
+	// the message) fails after PublishAckTimeout instead of waiting forever.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384), jetstream.WithPublishAsyncTimeout(PublishAckTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
 	return &Broker{NC: nc, JS: js, Cfg: cfg, Log: log, srv: srv, kv: map[string]jetstream.KeyValue{}, streams: map[string]jetstream.Stream{}}, nil
 }
+
+// PublishAckTimeout bounds the wait for an async publish's ack (dispatch,
+// result writes).
+const PublishAckTimeout = 30 * time.Second
 
 func tlsConfig(cfg Config) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}

@@ -42,6 +42,12 @@ const (
 	HeaderFailedAt   = "Jetpool-Failed-At"
 	HeaderReplays    = "Jetpool-Replays"
 	HeaderMode       = "Jetpool-Mode" // "online" forces online mode on replay of a batch action
+	// HeaderFirstRun "1" says the publisher knew that no result of this
+	// action can exist for the record yet (a job's first dispatch, or the
+	// hop from the one run of the previous action): the first delivery of
+	// such a message skips the already-succeeded lookup. Any other message,
+	// and every redelivery, looks the result up first.
+	HeaderFirstRun = "Jetpool-First-Run"
 )
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -91,11 +90,24 @@ func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
 	subj := ResultSubject(r.Job, r.Action, r.Outcome(), r.ID)
 	m := nats.NewMsg(subj)
 	m.Data = data
-	m.Header.Set(HeaderMsgID, "res."+r.Job+"."+r.Action+"."+RecordToken(r.ID)+"."+strconv.Itoa(r.Replays)+"."+r.Outcome())
-	if _, err := b.JS.PublishMsg(ctx, m); err != nil {
+	// No Nats-Msg-Id: the stream keeps one message per subject, so a
+	// result written twice is stored once, and the server need not keep
+	// an id per result for the dedupe window.
+	// Async publish, then wait for its ack: the result is stored when this
+	// returns, as with PublishMsg, without a request (an inbox, a context
+	// and a timer) per result — many handlers share one reply subscription.
+	f, err := b.JS.PublishMsgAsync(m)
+	if err != nil {
 		return fmt.Errorf("write result %s: %w", subj, err)
 	}
-	return nil
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return fmt.Errorf("write result %s: %w", subj, err)
+	case <-ctx.Done():
+		return fmt.Errorf("write result %s: %w", subj, ctx.Err())
+	}
 }
 
 // HasOK reports whether record already has a successful result for action.

@@ -249,6 +249,22 @@ func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstrea
 	return m, err
 }
 
+// JobUnseen reports whether neither the work stream nor the results stream
+// holds any message of job (two last-by-subject lookups, whatever the size
+// of the streams).
+func (b *Broker) JobUnseen(ctx context.Context, job string) (bool, error) {
+	for _, q := range [][2]string{{StreamWork, WorkFilter(job)}, {StreamResults, "jetpool.results." + job + ".>"}} {
+		m, err := b.LastMsg(ctx, q[0], q[1])
+		if err != nil {
+			return false, fmt.Errorf("look for earlier messages of job %s: %w", job, err)
+		}
+		if m != nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // DeleteMsg removes one message from a stream; a missing one is not an error.
 func (b *Broker) DeleteMsg(ctx context.Context, stream string, seq uint64) error {
 	s, err := b.stream(ctx, stream)

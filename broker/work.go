@@ -2,11 +2,16 @@ package broker
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/tidwall/gjson"
 )
 
 // Envelope is the body of a work message (and of its dead letter): the
@@ -20,6 +25,8 @@ type Envelope struct {
 	// RawRecord, when set, is written as "record" instead of Record: the
 	// dispatcher passes the input line through without decoding it.
 	RawRecord json.RawMessage `json:"-"`
+	// valid: RawRecord came out of an envelope UnmarshalJSON validated.
+	valid bool
 }
 
 // MarshalJSON writes RawRecord verbatim when it is set (the dispatcher's
@@ -54,20 +61,74 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON keeps the record undecoded (RawRecord); Fields decodes what
 // a prompt needs. A worker never pays for decoding fields no template reads.
+//
+// It is the worker's hot path: one validating scan and one pass over the
+// top-level keys (gjson), instead of encoding/json's validate, decode and
+// skip over a record of any size. Call it directly, not through
+// json.Unmarshal, which would validate the message once more first.
 func (e *Envelope) UnmarshalJSON(b []byte) error {
-	type plain Envelope
-	w := struct {
-		*plain
-		Record json.RawMessage `json:"record"`
-	}{plain: (*plain)(e)}
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
+	if !gjson.ValidBytes(b) {
+		var probe any
+		if err := json.Unmarshal(b, &probe); err != nil {
+			return err // encoding/json names the offset
+		}
+		return errors.New("invalid JSON")
 	}
-	e.Record, e.RawRecord = nil, w.Record
-	if string(w.Record) == "null" {
-		e.RawRecord = nil
+	root := gjson.ParseBytes(b)
+	if !root.IsObject() {
+		return fmt.Errorf("work envelope is a JSON %s, not an object", jsonKind(root))
 	}
-	return nil
+	*e = Envelope{}
+	var err error
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id":
+			if v.Type != gjson.String {
+				err = fmt.Errorf("work envelope: id is a JSON %s, not a string", jsonKind(v))
+				return false
+			}
+			e.ID = v.Str
+		case "record":
+			switch {
+			case v.Type == gjson.Null:
+				e.RawRecord = nil
+			case v.IsObject():
+				e.RawRecord, e.valid = json.RawMessage(v.Raw), true
+			default:
+				err = fmt.Errorf("work envelope: record is a JSON %s, not an object", jsonKind(v))
+				return false
+			}
+		case "outputs":
+			e.Outputs = nil
+			if v.Type != gjson.Null {
+				if err = json.Unmarshal([]byte(v.Raw), &e.Outputs); err != nil {
+					err = fmt.Errorf("work envelope: outputs: %w", err)
+					return false
+				}
+			}
+		case "line":
+			e.Line = int(v.Int())
+		}
+		return true
+	})
+	return err
+}
+
+func jsonKind(v gjson.Result) string {
+	switch {
+	case v.IsObject():
+		return "object"
+	case v.IsArray():
+		return "array"
+	case v.Type == gjson.String:
+		return "string"
+	case v.Type == gjson.Number:
+		return "number"
+	case v.Type == gjson.True, v.Type == gjson.False:
+		return "boolean"
+	default:
+		return "null"
+	}
 }
 
 // HasRecord reports whether the envelope carries a record.
@@ -75,6 +136,8 @@ func (e *Envelope) HasRecord() bool { return e.Record != nil || len(e.RawRecord)
 
 // Fields returns the record's fields: all of them when names is nil, else
 // only those named (missing ones are left out). Numbers keep their text.
+// Named fields are read in one pass over the record's top-level keys;
+// only object and array values are decoded with encoding/json.
 func (e *Envelope) Fields(names []string) (map[string]any, error) {
 	if e.RawRecord == nil {
 		return e.Record, nil
@@ -88,23 +151,46 @@ func (e *Envelope) Fields(names []string) (map[string]any, error) {
 		}
 		return all, nil
 	}
-	var shallow map[string]json.RawMessage
-	if err := json.Unmarshal(e.RawRecord, &shallow); err != nil {
-		return nil, fmt.Errorf("record: %w", err)
+	if !e.valid && !gjson.ValidBytes(e.RawRecord) {
+		var probe any
+		err := json.Unmarshal(e.RawRecord, &probe)
+		return nil, fmt.Errorf("record: %w", cmp.Or(err, errors.New("invalid JSON")))
+	}
+	rec := gjson.ParseBytes(e.RawRecord)
+	if !rec.IsObject() {
+		return nil, fmt.Errorf("record: a JSON %s, not an object", jsonKind(rec))
 	}
 	out := make(map[string]any, len(names))
-	for _, n := range names {
-		raw, ok := shallow[n]
-		if !ok {
-			continue
+	var err error
+	rec.ForEach(func(k, v gjson.Result) bool {
+		if !slices.Contains(names, k.Str) {
+			return true
 		}
-		var v any
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("record field %s: %w", n, err)
+		switch v.Type {
+		case gjson.String:
+			out[k.Str] = v.Str
+		case gjson.Number:
+			out[k.Str] = json.Number(v.Raw)
+		case gjson.True:
+			out[k.Str] = true
+		case gjson.False:
+			out[k.Str] = false
+		case gjson.Null:
+			out[k.Str] = nil
+		default: // object or array
+			var x any
+			dec := json.NewDecoder(strings.NewReader(v.Raw))
+			dec.UseNumber()
+			if err = dec.Decode(&x); err != nil {
+				err = fmt.Errorf("record field %s: %w", k.Str, err)
+				return false
+			}
+			out[k.Str] = x
 		}
-		out[n] = v
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -39,4 +39,36 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	var empty Envelope
 	require.NoError(t, json.Unmarshal([]byte(`{"id":"x","record":null}`), &empty))
 	require.False(t, empty.HasRecord())
+
+	// Every kind of value a prompt can read; the last of duplicate keys wins
+	// (as with encoding/json).
+	var kinds Envelope
+	require.NoError(t, kinds.UnmarshalJSON([]byte(`{"id":"k","line":3,"outputs":{"a":1},"record":{"s":"x","s":"y","b":true,"f":false,"z":null,"o":{"n":1.5},"l":[1,"2"]}}`)))
+	require.Equal(t, "k", kinds.ID)
+	require.Equal(t, 3, kinds.Line)
+	require.Equal(t, map[string]any{"a": float64(1)}, kinds.Outputs)
+	got, err := kinds.Fields([]string{"s", "b", "f", "z", "o", "l"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"s": "y", "b": true, "f": false, "z": nil,
+		"o": map[string]any{"n": json.Number("1.5")}, "l": []any{json.Number("1"), "2"}}, got)
+}
+
+// A broken work message is an error that says what is wrong, never a
+// half-read envelope.
+func TestEnvelopeBroken(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"id":"x","record":{"a":1}`: "unexpected end of JSON input",
+		`[1,2]`:                      "work envelope is a JSON array, not an object",
+		`{"id":7,"record":{}}`:       "id is a JSON number, not a string",
+		`{"id":"x","record":"text"}`: "record is a JSON string, not an object",
+		`{"id":"x","outputs":[1]}`:   "work envelope: outputs: json: cannot unmarshal array",
+	} {
+		var env Envelope
+		err := env.UnmarshalJSON([]byte(body))
+		require.ErrorContains(t, err, want, body)
+	}
+	bad := Envelope{ID: "x", RawRecord: json.RawMessage(`{"a":`)}
+	_, err := bad.Fields([]string{"a"})
+	require.ErrorContains(t, err, "record: unexpected end of JSON input")
 }

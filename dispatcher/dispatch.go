@@ -218,9 +218,15 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 		actions[i] = a.Name
 	}
 	job, _, err := d.B.GetJob(ctx, jobID)
-	if errors.Is(err, broker.ErrJobNotFound) {
+	fresh := false
+	switch {
+	case errors.Is(err, broker.ErrJobNotFound):
 		job = &broker.Job{ID: jobID, Created: time.Now().UTC()}
-	} else if err != nil {
+		// An entry removed by hand must not make old results invisible.
+		if fresh, err = d.B.JobUnseen(ctx, jobID); err != nil {
+			return nil, err
+		}
+	case err != nil:
 		return nil, err
 	}
 	job.Workflow, job.Actions, job.Input, job.MaxDeliver = enc, actions, opts.Input, maxDeliver
@@ -231,7 +237,10 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if _, err := d.B.EnsureConsumer(ctx, jobID, maxDeliver); err != nil {
 		return nil, err
 	}
-	res, err := d.publish(ctx, wf, job, opts)
+	// Only a job's first dispatch knows no record of it can have run: a
+	// dispatch resumed after a crash (the job exists) makes workers look
+	// for results first.
+	res, err := d.publish(ctx, wf, job, opts, fresh)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +261,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	return res, nil
 }
 
-func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options) (*Result, error) {
+func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options, fresh bool) (*Result, error) {
 	first := wf.Actions[0]
 	maxPending := opts.MaxPending
 	if maxPending <= 0 {
@@ -291,6 +300,9 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
 		if err != nil {
 			return err
+		}
+		if fresh {
+			m.Header.Set(broker.HeaderFirstRun, "1")
 		}
 		f, err := d.B.JS.PublishMsgAsync(m)
 		if err != nil {

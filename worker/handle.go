@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
@@ -28,6 +31,9 @@ type delivery struct {
 	n       int // JetStream delivery count
 	mode    string
 	prior   []retry.Attempt // attempts of earlier deliveries
+	// firstRun: the publisher knew no result of this action could exist
+	// for the record yet (broker.HeaderFirstRun).
+	firstRun bool
 }
 
 func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
@@ -42,21 +48,28 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 	if p.cfg.DieOn != nil && p.cfg.DieOn(d.job, d.action.Name, d.env.ID) {
 		return // as if the process died: no ack, no nak
 	}
-	log := p.log.With().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).Logger()
+	log := func() *zerolog.Logger { // built only when something is logged
+		l := p.log.With().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).Logger()
+		return &l
+	}
 
 	if j := jr.current(); j.Status == broker.JobFailed {
 		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
 		jr.finishFailed(ctx, d, final, nil, retry.ReasonJobFailed, "job failed: "+j.Reason, 0, provider.Usage{})
 		return
 	}
-	// A redelivery after a crash, or a duplicate, must not pay twice.
-	if ok, err := p.b.HasOK(ctx, d.job, d.action.Name, d.env.ID); err != nil {
-		log.Warn().Err(err).Msg("result lookup failed; handing the record back")
+	// A redelivery after a crash, or a duplicate, must not pay twice. Only
+	// the first delivery of a message whose publisher knew that no result
+	// can exist yet (broker.HeaderFirstRun) skips the lookup.
+	if d.firstRun && d.n == 1 {
+		// nothing to look up
+	} else if ok, err := p.b.HasOK(ctx, d.job, d.action.Name, d.env.ID); err != nil {
+		log().Warn().Err(err).Msg("result lookup failed; handing the record back")
 		_ = msg.NakWithDelay(time.Second)
 		return
 	} else if ok != nil {
 		if err := jr.forward(ctx, d, ok.Output); err != nil {
-			log.Warn().Err(err).Msg("forward to next action failed; handing back")
+			log().Warn().Err(err).Msg("forward to next action failed; handing back")
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
@@ -72,24 +85,9 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 
 	// Heartbeats keep a long call's delivery alive (AckWait).
-	hbCtx, stopHB := context.WithCancel(ctx)
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		t := time.NewTicker(jr.heartbeatEvery())
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	stopHB := heartbeat(msg, jr.heartbeatEvery())
 	run := jr.runLimited(ctx, d) // runSession, plus the 429s the limiter absorbed
 	stopHB()
-	<-hbDone
 
 	out := run.outcome
 	pol := d.action.Retry
@@ -103,12 +101,12 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 	case retry.VerdictDone:
 		res := jr.result(d, run, all)
 		if err := jr.forward(ctx, d, run.output); err != nil {
-			log.Warn().Err(err).Msg("forward to next action failed; will redeliver")
+			log().Warn().Err(err).Msg("forward to next action failed; will redeliver")
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
 		if err := p.b.WriteResult(ctx, res); err != nil {
-			log.Warn().Err(err).Msg("result write failed; will redeliver")
+			log().Warn().Err(err).Msg("result write failed; will redeliver")
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
@@ -125,7 +123,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 			return
 		}
 		jr.saveAttempts(ctx, d, all)
-		log.Debug().Str("class", string(out.Err.Class)).Dur("delay", dec.Delay).Msg("exec layer: redeliver")
+		log().Debug().Str("class", string(out.Err.Class)).Dur("delay", dec.Delay).Msg("exec layer: redeliver")
 		_ = msg.NakWithDelay(dec.Delay)
 	case retry.VerdictDeadLetter:
 		diag := run.diag
@@ -140,16 +138,16 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 }
 
 func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
-	parts := broker.SubjectParts(msg.Subject())
-	if len(parts) < 2 || parts[0] != jr.id {
+	action, ok := strings.CutPrefix(msg.Subject(), jr.workPrefix)
+	if !ok || action == "" || strings.IndexByte(action, '.') >= 0 {
 		return nil, fmt.Errorf("unexpected subject %s", msg.Subject())
 	}
-	a, idx := jr.wf.Action(parts[1])
+	a, idx := jr.wf.Action(action)
 	if a == nil {
-		return nil, fmt.Errorf("the workflow has no action %q", parts[1])
+		return nil, fmt.Errorf("the workflow has no action %q", action)
 	}
 	var env broker.Envelope
-	if err := json.Unmarshal(msg.Data(), &env); err != nil {
+	if err := env.UnmarshalJSON(msg.Data()); err != nil {
 		return nil, fmt.Errorf("malformed work message: %w", err)
 	}
 	if env.ID == "" {
@@ -160,9 +158,36 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 		return nil, err
 	}
 	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: &env, n: int(meta.NumDelivered)}
-	d.replays, _ = strconv.Atoi(msg.Headers().Get(broker.HeaderReplays))
-	d.mode = msg.Headers().Get(broker.HeaderMode)
+	h := msg.Headers()
+	d.replays, _ = strconv.Atoi(h.Get(broker.HeaderReplays))
+	d.mode = h.Get(broker.HeaderMode)
+	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0
 	return d, nil
+}
+
+// heartbeat sends InProgress for msg every interval until the returned func
+// is called; once it returns, no more are sent. One timer, no goroutine.
+func heartbeat(msg jetstream.Msg, every time.Duration) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		_ = msg.InProgress()
+		t.Reset(every)
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // deadLetterBroken handles a work message the worker cannot even read.
@@ -200,6 +225,11 @@ func (jr *jobRunner) forward(ctx context.Context, d *delivery, output any) error
 	m, err := broker.NewWorkMsg(d.job, next.Name, env, d.replays)
 	if err != nil {
 		return err
+	}
+	if d.firstRun && d.n == 1 {
+		// This is the one run of this action for the record, so this is
+		// the one publish of the next action's message.
+		m.Header.Set(broker.HeaderFirstRun, "1")
 	}
 	_, err = jr.p.b.JS.PublishMsg(ctx, m)
 	return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,18 +83,52 @@ func TestDispatchTwiceRunsOnce(t *testing.T) {
 // A redelivered record that already has its result is not paid for again.
 func TestRedeliveryAfterResultDoesNotPayTwice(t *testing.T) {
 	t.Parallel()
-	b := testenv.Broker(t)
+	b := testenv.Broker(t, testenv.Options{AckWait: time.Second})
 	wf := testenv.Workflow(t, pipelineWorkflow)
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 5), dispatcher.Options{})
-	// The record's result for action "upper" exists already (a worker wrote
-	// it and died before acking).
-	require.NoError(t, b.WriteResult(context.Background(), &broker.Result{ID: "r1", Status: broker.StatusOK, Output: "A(record 1)!",
-		Action: "upper", Job: res.Job.ID}))
+	// The first delivery of r1's "upper" writes its result and dies before
+	// acking: the redelivery must find the result and go on to "wrap".
+	var died atomic.Bool
+	die := func(job, action, record string) bool {
+		if action != "upper" || record != "r1" || !died.CompareAndSwap(false, true) {
+			return false
+		}
+		require.NoError(t, b.WriteResult(context.Background(), &broker.Result{ID: "r1", Status: broker.StatusOK, Output: "A(record 1)!",
+			Action: "upper", Job: job}))
+		return true
+	}
 	counter := testenv.NewCounter()
-	testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New})
+	testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New, DieOn: die})
 	job, _ := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.True(t, died.Load())
 	require.Equal(t, 1, counter.Calls("r1"), "only action wrap was called for r1")
 	require.Equal(t, "B(A(record 1)!)!", testenv.Results(t, b, job)["r1"].Output)
+}
+
+// Only a job's first dispatch lets first deliveries skip the result lookup.
+// Results left from an earlier life of the job id (its entry removed by
+// hand) or from a crashed dispatch make every delivery look first.
+func TestFirstDeliveryLooksUpWhenResultsMayExist(t *testing.T) {
+	t.Parallel()
+	for _, crashed := range []bool{false, true} {
+		b := testenv.Broker(t)
+		wf := testenv.Workflow(t, pipelineWorkflow)
+		in := testenv.Records(t, 5)
+		jobID, _, _, err := dispatcher.Check(wf, dispatcher.Options{Input: in, IDField: "id"})
+		require.NoError(t, err)
+		if crashed { // the entry of a dispatch that died before publishing
+			require.NoError(t, b.PutJob(context.Background(), &broker.Job{ID: jobID, Status: broker.JobDispatching}))
+		}
+		require.NoError(t, b.WriteResult(context.Background(), &broker.Result{ID: "r1", Status: broker.StatusOK, Output: "A(record 1)!",
+			Action: "upper", Job: jobID}))
+		res := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
+		counter := testenv.NewCounter()
+		testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New})
+		job, _ := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+		require.Equal(t, 1, counter.Calls("r1"), "crashed=%v: only action wrap was called for r1", crashed)
+		require.Equal(t, 2, counter.Calls("r2"))
+		require.Equal(t, "B(A(record 1)!)!", testenv.Results(t, b, job)["r1"].Output)
+	}
 }
 
 // A worker killed mid-call (its connection gone, no ack) → the record is

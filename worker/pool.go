@@ -245,7 +245,7 @@ func (p *Pool) onJob(j *broker.Job) {
 		p.log.Error().Str("job", j.ID).Err(err).Msg("job's workflow is unusable; not serving it")
 		return
 	}
-	jr := &jobRunner{p: p, id: j.ID, wf: wf, providers: map[string]provider.Provider{}}
+	jr := &jobRunner{p: p, id: j.ID, wf: wf, workPrefix: broker.WorkSubject(j.ID, ""), providers: map[string]provider.Provider{}}
 	jr.setJob(j)
 	p.jobs[j.ID] = jr
 	jr.startBatcher(p.runCtx) // worker/batch.go
@@ -323,9 +323,10 @@ func (p *Pool) answerStats(m *nats.Msg) {
 
 // jobRunner pulls one job's records.
 type jobRunner struct {
-	p  *Pool
-	id string
-	wf *workflow.Workflow
+	p          *Pool
+	id         string
+	wf         *workflow.Workflow
+	workPrefix string // "jetpool.work.<job>."
 
 	mu        sync.Mutex
 	job       *broker.Job

@@ -37,6 +37,7 @@ type benchFlags struct {
 	natsCLI     string
 	sync        string
 	dir         string
+	profile     string
 }
 
 type benchRow struct{ name, value, note string }
@@ -58,6 +59,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.natsCLI, "nats", "", "path of the nats CLI for the raw baselines (default: nats on PATH or in $GOPATH/bin)")
 	fs.StringVar(&f.sync, "sync", "", "embedded server fsync policy for the run (default: $JETPOOL_SYNC_INTERVAL)")
 	fs.StringVar(&f.dir, "dir", "", "work dir (default: a temp dir, removed after)")
+	fs.StringVar(&f.profile, "cpuprofile-work", "", "write a CPU profile of the zero-latency work run (pool and embedded server) to this file")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -143,7 +145,14 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	add("jetpool dispatch (validate pass + publish)", rate(dispatchRate), pct(dispatchRate, rawPub)+" of raw pub")
 
 	// 3. End to end, zero latency.
+	stopProfile := func() {}
+	if f.profile != "" {
+		if stopProfile, err = startCPUProfile(f.profile); err != nil {
+			return fmt.Errorf("--cpuprofile-work: %w", err)
+		}
+	}
 	t, err := benchWork(ctx, e, b, "bench-zero", f.concurrency, log)
+	stopProfile()
 	if err != nil {
 		return err
 	}
