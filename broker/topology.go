@@ -249,20 +249,23 @@ func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstrea
 	return m, err
 }
 
-// JobUnseen reports whether neither the work stream nor the results stream
-// holds any message of job (two last-by-subject lookups, whatever the size
-// of the streams).
+// JobUnseen reports whether the job has left no trace: no work consumer
+// (made before a dispatch publishes anything) and no result (a last-by-
+// subject lookup, whatever the size of the stream). Both are reads the
+// least-privileged dispatcher may make.
 func (b *Broker) JobUnseen(ctx context.Context, job string) (bool, error) {
-	for _, q := range [][2]string{{StreamWork, WorkFilter(job)}, {StreamResults, "jetpool.results." + job + ".>"}} {
-		m, err := b.LastMsg(ctx, q[0], q[1])
-		if err != nil {
-			return false, fmt.Errorf("look for earlier messages of job %s: %w", job, err)
-		}
-		if m != nil {
-			return false, nil
-		}
+	_, err := b.JS.Consumer(ctx, StreamWork, ConsumerName(job))
+	switch {
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		return false, fmt.Errorf("look for the work consumer of job %s: %w", job, err)
 	}
-	return true, nil
+	m, err := b.LastMsg(ctx, StreamResults, "jetpool.results."+job+".>")
+	if err != nil {
+		return false, fmt.Errorf("look for results of job %s: %w", job, err)
+	}
+	return m == nil, nil
 }
 
 // DeleteMsg removes one message from a stream; a missing one is not an error.
