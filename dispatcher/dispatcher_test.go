@@ -58,6 +58,23 @@ func TestReadJSONLAndCSV(t *testing.T) {
 	require.Equal(t, 3, rec.Line)
 }
 
+// Top-level fields come out undecoded and exact: nested values, escaped
+// keys, the last of duplicate keys (as encoding/json decides).
+func TestReadJSONLFields(t *testing.T) {
+	t.Parallel()
+	p := testenv.WriteFile(t, "in.jsonl", `{"id":"a","o":{"x":[1,{"y":"}"}]},"k\u00e9":true,"d":1,"d":2.5e3,"s":"q\"}"}`+"\n")
+	r, err := dispatcher.Open(p, "", "")
+	require.NoError(t, err)
+	defer r.Close()
+	rec, err := r.Next()
+	require.NoError(t, err)
+	got := map[string]string{}
+	for k, v := range rec.Fields {
+		got[k] = string(v)
+	}
+	require.Equal(t, map[string]string{"id": `"a"`, "o": `{"x":[1,{"y":"}"}]}`, "ké": "true", "d": "2.5e3", "s": `"q\"}"`}, got)
+}
+
 // Every bad input is refused with file:line: reason, and nothing is published.
 func TestBadInputsPublishNothing(t *testing.T) {
 	t.Parallel()

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/tidwall/gjson"
 )
 
 // Formats of input files.
@@ -171,8 +173,8 @@ func (r *Reader) nextJSONL() (Record, error) {
 			}
 			return rec, &LineError{File: r.path, Line: r.line, Reason: fmt.Sprintf("a record must be a JSON object, got %s", jsonKind(v))}
 		}
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(line, &obj); err != nil {
+		obj, err := shallowObject(line)
+		if err != nil {
 			return rec, &LineError{File: r.path, Line: r.line, Reason: "malformed JSON: " + jsonReason(err)}
 		}
 		rec.Fields = obj
@@ -181,6 +183,28 @@ func (r *Reader) nextJSONL() (Record, error) {
 		}
 		return rec, nil
 	}
+}
+
+// shallowObject splits a JSON object into its top-level fields, undecoded.
+// gjson validates and walks the line in two passes without decoding it;
+// encoding/json runs only on a line gjson refuses, to name what is wrong
+// (and has the last word, should the two ever disagree).
+func shallowObject(line []byte) (map[string]json.RawMessage, error) {
+	if !gjson.ValidBytes(line) {
+		var obj map[string]json.RawMessage
+		err := json.Unmarshal(line, &obj)
+		return obj, err
+	}
+	obj := map[string]json.RawMessage{}
+	gjson.ParseBytes(line).ForEach(func(k, v gjson.Result) bool {
+		if v.Index > 0 && v.Index+len(v.Raw) <= len(line) {
+			obj[k.Str] = line[v.Index : v.Index+len(v.Raw) : v.Index+len(v.Raw)]
+		} else {
+			obj[k.Str] = json.RawMessage(v.Raw)
+		}
+		return true
+	})
+	return obj, nil
 }
 
 func (r *Reader) nextCSV() (Record, error) {
