@@ -122,6 +122,11 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	}
 	add("raw: nats.go PublishMsgAsync + Nats-Msg-Id", rate(goPub), "msgs/s")
 	add("raw: nats.go pull consume + ack", rate(goConsume), "msgs/s")
+	floor, err := rawFloor(ctx, b, f.records, f.size)
+	if err != nil {
+		return err
+	}
+	add("raw floor: nats.go work-queue pull + result publish + ack", rate(floor), "msgs/s: jetpool's storage work without jetpool")
 	if rawPub == 0 {
 		rawPub, rawConsume = goPub, goConsume
 	}
@@ -158,7 +163,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	}
 	t := run.total
 	workRate := float64(f.records) / t.Seconds()
-	add(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), rate(workRate), pct(workRate, rawConsume)+" of raw consume")
+	add(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), rate(workRate),
+		pct(workRate, rawConsume)+" of raw consume, "+pct(workRate, floor)+" of the raw floor")
 	both := float64(f.records) / (float64(f.records)/dispatchRate + t.Seconds())
 	add("jetpool dispatch + work + result + ack", rate(both), "records/s")
 
@@ -346,6 +352,80 @@ func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume flo
 	cc.Stop()
 	consume = float64(n) / time.Since(start).Seconds()
 	return pub, consume, ctx.Err()
+}
+
+// rawFloor is what jetpool's work path stores per record, done with bare
+// nats.go: pull from a work-queue stream (an ack removes the message), publish
+// a small result to a stream of one message per subject and wait for its
+// ack, then ack the work message. `nats bench js consume` does none of the
+// storage writes (its stream keeps the messages; nothing is published).
+func rawFloor(ctx context.Context, b *broker.Broker, n, size int) (float64, error) {
+	work, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHWQ", Subjects: []string{"benchwq.>"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		return 0, err
+	}
+	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHWQ")
+	if _, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHRES", Subjects: []string{"benchres.>"},
+		MaxMsgsPerSubject: 1, Storage: jetstream.FileStorage}); err != nil {
+		return 0, err
+	}
+	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHRES")
+	payload := make([]byte, size)
+	for i := 0; i < n; i++ {
+		m := nats.NewMsg("benchwq.x")
+		m.Data = payload
+		m.Header.Set(nats.MsgIdHdr, "wq-"+strconv.Itoa(i))
+		if _, err := b.JS.PublishMsgAsync(m); err != nil {
+			return 0, err
+		}
+		if i%500 == 499 {
+			<-b.JS.PublishAsyncComplete()
+		}
+	}
+	<-b.JS.PublishAsyncComplete()
+	c, err := work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "floor", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
+	if err != nil {
+		return 0, err
+	}
+	type pending struct {
+		msg jetstream.Msg
+		f   jetstream.PubAckFuture
+	}
+	queue := make(chan pending, 4096)
+	result := []byte(`{"id":"r","status":"ok","output":"ok","attempts":1,"usage":{"input_tokens":10,"output_tokens":2}}`)
+	start := time.Now()
+	var seq int
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		seq++
+		r := nats.NewMsg("benchres.r" + strconv.Itoa(seq))
+		r.Data = result
+		f, err := b.JS.PublishMsgAsync(r)
+		if err != nil {
+			return // not acked: the run fails by timing out
+		}
+		queue <- pending{m, f}
+	}, jetstream.PullMaxMessages(500))
+	if err != nil {
+		return 0, err
+	}
+	defer cc.Stop()
+	for i := 0; i < n; i++ {
+		select {
+		case p := <-queue:
+			select {
+			case <-p.f.Ok():
+				_ = p.msg.Ack()
+			case err := <-p.f.Err():
+				return 0, err
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(30 * time.Second):
+			return 0, fmt.Errorf("raw floor: stalled after %d of %d messages", i, n)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 func writeBenchRecords(path string, n, size int) error {
