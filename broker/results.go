@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -183,7 +184,7 @@ type Counts struct {
 }
 
 // JobCounts counts a job's final results. With byReason it also splits
-// failures by reason (one server query per reason).
+// failures by reason (one server query per reason, only when some failed).
 //
 // Each figure is one server-side count taken at one instant, so the figures
 // must not be derived from each other by subtraction: Failed used to be
@@ -192,18 +193,21 @@ type Counts struct {
 // disagreed with ByReason. Failed is now counted directly over every failure
 // outcome at once, or is the sum of ByReason when that is asked for, so the
 // split always adds up to it.
+//
+// OK and Failed are read from the job's two counting consumers (see
+// EnsureCounters): O(1) whatever the size of the job.
 func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, error) {
 	c := Counts{Total: j.Total}
 	if len(j.Actions) == 0 {
 		return c, nil
 	}
-	last := j.Actions[len(j.Actions)-1]
-	okLast, err := b.Count(ctx, StreamResults, ResultFilter(j.ID, last, OutcomeOK))
+	ok, failed, err := b.counters(ctx, j)
 	if err != nil {
 		return c, err
 	}
-	c.OK = int64(okLast)
-	if byReason {
+	c.OK, c.Failed = int64(ok), int64(failed)
+	if byReason && failed > 0 {
+		c.Failed = 0
 		for _, r := range failureOutcomes {
 			n, err := b.Count(ctx, StreamResults, ResultFilter(j.ID, "", r))
 			if err != nil {
@@ -217,23 +221,60 @@ func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, 
 				c.Failed += int64(n)
 			}
 		}
-	} else {
-		filters := make([]string, len(failureOutcomes))
-		for i, r := range failureOutcomes {
-			filters[i] = ResultFilter(j.ID, "", r)
-		}
-		n, err := b.countFiltered(ctx, StreamResults, filters...)
-		if err != nil {
-			return c, err
-		}
-		c.Failed = int64(n)
 	}
 	c.Done = c.OK + c.Failed
 	return c, nil
 }
 
+// CounterName is the name of a job's counting consumer on the results
+// stream: "ok" counts the records ok at the last action, "failed" the
+// records failed at any action.
+func CounterName(job, what string) string { return "jetpool-count-" + job + "-" + what }
+
+func counterConfigs(j *Job) []jetstream.ConsumerConfig {
+	last := j.Actions[len(j.Actions)-1]
+	failed := make([]string, len(failureOutcomes))
+	for i, r := range failureOutcomes {
+		failed[i] = ResultFilter(j.ID, "", r)
+	}
+	mk := func(what string, filters ...string) jetstream.ConsumerConfig {
+		return jetstream.ConsumerConfig{Durable: CounterName(j.ID, what), FilterSubjects: filters,
+			Description:   "jetpool: counts results of job " + j.ID + " (" + what + "); never consumed",
+			AckPolicy:     jetstream.AckNonePolicy,
+			DeliverPolicy: jetstream.DeliverAllPolicy}
+	}
+	return []jetstream.ConsumerConfig{mk("ok", ResultFilter(j.ID, last, OutcomeOK)), mk("failed", failed...)}
+}
+
+// EnsureCounters makes the job's two counting consumers on the results
+// stream, if missing. They are durable and never consumed: the server keeps
+// their pending count up to date as results are stored and replaced (O(1)
+// per result), so reading a job's counts is one consumer-info request each,
+// not a walk over the job's result subjects. Made by the dispatcher before
+// any result exists; made on first use (one walk) for an older job.
+func (b *Broker) EnsureCounters(ctx context.Context, j *Job) error {
+	_, _, err := b.counters(ctx, j)
+	return err
+}
+
+func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err error) {
+	var n [2]uint64
+	for i, cc := range counterConfigs(j) {
+		c, err := b.JS.Consumer(ctx, StreamResults, cc.Durable)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			c, err = b.JS.CreateOrUpdateConsumer(ctx, StreamResults, cc)
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("count results of job %s: %w", j.ID, err)
+		}
+		n[i] = c.CachedInfo().NumPending
+	}
+	return n[0], n[1], nil
+}
+
 // countFiltered counts the messages of stream matching any of filters at
-// one instant: an ephemeral consumer's pending count, computed by the server.
+// one instant: an ephemeral consumer's pending count, computed by the server
+// by walking the matching subjects.
 func (b *Broker) countFiltered(ctx context.Context, stream string, filters ...string) (uint64, error) {
 	c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		FilterSubjects:    filters,

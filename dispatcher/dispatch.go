@@ -237,6 +237,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if _, err := d.B.EnsureConsumer(ctx, jobID, maxDeliver); err != nil {
 		return nil, err
 	}
+	if err := d.B.EnsureCounters(ctx, job); err != nil {
+		return nil, err
+	}
 	// Only a job's first dispatch knows no record of it can have run: a
 	// dispatch resumed after a crash (the job exists) makes workers look
 	// for results first.

@@ -166,8 +166,16 @@ func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, inflight map
 	return s, nil
 }
 
+// Scatter-gather of workerStats: answers come within statsWait, and the
+// gather ends early once statsQuiet passes with no new answer.
+const (
+	statsWait  = 300 * time.Millisecond
+	statsQuiet = 50 * time.Millisecond
+)
+
 // workerStats asks every live worker for its in-flight records (scatter-gather
-// on jetpool.ctl.stats, 300 ms).
+// on jetpool.ctl.stats). With no worker, the server's no-responders status
+// ends it at once; otherwise it ends statsQuiet after the last answer.
 func workerStats(b *broker.Broker) (map[string]int64, int) {
 	inflight := map[string]int64{}
 	inbox := nats.NewInbox()
@@ -181,11 +189,16 @@ func workerStats(b *broker.Broker) (map[string]int64, int) {
 		return inflight, 0
 	}
 	n := 0
-	t := time.NewTimer(300 * time.Millisecond)
-	defer t.Stop()
+	deadline := time.NewTimer(statsWait)
+	defer deadline.Stop()
+	quiet := time.NewTimer(statsWait)
+	defer quiet.Stop()
 	for {
 		select {
 		case m := <-ch:
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return inflight, n // no responders: no worker is running
+			}
 			var s worker.Stats
 			if json.Unmarshal(m.Data, &s) == nil {
 				n++
@@ -193,7 +206,10 @@ func workerStats(b *broker.Broker) (map[string]int64, int) {
 					inflight[j] += v
 				}
 			}
-		case <-t.C:
+			quiet.Reset(statsQuiet)
+		case <-quiet.C:
+			return inflight, n
+		case <-deadline.C:
 			return inflight, n
 		}
 	}
