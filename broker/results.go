@@ -81,12 +81,25 @@ func (r *Result) Outcome() string {
 	return r.Reason
 }
 
-// WriteResult publishes a result, idempotently: one message per subject, and
-// a Nats-Msg-Id of job, action, record, replay generation and outcome.
+// WriteResult stores a result, idempotently: one message per subject of
+// job, action, outcome and record.
 func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
-	data, err := json.Marshal(r)
+	f, err := b.PublishResult(r)
 	if err != nil {
 		return err
+	}
+	return AwaitPub(ctx, f)
+}
+
+// PublishResult publishes a result without waiting for the store: wait on
+// the future (AwaitPub) before acting on the result being stored. Async
+// publish, then a wait on its ack, stores a result as PublishMsg does,
+// without a request (an inbox, a context and a timer) per result: many
+// handlers share one reply subscription.
+func (b *Broker) PublishResult(r *Result) (jetstream.PubAckFuture, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
 	}
 	subj := ResultSubject(r.Job, r.Action, r.Outcome(), r.ID)
 	m := nats.NewMsg(subj)
@@ -94,20 +107,22 @@ func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
 	// No Nats-Msg-Id: the stream keeps one message per subject, so a
 	// result written twice is stored once, and the server need not keep
 	// an id per result for the dedupe window.
-	// Async publish, then wait for its ack: the result is stored when this
-	// returns, as with PublishMsg, without a request (an inbox, a context
-	// and a timer) per result — many handlers share one reply subscription.
 	f, err := b.JS.PublishMsgAsync(m)
 	if err != nil {
-		return fmt.Errorf("write result %s: %w", subj, err)
+		return nil, fmt.Errorf("write result %s: %w", subj, err)
 	}
+	return f, nil
+}
+
+// AwaitPub waits for an async publish to be stored.
+func AwaitPub(ctx context.Context, f jetstream.PubAckFuture) error {
 	select {
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
-		return fmt.Errorf("write result %s: %w", subj, err)
+		return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 	case <-ctx.Done():
-		return fmt.Errorf("write result %s: %w", subj, ctx.Err())
+		return fmt.Errorf("publish %s: %w", f.Msg().Subject, ctx.Err())
 	}
 }
 

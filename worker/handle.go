@@ -36,7 +36,10 @@ type delivery struct {
 	firstRun bool
 }
 
-func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
+// handle works one delivery. release hands the delivery's slot on to the
+// next record; it is called once the model calls are over and the result
+// is on its way to the store (else when handle returns).
+func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func()) {
 	p := jr.p
 	p.handled.Add(1)
 	p.cfg.Metrics.Delivery(jr.id)
@@ -105,7 +108,20 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg) {
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
-		if err := p.b.WriteResult(ctx, res); err != nil {
+		// The slot goes to the next record while the result is stored
+		// (at most Concurrency results wait so); the ack waits for the
+		// store's ack, so an acked record always has its result.
+		select {
+		case p.writes <- struct{}{}:
+			defer func() { <-p.writes }()
+		case <-ctx.Done():
+		}
+		f, err := p.b.PublishResult(res)
+		if err == nil {
+			release()
+			err = broker.AwaitPub(ctx, f)
+		}
+		if err != nil {
 			log().Warn().Err(err).Msg("result write failed; will redeliver")
 			_ = msg.NakWithDelay(time.Second)
 			return

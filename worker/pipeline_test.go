@@ -221,3 +221,34 @@ func (p *blockingProvider) Call(ctx context.Context, _ provider.Request) (provid
 	<-ctx.Done()
 	return provider.Response{}, ctx.Err()
 }
+
+// A result that cannot be stored leaves its record unacked: the slot goes on
+// to the next record, but the work message stays until a result is stored.
+func TestResultStoreFailureLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, pipelineWorkflow)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 4), dispatcher.Options{})
+	require.NoError(t, b.JS.DeleteStream(ctx, broker.StreamResults))
+	counter := testenv.NewCounter()
+	testenv.Pool(t, b, worker.Config{Concurrency: 2, NewProvider: counter.New})
+	// Every record's first action is called, its result refused, and the
+	// record handed back (NakWithDelay): it is called again.
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		for i := 1; i <= 4; i++ {
+			if counter.Calls(fmt.Sprintf("r%d", i)) < 2 {
+				return false
+			}
+		}
+		return true
+	}, "every record called twice")
+	// (The next action's messages were published before the result write.)
+	n, err := b.Count(ctx, broker.StreamWork, broker.WorkSubject(res.Job.ID, "upper"))
+	require.NoError(t, err)
+	require.EqualValues(t, 4, n, "no record left the work stream without a result")
+	require.NoError(t, b.Ensure(ctx)) // the results stream comes back
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 4, p.OK)
+	require.Len(t, testenv.Results(t, b, job), 4)
+}

@@ -106,6 +106,10 @@ type Pool struct {
 	handled  atomic.Int64
 	inFlight atomic.Int64
 
+	// writes bounds the records whose slot was handed on while their
+	// result is being stored (handle.go).
+	writes chan struct{}
+
 	// Handlers: long-lived goroutines fed by tasks (see run).
 	tasks    chan task
 	handlers sync.WaitGroup
@@ -153,14 +157,21 @@ func (p *Pool) handler(t task) {
 }
 
 func (p *Pool) handleTask(t task) {
+	released := false
+	release := func() { // the slot, at the latest when the record is done
+		if !released {
+			released = true
+			<-p.sem
+		}
+	}
 	defer func() {
 		p.inFlight.Add(-1)
 		t.jr.inFlight.Add(-1)
 		p.cfg.Metrics.InFlight(-1)
-		<-p.sem
+		release()
 		p.inflight.Done()
 	}()
-	t.jr.handle(p.hctx, t.msg)
+	t.jr.handle(p.hctx, t.msg, release)
 }
 
 // New makes a pool over b.
@@ -188,7 +199,7 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	return &Pool{
 		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
 		jobs: map[string]*jobRunner{}, id: fmt.Sprintf("%s-%d", host, os.Getpid()),
-		tasks: make(chan task), quit: make(chan struct{}),
+		tasks: make(chan task), quit: make(chan struct{}), writes: make(chan struct{}, cfg.Concurrency),
 	}
 }
 
