@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/tidwall/gjson"
@@ -61,12 +62,25 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON keeps the record undecoded (RawRecord); Fields decodes what
 // a prompt needs. A worker never pays for decoding fields no template reads.
-//
-// It is the worker's hot path: one validating scan and one pass over the
-// top-level keys (gjson), instead of encoding/json's validate, decode and
-// skip over a record of any size. Call it directly, not through
-// json.Unmarshal, which would validate the message once more first.
+// It keeps a copy of b, as json.Unmarshaler must; see ParseEnvelope.
 func (e *Envelope) UnmarshalJSON(b []byte) error {
+	return e.parse(bytes.Clone(b))
+}
+
+// ParseEnvelope reads a work message's body. It is the worker's hot path:
+// one validating scan and one pass over the top-level keys (gjson), instead
+// of encoding/json's validate, decode and skip over a record of any size;
+// and the envelope shares data instead of copying it, so data must not be
+// written to afterwards (a received message's data never is).
+func ParseEnvelope(data []byte) (*Envelope, error) {
+	var e Envelope
+	if err := e.parse(data); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+func (e *Envelope) parse(b []byte) error {
 	if !gjson.ValidBytes(b) {
 		var probe any
 		if err := json.Unmarshal(b, &probe); err != nil {
@@ -74,7 +88,7 @@ func (e *Envelope) UnmarshalJSON(b []byte) error {
 		}
 		return errors.New("invalid JSON")
 	}
-	root := gjson.ParseBytes(b)
+	root := gjson.Parse(aliasString(b))
 	if !root.IsObject() {
 		return fmt.Errorf("work envelope is a JSON %s, not an object", jsonKind(root))
 	}
@@ -93,7 +107,7 @@ func (e *Envelope) UnmarshalJSON(b []byte) error {
 			case v.Type == gjson.Null:
 				e.RawRecord = nil
 			case v.IsObject():
-				e.RawRecord, e.valid = json.RawMessage(v.Raw), true
+				e.RawRecord, e.valid = subslice(b, v), true
 			default:
 				err = fmt.Errorf("work envelope: record is a JSON %s, not an object", jsonKind(v))
 				return false
@@ -112,6 +126,25 @@ func (e *Envelope) UnmarshalJSON(b []byte) error {
 		return true
 	})
 	return err
+}
+
+// aliasString is b as a string without a copy. The envelope's bytes (a
+// received message's data) are never written to after they arrive, so
+// strings gjson returns may share them; that saves copying every record
+// twice on the worker's hot path.
+func aliasString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// subslice is v's raw text as a slice of b, the bytes v was parsed from.
+func subslice(b []byte, v gjson.Result) json.RawMessage {
+	if v.Index > 0 && v.Index+len(v.Raw) <= len(b) {
+		return b[v.Index : v.Index+len(v.Raw) : v.Index+len(v.Raw)]
+	}
+	return json.RawMessage(v.Raw)
 }
 
 func jsonKind(v gjson.Result) string {
@@ -156,7 +189,7 @@ func (e *Envelope) Fields(names []string) (map[string]any, error) {
 		err := json.Unmarshal(e.RawRecord, &probe)
 		return nil, fmt.Errorf("record: %w", cmp.Or(err, errors.New("invalid JSON")))
 	}
-	rec := gjson.ParseBytes(e.RawRecord)
+	rec := gjson.Parse(aliasString(e.RawRecord))
 	if !rec.IsObject() {
 		return nil, fmt.Errorf("record: a JSON %s, not an object", jsonKind(rec))
 	}

@@ -72,3 +72,20 @@ func TestEnvelopeBroken(t *testing.T) {
 	_, err := bad.Fields([]string{"a"})
 	require.ErrorContains(t, err, "record: unexpected end of JSON input")
 }
+
+// UnmarshalJSON keeps its own copy (json.Unmarshaler's contract: a Decoder
+// reuses its buffer); ParseEnvelope shares the message's bytes.
+func TestEnvelopeCopyOrShare(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"id":"r1","record":{"text":"abc"},"line":2}`)
+	var copied Envelope
+	require.NoError(t, copied.UnmarshalJSON(body))
+	shared, err := ParseEnvelope(body)
+	require.NoError(t, err)
+	require.Equal(t, copied.ID, shared.ID)
+	require.Equal(t, copied.Line, shared.Line)
+	require.Equal(t, string(copied.RawRecord), string(shared.RawRecord))
+	body[len(`{"id":"r1","record":{"text":"`)] = 'X'
+	require.JSONEq(t, `{"text":"abc"}`, string(copied.RawRecord))
+	require.JSONEq(t, `{"text":"Xbc"}`, string(shared.RawRecord))
+}

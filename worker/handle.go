@@ -162,8 +162,8 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	if a == nil {
 		return nil, fmt.Errorf("the workflow has no action %q", action)
 	}
-	var env broker.Envelope
-	if err := env.UnmarshalJSON(msg.Data()); err != nil {
+	env, err := broker.ParseEnvelope(msg.Data())
+	if err != nil {
 		return nil, fmt.Errorf("malformed work message: %w", err)
 	}
 	if env.ID == "" {
@@ -173,7 +173,7 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: &env, n: int(meta.NumDelivered)}
+	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(meta.NumDelivered)}
 	h := msg.Headers()
 	d.replays, _ = strconv.Atoi(h.Get(broker.HeaderReplays))
 	d.mode = h.Get(broker.HeaderMode)

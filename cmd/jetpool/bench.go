@@ -158,6 +158,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	}
 	run, err := benchWork(ctx, e, b, "bench-zero", f.concurrency, f.records, log)
 	stopProfile()
+	writeHeapProfile() // $JETPOOL_MEMPROFILE
 	if err != nil {
 		return err
 	}
