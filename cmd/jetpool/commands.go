@@ -97,6 +97,7 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	if n <= 0 {
 		n = e.cfg.Concurrency
 	}
+	tuneGC()
 	b, err := connect(ctx, e)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -203,6 +204,22 @@ func connect(ctx context.Context, e *env) (*broker.Broker, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// WorkerGOGC is the garbage collector's target a worker process runs with
+// when $GOGC is not set. A worker's live heap is small (tens of MiB) and it
+// allocates a few KiB per record, so at Go's default (100) it collects
+// several times a second, and each collection also shrinks the stacks of
+// its idle handler goroutines, which the next record grows again: about a
+// quarter of a worker's CPU at 10k records/s (worker profile). At 400
+// its peak RSS goes from about 40 to 60 MiB, still flat in the job's size.
+const WorkerGOGC = 400
+
+// tuneGC applies WorkerGOGC unless $GOGC says otherwise.
+func tuneGC() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(WorkerGOGC)
+	}
 }
 
 // startCPUProfile writes a pprof CPU profile of the command to path.

@@ -39,6 +39,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	tuneGC()
 	if len(pos) != 1 {
 		fs.Usage()
 		return usageErr("want exactly one WORKFLOW argument, got %d", len(pos))
