@@ -167,7 +167,16 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	add(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), rate(workRate),
 		pct(workRate, rawConsume)+" of raw consume, "+pct(workRate, floor)+" of the raw floor")
 	both := float64(f.records) / (float64(f.records)/dispatchRate + t.Seconds())
-	add("jetpool dispatch + work + result + ack", rate(both), "records/s")
+	add("jetpool dispatch, then work", rate(both), "records/s, one after the other")
+
+	// 3b. End to end as `jetpool run` does it: the pool works while the
+	// dispatcher publishes, timed from the first record read to the last ack.
+	e2e, err := benchOverlapped(ctx, e, b, d, wf, in, f, log)
+	if err != nil {
+		return err
+	}
+	add("jetpool dispatch + work + result + ack, overlapped", rate(e2e),
+		pct(e2e, rawConsume)+" of raw consume, "+pct(e2e, 1/(1/rawPub+1/rawConsume))+" of raw pub then consume")
 
 	// 4. Efficiency under latency.
 	for _, cs := range strings.Split(f.latencies, ",") {
@@ -514,6 +523,31 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 		r.steady = float64(n80-n20) / t80.Sub(t20).Seconds()
 	}
 	return r, nil
+}
+
+// benchOverlapped runs a pool on a new job while it is dispatched (as
+// `jetpool run` does) and returns records/s from the dispatch's start to the
+// job finished.
+func benchOverlapped(ctx context.Context, e *env, b *broker.Broker, d *dispatcher.Dispatcher, wf *workflow.Workflow, in string,
+	f benchFlags, log zerolog.Logger) (float64, error) {
+	const job = "bench-e2e"
+	pool := worker.New(b, worker.Config{Concurrency: f.concurrency, Log: log, Jobs: []string{job}})
+	if err := pool.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = pool.Stop(sctx)
+	}()
+	start := time.Now()
+	if _, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+		return 0, err
+	}
+	if _, err := waitJobEvery(ctx, e, b, job, false, 20*time.Millisecond); err != nil {
+		return 0, err
+	}
+	return float64(f.records) / time.Since(start).Seconds(), nil
 }
 
 // benchBig dispatches and works a big job in child processes of this
