@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 
 	"fmt"
 	"os"
@@ -410,11 +411,18 @@ func rawFloor(ctx context.Context, b *broker.Broker, n, size int) (float64, erro
 		seq++
 		r := nats.NewMsg("benchres.r" + strconv.Itoa(seq))
 		r.Data = result
-		f, err := b.JS.PublishMsgAsync(r)
-		if err != nil {
-			return // not acked: the run fails by timing out
+		for {
+			f, err := b.JS.PublishMsgAsync(r)
+			switch {
+			case err == nil:
+				queue <- pending{m, f}
+				return
+			case errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil:
+				continue // the store is behind: wait for room
+			default:
+				return // not acked: the run fails by timing out
+			}
 		}
-		queue <- pending{m, f}
 	}, jetstream.PullMaxMessages(500))
 	if err != nil {
 		return 0, err
