@@ -40,6 +40,9 @@ func TestStatusBigJob(t *testing.T) {
 		Dispatched: true, Status: broker.JobRunning, MaxDeliver: 4, Created: time.Now().UTC()}))
 	_, err = b.EnsureConsumer(ctx, job, 4)
 	require.NoError(t, err)
+	j, _, err := b.GetJob(ctx, job)
+	require.NoError(t, err)
+	require.NoError(t, b.EnsureCounters(ctx, j)) // as the dispatcher does
 
 	// 1 in 50 failed: permanent, and 1 in 500 exhausted.
 	outcome := func(i int) string {
@@ -83,8 +86,6 @@ func TestStatusBigJob(t *testing.T) {
 	}
 
 	// In process: the counts alone, as `status` computes them.
-	j, _, err := b.GetJob(ctx, job)
-	require.NoError(t, err)
 	begin = time.Now()
 	c, err := b.JobCounts(ctx, j, true)
 	require.NoError(t, err)
@@ -93,8 +94,9 @@ func TestStatusBigJob(t *testing.T) {
 	require.Equal(t, wantFailed, c.Failed)
 	require.Equal(t, wantReasons, c.ByReason)
 
-	// The command, end to end (process start, connect, counts, the 300ms
-	// scatter-gather that asks workers for their in-flight records).
+	// The command, end to end (process start, connect, counts, the
+	// scatter-gather that asks workers for their in-flight records: here
+	// none answer, and the server's no-responders status ends it at once).
 	env := map[string]string{"JETPOOL_NATS_URL": url}
 	r := jetpool(t, env, "status", job, "--json")
 	require.Zero(t, r.code, r.stderr)
