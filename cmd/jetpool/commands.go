@@ -97,12 +97,12 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	if n <= 0 {
 		n = e.cfg.Concurrency
 	}
-	tuneGC()
 	b, err := connect(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	tuneGC(b)
 	m := newMetrics()
 	var only []string
 	if *jobs != "" {

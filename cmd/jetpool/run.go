@@ -39,7 +39,6 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	tuneGC()
 	if len(pos) != 1 {
 		fs.Usage()
 		return usageErr("want exactly one WORKFLOW argument, got %d", len(pos))
@@ -56,6 +55,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	tuneGC(b)
 
 	start := time.Now()
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
