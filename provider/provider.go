@@ -67,7 +67,15 @@ type Limits struct {
 	RPM         int `json:"rpm,omitempty" yaml:"rpm"`
 	TPM         int `json:"tpm,omitempty" yaml:"tpm"`
 	Concurrency int `json:"concurrency,omitempty" yaml:"concurrency"`
+	// NoAdaptive (`adaptive: false`) turns off adaptive concurrency for a
+	// provider without rpm, tpm or concurrency: its calls go at the pool's
+	// concurrency from the start (a self-hosted endpoint of known capacity).
+	// 429s still set the shared cooldown; the circuit breaker still runs.
+	NoAdaptive bool `json:"no_adaptive,omitempty" yaml:"-"`
 }
+
+// Budgeted reports whether an rpm, tpm or concurrency budget is set.
+func (l Limits) Budgeted() bool { return l.RPM > 0 || l.TPM > 0 || l.Concurrency > 0 }
 
 // Config is a provider entry of a workflow.
 type Config struct {

@@ -142,7 +142,7 @@ func (r *Registry) For(cfg provider.Config) *Limiter {
 	}
 	l := &Limiter{r: r, key: k, name: cfg.Name, limits: cfg.Limits, paces: PacesOf(cfg.Limits, r.cfg.Headroom),
 		changed: make(chan struct{}), fifo: make(chan struct{}, 1)}
-	if cfg.Limits == (provider.Limits{}) {
+	if !cfg.Limits.Budgeted() && !cfg.Limits.NoAdaptive {
 		l.aimd = NewAIMD(r.cfg.AdaptiveInitial, r.cfg.AdaptiveMax)
 	}
 	l.shared = r.seen[k]
@@ -194,8 +194,9 @@ type Limiter struct {
 // Key is the limiter's KV key.
 func (l *Limiter) Key() string { return l.key }
 
-// Limited reports whether limits are configured (false: adaptive).
-func (l *Limiter) Limited() bool { return l.aimd == nil }
+// Limited reports whether an rpm, tpm or concurrency budget is configured
+// (false: adaptive concurrency, or none with adaptive: false).
+func (l *Limiter) Limited() bool { return l.limits.Budgeted() }
 
 func (l *Limiter) now() time.Time { return l.r.cfg.Clock.Now() }
 
@@ -355,7 +356,7 @@ func (l *Limiter) Acquire(ctx context.Context, tokens int) (*Permit, error) {
 			}
 			l.waited.Add(1)
 			d := s.CooldownUntil.Sub(now)
-			if l.aimd != nil {
+			if !l.limits.Budgeted() {
 				d += l.jitter(d) // the paced schedule spreads limited waiters by itself
 			}
 			if err := l.wait(ctx, d, nil); err != nil {
@@ -386,11 +387,15 @@ func (l *Limiter) admit(ctx context.Context, tokens int, probe bool) (*Permit, e
 }
 
 // admitOnce tries to take a slot: the shared schedule and leases with
-// limits, the AIMD window without. again is true when the caller must look
+// limits, the AIMD window without, nothing with adaptive: false. again is true when the caller must look
 // at the state again (it waited for a slot, or a cooldown began).
 func (l *Limiter) admitOnce(ctx context.Context, tokens int, probe bool, changed <-chan struct{}) (_ *Permit, again bool, _ error) {
-	if l.aimd == nil {
+	if l.limits.Budgeted() {
 		return l.book(ctx, tokens, probe)
+	}
+	if l.aimd == nil { // adaptive: false: no window, no shared schedule
+		l.calls.Add(1)
+		return &Permit{l: l, started: l.now(), tokens: tokens, probe: probe}, false, nil
 	}
 	l.mu.Lock()
 	if probe || l.inflight < l.aimd.Limit() {
@@ -741,7 +746,7 @@ func Overloaded(e *retry.Error) bool {
 type Status struct {
 	Key      string        `json:"key"`
 	Provider string        `json:"provider"`
-	Mode     string        `json:"mode"`  // "limits" or "adaptive"
+	Mode     string        `json:"mode"`  // "limits", "adaptive", or "none" (adaptive: false)
 	Limit    float64       `json:"limit"` // adaptive concurrency (this process) or limits.concurrency
 	InFlight int           `json:"in_flight"`
 	Circuit  string        `json:"circuit"`
@@ -759,8 +764,11 @@ func (l *Limiter) Status() Status {
 	st := Status{Key: l.key, Provider: l.name, Mode: "limits", Limit: float64(l.limits.Concurrency),
 		InFlight: l.shared.InFlight(now), Circuit: cmp.Or(l.shared.Breaker.State, CircuitClosed),
 		Calls: l.calls.Load(), Absorbed: l.absorbed.Load(), Waited: l.waited.Load()}
-	if l.aimd != nil {
+	switch {
+	case l.aimd != nil:
 		st.Mode, st.Limit, st.InFlight = "adaptive", l.aimd.Value(), l.inflight
+	case !l.limits.Budgeted():
+		st.Mode = "none" // adaptive: false
 	}
 	if l.shared.Cooling(now) {
 		st.Cooldown = l.shared.CooldownUntil.Sub(now)

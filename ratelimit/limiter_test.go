@@ -463,3 +463,34 @@ func TestAdaptiveWindow(t *testing.T) {
 	p3.Done(provider.Usage{}, rateLimited(0))
 	require.InDelta(t, 4*AdaptiveBetaDefault, l.Status().Limit, 1e-9)
 }
+
+// `limits: {adaptive: false}`: no adaptive window, no budget; a 429 still
+// cools every caller down.
+func TestAdaptiveOff(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	store := NewMemStore()
+	l := newTestRegistry(t, store, clock, func(c *Config) { c.AdaptiveInitial = 2 }).
+		For(provider.Config{Name: "p", Limits: provider.Limits{NoAdaptive: true}})
+	require.False(t, l.Limited(), "no budget: a 429 with retry off still fails its attempt")
+	require.Equal(t, "none", l.Status().Mode)
+	ctx := context.Background()
+	var ps []*Permit
+	for range 50 { // far beyond the adaptive start of 2: nothing waits
+		p, err := l.Acquire(ctx, 0)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	states, err := store.List(ctx)
+	require.NoError(t, err)
+	require.Empty(t, states, "admitting a call writes no shared state")
+	ps[0].Done(provider.Usage{}, rateLimited(2*time.Second))
+	for _, p := range ps[1:] {
+		p.Done(provider.Usage{}, nil)
+	}
+	t0 := clock.Now()
+	p, err := l.Acquire(ctx, 0)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, clock.Now().Sub(t0), 2*time.Second, "waited out the cooldown")
+	p.Done(provider.Usage{}, nil)
+}

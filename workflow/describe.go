@@ -39,8 +39,13 @@ func (w *Workflow) Describe(out io.Writer) {
 		if c.Timeout > 0 {
 			parts = append(parts, "timeout "+c.Timeout.String())
 		}
-		if l := c.Limits; l.RPM > 0 || l.TPM > 0 || l.Concurrency > 0 {
+		switch l := c.Limits; {
+		case l.Budgeted():
 			parts = append(parts, fmt.Sprintf("limits rpm %s, tpm %s, concurrency %s", limit(l.RPM), limit(l.TPM), limit(l.Concurrency)))
+		case l.NoAdaptive:
+			parts = append(parts, "no limits, adaptive concurrency off")
+		default:
+			parts = append(parts, "no limits: adaptive concurrency")
 		}
 		pr("  provider %s: %s\n", name, strings.Join(parts, ", "))
 	}

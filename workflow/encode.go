@@ -35,7 +35,7 @@ type wireProvider struct {
 	Timeout    string            `json:"timeout,omitempty"`
 	Headers    map[string]string `json:"headers,omitempty"`
 	Stream     bool              `json:"stream,omitempty"`
-	Limits     *provider.Limits  `json:"limits,omitempty"`
+	Limits     *wireLimits       `json:"limits,omitempty"`
 	Sim        any               `json:"sim,omitempty"`
 }
 
@@ -98,6 +98,14 @@ func dur(d time.Duration) string {
 	return d.String()
 }
 
+// wireLimits is provider.Limits as a workflow file spells it.
+type wireLimits struct {
+	RPM         int   `json:"rpm,omitempty"`
+	TPM         int   `json:"tpm,omitempty"`
+	Concurrency int   `json:"concurrency,omitempty"`
+	Adaptive    *bool `json:"adaptive,omitempty"`
+}
+
 // Encode renders the workflow as self-contained JSON for the jobs bucket:
 // defaults applied, schema files inlined. Decode reads it back.
 func (w *Workflow) Encode() ([]byte, error) {
@@ -106,7 +114,11 @@ func (w *Workflow) Encode() ([]byte, error) {
 		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
 			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream}
 		if c.Limits != (provider.Limits{}) {
-			wp.Limits = &c.Limits
+			wp.Limits = &wireLimits{RPM: c.Limits.RPM, TPM: c.Limits.TPM, Concurrency: c.Limits.Concurrency}
+			if c.Limits.NoAdaptive {
+				off := false
+				wp.Limits.Adaptive = &off
+			}
 		}
 		if c.Sim != nil {
 			sim, err := yamlValue(reflect.ValueOf(c.Sim))

@@ -253,7 +253,8 @@ func (p *parser) provider(name string, f field) *entry {
 		e.cfg.Stream, _ = p.boolean(v)
 	}
 	if v, ok := pf["limits"]; ok {
-		if lf, ok := p.fields(v.val, v.path, "rpm", "tpm", "concurrency"); ok {
+		if lf, ok := p.fields(v.val, v.path, "rpm", "tpm", "concurrency", "adaptive"); ok {
+
 			if x, ok := lf["rpm"]; ok {
 				e.cfg.Limits.RPM, _ = p.intIn(x, 0, math.MaxInt)
 			}
@@ -262,6 +263,14 @@ func (p *parser) provider(name string, f field) *entry {
 			}
 			if x, ok := lf["concurrency"]; ok {
 				e.cfg.Limits.Concurrency, _ = p.intIn(x, 0, math.MaxInt)
+			}
+			if x, ok := lf["adaptive"]; ok {
+				if on, ok := p.boolean(x); ok {
+					if e.cfg.Limits.Budgeted() {
+						p.errorf(x.key.Line, x.path, "only without rpm, tpm and concurrency (a budget already turns adaptive concurrency off)")
+					}
+					e.cfg.Limits.NoAdaptive = !on
+				}
 			}
 		}
 	}

@@ -51,7 +51,8 @@ func TestParseEveryField(t *testing.T) {
 		"groq": {Name: "groq", Kind: provider.KindOpenAI, BaseURL: "https://api.groq.com/openai/v1", APIKeyEnv: "GROQ_API_KEY",
 			Timeout: 30 * time.Second, Headers: map[string]string{"X-Team": "research"}, Stream: true,
 			Limits: provider.Limits{RPM: 600, TPM: 100000, Concurrency: 8}},
-		"local": {Name: "local", Kind: provider.KindOpenAI, BaseURL: "http://127.0.0.1:8000/v1", APIKeyFile: "/run/secrets/local-key"},
+		"local": {Name: "local", Kind: provider.KindOpenAI, BaseURL: "http://127.0.0.1:8000/v1", APIKeyFile: "/run/secrets/local-key",
+			Limits: provider.Limits{NoAdaptive: true}},
 		"mysim": {Name: "mysim", Kind: provider.KindSim, Sim: &provider.SimConfig{Latency: 50 * time.Millisecond, Seed: 7,
 			Faults: provider.SimFaults{RateLimit: 0.1, Server: 0.05}}},
 	}, w.Providers)
@@ -60,7 +61,7 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, 0, i)
 	require.Equal(t, "extract_metadata", a.Name)
 	require.Equal(t, 0, a.Index)
-	require.Equal(t, 32, a.Line)
+	require.Equal(t, 33, a.Line)
 	require.Equal(t, "groq", a.Provider)
 	require.Equal(t, "llama-3.1-8b-instant", a.Model)
 	require.Equal(t, "Answer in JSON.", a.System)
@@ -75,7 +76,7 @@ func TestParseEveryField(t *testing.T) {
 		Schema: map[string]any{"type": "object", "required": []any{"title", "author"}, "properties": map[string]any{
 			"title": map[string]any{"type": "string"}, "author": map[string]any{"type": "string"},
 			"year": map[string]any{"type": "integer", "minimum": 0.0}}},
-		SchemaFile: "schemas/metadata.json", SchemaLine: 42, RepairAttempts: 2, RepairOnExhausted: retry.ReturnLast,
+		SchemaFile: "schemas/metadata.json", SchemaLine: 43, RepairAttempts: 2, RepairOnExhausted: retry.ReturnLast,
 	}, a.Expect)
 	require.Equal(t, 10, a.MaxCalls)
 	require.Equal(t, ModeOnline, a.Mode)
@@ -90,7 +91,7 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, map[string]any{"temperature": 0.0, "top_p": 0.9}, a.Params)
 	require.Equal(t, retry.Policy{}, a.Retry, "retry: false")
 	require.Equal(t, &Expect{Format: FormatJSON, Schema: map[string]any{"type": "object", "required": []any{"summary"}},
-		SchemaLine: 58, RepairOnExhausted: retry.ReturnLast}, a.Expect, "a schema alone implies json")
+		SchemaLine: 59, RepairOnExhausted: retry.ReturnLast}, a.Expect, "a schema alone implies json")
 	require.Equal(t, 20, a.MaxCalls, "max_calls from defaults")
 
 	a, _ = w.Action("classify")
@@ -373,7 +374,7 @@ func TestDescribe(t *testing.T) {
 	w.Describe(&b)
 	require.Equal(t, `workflow quickstart: 2 actions
   file: testdata/quickstart.yaml
-  provider sim: kind sim
+  provider sim: kind sim, no limits: adaptive concurrency
 
 action 1/2 extract_metadata (line 13)
   provider:   sim/(provider default) (sim)
@@ -439,6 +440,18 @@ actions:
     prompt: hi
     retries: 3
 `, []string{"workflow.yaml:5: actions[0].retries: unknown field (did you mean retry?)"}},
+		{"AdaptiveNotBoolean", `
+providers:
+  local: {kind: openai, base_url: "http://127.0.0.1:1/v1", limits: {adaptive: sometimes}}
+actions:
+  - {name: a, provider: local, model: m, prompt: hi}
+`, []string{`workflow.yaml:2: providers.local.limits.adaptive: want true or false, got "sometimes"`}},
+		{"AdaptiveWithBudget", `
+providers:
+  local: {kind: openai, base_url: "http://127.0.0.1:1/v1", limits: {rpm: 60, adaptive: false}}
+actions:
+  - {name: a, provider: local, model: m, prompt: hi}
+`, []string{`workflow.yaml:2: providers.local.limits.adaptive: only without rpm, tpm and concurrency (a budget already turns adaptive concurrency off)`}},
 		{"UnknownTopLevelField", `
 action: []
 `, []string{

@@ -137,7 +137,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	if err := writeBenchRecords(in, f.records, f.size); err != nil {
 		return err
 	}
-	wf, err := benchWorkflow(dir, "zero", "reply: ok", "")
+	wf, err := benchWorkflow(dir, "zero", "reply: ok", "", "")
 	if err != nil {
 		return err
 	}
@@ -194,24 +194,34 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if err := writeBenchRecords(lin, n, f.size); err != nil {
 			return err
 		}
-		lwf, err := benchWorkflow(dir, fmt.Sprintf("lat%d", c), "latency: 100ms", "")
-		if err != nil {
-			return err
-		}
-		job := fmt.Sprintf("bench-lat%d", c)
-		if _, err := d.Dispatch(ctx, lwf, dispatcher.Options{Input: lin, JobID: job}); err != nil {
-			return err
-		}
-		run, err := benchWork(ctx, e, b, job, c, n, log)
-		if err != nil {
-			return err
-		}
-		got := float64(n) / run.total.Seconds()
 		ideal := float64(c) / 0.1
-		add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), sustained", c, n), rate(run.steady),
-			pct(run.steady, ideal)+" of ideal "+rate(ideal)+" (20–80 % of the job)")
-		add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), whole run", c, n), rate(got),
-			pct(got, ideal)+" of ideal, adaptive ramp and drain included")
+		// Twice: with the shipped adaptive concurrency (no limits), and
+		// with `limits: {adaptive: false}`, as for a self-hosted endpoint.
+		for _, adaptive := range []bool{true, false} {
+			name, limits, label := fmt.Sprintf("lat%d", c), "", "adaptive ramp and drain included"
+			if !adaptive {
+				name, limits, label = name+"-fixed", "adaptive: false", "limits: {adaptive: false}, drain included"
+			}
+			lwf, err := benchWorkflow(dir, name, "latency: 100ms", limits, "")
+			if err != nil {
+				return err
+			}
+			job := "bench-" + name
+			if _, err := d.Dispatch(ctx, lwf, dispatcher.Options{Input: lin, JobID: job}); err != nil {
+				return err
+			}
+			run, err := benchWork(ctx, e, b, job, c, n, log)
+			if err != nil {
+				return err
+			}
+			got := float64(n) / run.total.Seconds()
+			if adaptive {
+				add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), sustained", c, n), rate(run.steady),
+					pct(run.steady, ideal)+" of ideal "+rate(ideal)+" (20–80 % of the job)")
+			}
+			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), whole run", c, n), rate(got),
+				pct(got, ideal)+" of ideal, "+label)
+		}
 	}
 
 	// 5. Retry overhead.
@@ -220,7 +230,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if err := writeBenchRecords(rin, f.retryN, 256); err != nil {
 			return err
 		}
-		rwf, err := benchWorkflow(dir, "retry", "faults: {server: 0.1}",
+		rwf, err := benchWorkflow(dir, "retry", "faults: {server: 0.1}", "",
 			"    retry: {max_attempts: 3, backoff: 1ms, max_backoff: 5ms, redeliver: {max_deliveries: 3, backoff: 10ms}}\n")
 		if err != nil {
 			return err
@@ -463,10 +473,10 @@ func writeBenchRecords(path string, n, size int) error {
 	return f.Close()
 }
 
-func benchWorkflow(dir, name, sim, retryBlock string) (*workflow.Workflow, error) {
+func benchWorkflow(dir, name, sim, limits, retryBlock string) (*workflow.Workflow, error) {
 	p := filepath.Join(dir, name+".yaml")
-	y := fmt.Sprintf("name: %s\nproviders:\n  sim: {kind: sim, sim: {%s}}\nactions:\n  - name: act\n    provider: sim\n    prompt: \"{{ .text }}\"\n%s",
-		name, sim, retryBlock)
+	y := fmt.Sprintf("name: %s\nproviders:\n  sim: {kind: sim, limits: {%s}, sim: {%s}}\nactions:\n  - name: act\n    provider: sim\n    prompt: \"{{ .text }}\"\n%s",
+		name, limits, sim, retryBlock)
 	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
 		return nil, err
 	}
@@ -569,7 +579,7 @@ func benchBig(ctx context.Context, e *env, b *broker.Broker, dir string, f bench
 	if err := writeBenchRecords(in, f.big, f.size); err != nil {
 		return err
 	}
-	if _, err := benchWorkflow(dir, "big", "reply: ok", ""); err != nil {
+	if _, err := benchWorkflow(dir, "big", "reply: ok", "", ""); err != nil {
 		return err
 	}
 	env := append(os.Environ(), "JETPOOL_NATS_URL="+b.Server().ClientURL(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")

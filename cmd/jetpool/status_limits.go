@@ -49,8 +49,11 @@ func printLimits(ctx context.Context, e *env, b *broker.Broker) {
 			cool = s.CooldownUntil.Sub(now).Round(100 * time.Millisecond).String()
 		}
 		lim := fmt.Sprintf("rpm %d, tpm %d, concurrency %d", s.Limits.RPM, s.Limits.TPM, s.Limits.Concurrency)
-		if s.Limits.RPM == 0 && s.Limits.TPM == 0 && s.Limits.Concurrency == 0 {
+		if !s.Limits.Budgeted() {
 			lim = "adaptive"
+			if s.Limits.NoAdaptive {
+				lim = "none (adaptive off)"
+			}
 		}
 		last := s.Breaker.LastError
 		if last == "" {
