@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ type benchFlags struct {
 	sync        string
 	dir         string
 	profile     string
+	repeat      int
 }
 
 type benchRow struct{ name, value, note string }
@@ -62,6 +64,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.natsCLI, "nats", "", "path of the nats CLI for the raw baselines (default: nats on PATH or in $GOPATH/bin)")
 	fs.StringVar(&f.sync, "sync", "", "embedded server fsync policy for the run (default: $JETPOOL_SYNC_INTERVAL)")
 	fs.StringVar(&f.dir, "dir", "", "work dir (default: a temp dir, removed after)")
+	fs.IntVar(&f.repeat, "repeat", 1, "rounds of the throughput measures (raw engine, then jetpool, in turn): figures are medians, with the range")
 	fs.StringVar(&f.profile, "cpuprofile-work", "", "write a CPU profile of the zero-latency work run (pool and embedded server) to this file")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -101,40 +104,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stderr, "jetpool bench: %d records of %d B, %s, %d CPUs, fsync %s\n", f.records, f.size, runtime.Version(), runtime.NumCPU(), cfg.SyncInterval)
 
-	// 1. Raw engine baselines.
-	cli := findNatsCLI(f.natsCLI)
-	var rawPub, rawConsume float64
-	if cli != "" {
-		rawPub, err = natsBench(ctx, cli, url, "pub", "async", "bench.pub", "--msgs", strconv.Itoa(f.records), "--size", strconv.Itoa(f.size),
-			"--dedup", "--create", "--stream", "BENCHPUB")
-		if err != nil {
-			return err
-		}
-		add("raw: nats bench js pub async --dedup", rate(rawPub), "msgs/s")
-		rawConsume, err = natsBench(ctx, cli, url, "consume", "", "", "--msgs", strconv.Itoa(f.records), "--stream", "BENCHPUB")
-		if err != nil {
-			return err
-		}
-		add("raw: nats bench js consume (explicit ack)", rate(rawConsume), "msgs/s")
-	} else {
-		fmt.Fprintln(e.stderr, "  (nats CLI not found: raw baselines use the equivalent nats.go loops)")
-	}
-	goPub, goConsume, err := rawGo(ctx, b, f.records, f.size)
-	if err != nil {
-		return err
-	}
-	add("raw: nats.go PublishMsgAsync + Nats-Msg-Id", rate(goPub), "msgs/s")
-	add("raw: nats.go pull consume + ack", rate(goConsume), "msgs/s")
-	floor, err := rawFloor(ctx, b, f.records, f.size)
-	if err != nil {
-		return err
-	}
-	add("raw floor: nats.go work-queue pull + result publish + ack", rate(floor), "msgs/s: jetpool's storage work without jetpool")
-	if rawPub == 0 {
-		rawPub, rawConsume = goPub, goConsume
-	}
-
-	// 2. Dispatch.
+	// 1–3. Throughput: the raw engine, then jetpool, --repeat times in
+	// turn, so each ratio compares figures taken minutes apart at most.
 	in := filepath.Join(dir, "records.jsonl")
 	if err := writeBenchRecords(in, f.records, f.size); err != nil {
 		return err
@@ -144,42 +115,63 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	d := &dispatcher.Dispatcher{B: b, Log: log}
-	start := time.Now()
-	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: "bench-zero"})
-	if err != nil {
-		return err
+	cli := findNatsCLI(f.natsCLI)
+	if cli == "" {
+		fmt.Fprintln(e.stderr, "  (nats CLI not found: raw baselines use the equivalent nats.go loops)")
 	}
-	dispatchRate := float64(res.Published) / time.Since(start).Seconds()
-	add("jetpool dispatch (validate pass + publish)", rate(dispatchRate), pct(dispatchRate, rawPub)+" of raw pub")
-
-	// 3. End to end, zero latency.
-	stopProfile := func() {}
-	if f.profile != "" {
-		if stopProfile, err = startCPUProfile(f.profile); err != nil {
-			return fmt.Errorf("--cpuprofile-work: %w", err)
+	var rounds []benchRound
+	for r := range max(f.repeat, 1) {
+		if f.repeat > 1 {
+			fmt.Fprintf(e.stderr, " round %d of %d\n", r+1, f.repeat)
 		}
+		rd, err := throughputRound(ctx, e, b, d, wf, in, cli, url, f, r, log)
+		if err != nil {
+			return err
+		}
+		rounds = append(rounds, rd)
 	}
-	run, err := benchWork(ctx, e, b, "bench-zero", f.concurrency, f.records, log)
-	stopProfile()
-	writeHeapProfile() // $JETPOOL_MEMPROFILE
-	if err != nil {
-		return err
+	stat := func(get func(benchRound) float64) (med, lo, hi float64) {
+		v := make([]float64, len(rounds))
+		for i, rd := range rounds {
+			v[i] = get(rd)
+		}
+		slices.Sort(v)
+		return v[len(v)/2], v[0], v[len(v)-1]
 	}
-	t := run.total
-	workRate := float64(f.records) / t.Seconds()
-	add(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), rate(workRate),
-		pct(workRate, rawConsume)+" of raw consume, "+pct(workRate, floor)+" of the raw floor")
-	both := float64(f.records) / (float64(f.records)/dispatchRate + t.Seconds())
-	add("jetpool dispatch, then work", rate(both), "records/s, one after the other")
-
-	// 3b. End to end as `jetpool run` does it: the pool works while the
-	// dispatcher publishes, timed from the first record read to the last ack.
-	e2e, err := benchOverlapped(ctx, e, b, d, wf, in, f, log)
-	if err != nil {
-		return err
+	addStat := func(name string, get func(benchRound) float64, note string, ratios ...benchRatio) {
+		med, lo, hi := stat(get)
+		value := rate(med)
+		if len(rounds) > 1 {
+			value += fmt.Sprintf(" (%.0f–%.0f)", lo, hi)
+		}
+		for _, q := range ratios {
+			rm, rl, rh := stat(func(rd benchRound) float64 { return get(rd) / q.of(rd) })
+			note += ", " + fmt.Sprintf("%.0f%%", 100*rm)
+			if len(rounds) > 1 {
+				note += fmt.Sprintf(" (%.0f–%.0f%%)", 100*rl, 100*rh)
+			}
+			note += " of " + q.name
+		}
+		add(name, value, strings.TrimPrefix(note, ", "))
 	}
-	add("jetpool dispatch + work + result + ack, overlapped", rate(e2e),
-		pct(e2e, rawConsume)+" of raw consume, "+pct(e2e, 1/(1/rawPub+1/rawConsume))+" of raw pub then consume")
+	rawPub := func(rd benchRound) float64 { return rd.rawPub }
+	rawConsume := func(rd benchRound) float64 { return rd.rawConsume }
+	if cli != "" {
+		addStat("raw: nats bench js pub async --dedup", rawPub, "msgs/s")
+		addStat("raw: nats bench js consume (explicit ack)", rawConsume, "msgs/s")
+	}
+	addStat("raw: nats.go PublishMsgAsync + Nats-Msg-Id", func(rd benchRound) float64 { return rd.goPub }, "msgs/s")
+	addStat("raw: nats.go pull consume + ack", func(rd benchRound) float64 { return rd.goConsume }, "msgs/s")
+	floor := func(rd benchRound) float64 { return rd.floor }
+	addStat("raw floor: nats.go work-queue pull + result publish + ack", floor, "msgs/s: jetpool's storage work without jetpool")
+	addStat("jetpool dispatch (validate pass + publish)", func(rd benchRound) float64 { return rd.dispatch }, "",
+		benchRatio{"raw pub", rawPub})
+	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), func(rd benchRound) float64 { return rd.work }, "",
+		benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
+	addStat("jetpool dispatch, then work", func(rd benchRound) float64 { return rd.both }, "records/s, one after the other")
+	addStat("jetpool dispatch + work + result + ack, overlapped", func(rd benchRound) float64 { return rd.e2e }, "",
+		benchRatio{"raw consume", rawConsume},
+		benchRatio{"raw pub then consume", func(rd benchRound) float64 { return 1 / (1/rd.rawPub + 1/rd.rawConsume) }})
 
 	// 4. Efficiency under latency.
 	for _, cs := range strings.Split(f.latencies, ",") {
@@ -545,12 +537,87 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 	return r, nil
 }
 
+// benchRound is one round of the throughput measures, in records (or
+// messages) per second.
+type benchRound struct {
+	rawPub, rawConsume, goPub, goConsume, floor float64
+	dispatch, work, both, e2e                   float64
+}
+
+type benchRatio struct {
+	name string
+	of   func(benchRound) float64
+}
+
+// throughputRound measures the raw engine and then jetpool, once. Round r
+// uses its own jobs; only round 0 is profiled (--cpuprofile-work).
+func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatcher.Dispatcher, wf *workflow.Workflow, in, cli, url string,
+	f benchFlags, r int, log zerolog.Logger) (benchRound, error) {
+	var rd benchRound
+	var err error
+	if cli != "" {
+		_ = b.JS.DeleteStream(ctx, "BENCHPUB") // nats bench makes it afresh
+		rd.rawPub, err = natsBench(ctx, cli, url, "pub", "async", "bench.pub", "--msgs", strconv.Itoa(f.records), "--size", strconv.Itoa(f.size),
+			"--dedup", "--create", "--stream", "BENCHPUB")
+		if err != nil {
+			return rd, err
+		}
+		if rd.rawConsume, err = natsBench(ctx, cli, url, "consume", "", "", "--msgs", strconv.Itoa(f.records), "--stream", "BENCHPUB"); err != nil {
+			return rd, err
+		}
+	}
+	if rd.goPub, rd.goConsume, err = rawGo(ctx, b, f.records, f.size); err != nil {
+		return rd, err
+	}
+	if rd.floor, err = rawFloor(ctx, b, f.records, f.size); err != nil {
+		return rd, err
+	}
+	if cli == "" {
+		rd.rawPub, rd.rawConsume = rd.goPub, rd.goConsume
+	}
+
+	// Dispatch.
+	job := fmt.Sprintf("bench-zero-%d", r)
+	start := time.Now()
+	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job})
+	if err != nil {
+		return rd, err
+	}
+	rd.dispatch = float64(res.Published) / time.Since(start).Seconds()
+
+	// End to end, zero latency.
+	stopProfile := func() {}
+	if f.profile != "" && r == 0 {
+		if stopProfile, err = startCPUProfile(f.profile); err != nil {
+			return rd, fmt.Errorf("--cpuprofile-work: %w", err)
+		}
+	}
+	run, err := benchWork(ctx, e, b, job, f.concurrency, f.records, log)
+	stopProfile()
+	if r == 0 {
+		writeHeapProfile() // $JETPOOL_MEMPROFILE
+	}
+	if err != nil {
+		return rd, err
+	}
+	rd.work = float64(f.records) / run.total.Seconds()
+	rd.both = float64(f.records) / (float64(f.records)/rd.dispatch + run.total.Seconds())
+
+	// End to end as `jetpool run` does it: the pool works while the
+	// dispatcher publishes, timed from the first record read to the last ack.
+	if rd.e2e, err = benchOverlapped(ctx, e, b, d, wf, in, f, fmt.Sprintf("bench-e2e-%d", r), log); err != nil {
+		return rd, err
+	}
+	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f; dispatch %.0f, work %.0f, overlapped %.0f\n",
+		rd.rawPub, rd.rawConsume, rd.floor, rd.dispatch, rd.work, rd.e2e)
+	return rd, nil
+}
+
 // benchOverlapped runs a pool on a new job while it is dispatched (as
 // `jetpool run` does) and returns records/s from the dispatch's start to the
 // job finished.
 func benchOverlapped(ctx context.Context, e *env, b *broker.Broker, d *dispatcher.Dispatcher, wf *workflow.Workflow, in string,
-	f benchFlags, log zerolog.Logger) (float64, error) {
-	const job = "bench-e2e"
+	f benchFlags, job string, log zerolog.Logger) (float64, error) {
 	pool := worker.New(b, worker.Config{Concurrency: f.concurrency, Log: log, Jobs: []string{job}})
 	if err := pool.Start(ctx); err != nil {
 		return 0, err
