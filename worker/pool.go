@@ -129,7 +129,8 @@ const handlerIdle = 10 * time.Second
 // run hands t to an idle handler goroutine, or starts one. Handlers live on
 // between records: a new goroutine per record would grow its stack through
 // the session's call chain every time (runtime.newstack was 5 % of the
-// worker's CPU at zero latency). Their number never exceeds the slots in use.
+// worker's CPU at zero latency). Their number never exceeds the records in
+// flight: at most twice Concurrency (the slots, and results being stored).
 func (p *Pool) run(t task) {
 	select {
 	case p.tasks <- t:
