@@ -11,6 +11,7 @@ import (
 	"github.com/jetpool/jetpool/batch"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/expect"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/workflow"
@@ -120,6 +121,35 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 		return err
 	}
 	output := any(resp.Text)
+	if a.Expect != nil {
+		// The batch's answer meets the expectation as an online one must.
+		// A repair is a conversation, which a batch cannot hold: an answer
+		// that fails goes online, where the repair loop runs (the batch's
+		// answer is dropped; the online session asks afresh). With no
+		// repairs allowed it fails as an exhausted online repair does.
+		chk, err := checkerFor(a.Expect)
+		if err != nil {
+			e := &retry.Error{Class: retry.ClassProgramming, TypeName: "SchemaError", Message: err.Error()}
+			return h.Fail(ctx, a, it, e, retry.ReasonProgrammingError, retry.Diagnose(e, nil, d.n))
+		}
+		v, err := chk.Check(resp.Text, resp.FinishReason)
+		if err != nil {
+			var viol *expect.Violation
+			if !errors.As(err, &viol) {
+				viol = &expect.Violation{Cause: expect.CauseInvalidJSON, Detail: err.Error(), Output: resp.Text}
+			}
+			if a.Expect.RepairAttempts > 0 {
+				jr.p.log.Debug().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("violation", viol.Error()).
+					Msg("batch answer failed the expectation; repairing online")
+				return h.Online(ctx, a, it)
+			}
+			final := &retry.Error{Class: retry.ClassSchemaViolation, TypeName: "SchemaViolationError", Message: viol.Error(),
+				Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model)}
+			return h.Fail(ctx, a, it, final, retry.ReasonSchemaViolation,
+				retry.Diagnose(final, nil, d.n)+"; last output: "+clipOutput(resp.Text))
+		}
+		output = v
+	}
 	if err := jr.forward(ctx, d, output); err != nil {
 		return err
 	}
@@ -161,7 +191,7 @@ func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.It
 	}
 	jr.p.cfg.Metrics.Record(d.job, a.Name, string(reason), final.Class)
 	jr.p.log.Info().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("reason", string(reason)).Msg(diag)
-	if reason != retry.ReasonJobFailed && a.Retry.OnExhausted == retry.Raise {
+	if reason != retry.ReasonJobFailed && exhaustedPolicy(a, reason, final) == retry.Raise {
 		jr.raise(ctx, d, diag)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/worker"
 )
 
@@ -446,5 +447,48 @@ actions:
 	for _, r := range testenv.Results(t, b, job) {
 		require.Equal(t, "programming_error", r.Reason)
 		require.Contains(t, r.Error.Message, "no batch API")
+	}
+}
+
+// expect: applies to batch answers: a valid answer is the parsed value; an
+// invalid one is repaired online (repair.max_attempts > 0) or, with no
+// repairs, dead-lettered as schema_violation like an exhausted repair.
+func TestBatchExpect(t *testing.T) {
+	t.Parallel()
+	const expectBlock = "expect:\n  schema: {type: object, required: [x], properties: {x: {type: integer}}}\n  repair: {max_attempts: %d}"
+	for _, kind := range batchKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			for _, repairs := range []int{1, 0} {
+				srv := batchtest.New(t, kind)
+				srv.Answer = func(id string, _ int, _ map[string]any) batchtest.Answer {
+					if id == "r2" {
+						return batchtest.OK("sure! here it is: x equals two")
+					}
+					return batchtest.OK(`{"x": 1}`)
+				}
+				srv.OnlineReply = func(string) string { return `{"x": 2}` }
+				run, _ := runBatch(t, srv, 3, 3, fmt.Sprintf(expectBlock, repairs))
+				ctx := context.Background()
+				r1, err := run.b.HasOK(ctx, run.job.ID, "answer", "r1")
+				require.NoError(t, err)
+				require.NotNil(t, r1)
+				require.Equal(t, map[string]any{"x": float64(1)}, r1.Output, "the batch answer, parsed")
+				if repairs > 0 {
+					r2, err := run.b.HasOK(ctx, run.job.ID, "answer", "r2")
+					require.NoError(t, err)
+					require.NotNil(t, r2, "r2 repaired online")
+					require.Equal(t, map[string]any{"x": float64(2)}, r2.Output)
+					require.Equal(t, 1, srv.Online(), "one online call, for r2 only")
+					continue
+				}
+				require.Zero(t, srv.Online())
+				e := dlqByRecord(t, run.b)["r2"]
+				require.NotNil(t, e, "r2 dead-lettered")
+				require.Equal(t, retry.ReasonSchemaViolation, e.Reason)
+				require.Contains(t, e.Error, "last output: sure! here it is")
+				require.NotEqual(t, broker.JobFailed, run.job.Status, "return_last: the job goes on")
+			}
+		})
 	}
 }

@@ -104,6 +104,9 @@ type Server struct {
 	DropCreates int
 	// FailCreate, when set, answers batch creation with this status and body.
 	FailCreate *Answer
+	// OnlineReply, when set, is the text of an online call's answer, given
+	// the call's last user message (default: "online: " + that message).
+	OnlineReply func(lastUser string) string
 
 	batches map[string]*fakeBatch
 	order   []string
@@ -236,6 +239,13 @@ func (s *Server) Online() int {
 	return s.online
 }
 
+func (s *Server) onlineText(lastUser string) string {
+	if s.OnlineReply != nil {
+		return s.OnlineReply(lastUser)
+	}
+	return "online: " + lastUser
+}
+
 // lastUser is the last user message of an online call body.
 func lastUser(r *http.Request) (model, text string) {
 	var in struct {
@@ -338,7 +348,7 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request, p string) {
 	case r.Method == http.MethodPost && p == "chat/completions":
 		s.online++
 		model, text := lastUser(r)
-		body := fmt.Sprintf(`{"id":"chatcmpl-online","object":"chat.completion","created":1741570283,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`, q(model), q("online: "+text))
+		body := fmt.Sprintf(`{"id":"chatcmpl-online","object":"chat.completion","created":1741570283,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`, q(model), q(s.onlineText(text)))
 		writeJSON(w, 200, body)
 	case r.Method == http.MethodPost && p == "files":
 		if err := r.ParseMultipartForm(64 << 20); err != nil || r.FormValue("purpose") != "batch" {
@@ -491,7 +501,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, p string) {
 	case r.Method == http.MethodPost && p == "messages":
 		s.online++
 		model, text := lastUser(r)
-		body := fmt.Sprintf(`{"id":"msg_online","type":"message","role":"assistant","model":%s,"content":[{"type":"text","text":%s}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":7,"output_tokens":3}}`, q(model), q("online: "+text))
+		body := fmt.Sprintf(`{"id":"msg_online","type":"message","role":"assistant","model":%s,"content":[{"type":"text","text":%s}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":7,"output_tokens":3}}`, q(model), q(s.onlineText(text)))
 		writeJSON(w, 200, body)
 	case r.Method == http.MethodPost && p == "messages/batches":
 		if s.FailCreate != nil {
