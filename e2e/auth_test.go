@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -82,6 +83,37 @@ func TestAuthFromEnvironment(t *testing.T) {
 		assert.NotZero(t, bad.code)
 		assert.Contains(t, strings.ToLower(bad.stderr), "authorization violation")
 		assert.NotContains(t, bad.stderr, "tok-wrong")
+	})
+	t.Run("nkey", func(t *testing.T) {
+		t.Parallel()
+		user, err := nkeys.CreateUser()
+		require.NoError(t, err)
+		pub, err := user.PublicKey()
+		require.NoError(t, err)
+		seed, err := user.Seed()
+		require.NoError(t, err)
+		seedFile := filepath.Join(t.TempDir(), "user.nk")
+		require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
+		s := startAuthServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+		url := s.ClientURL()
+		ok := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_NKEY": seedFile})
+		require.Zero(t, ok.code, ok.stderr)
+		assert.Contains(t, ok.stdout, "no jobs")
+
+		other, err := nkeys.CreateUser()
+		require.NoError(t, err)
+		otherSeed, err := other.Seed()
+		require.NoError(t, err)
+		otherFile := filepath.Join(t.TempDir(), "other.nk")
+		require.NoError(t, os.WriteFile(otherFile, otherSeed, 0o600))
+		bad := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_NKEY": otherFile})
+		assert.NotZero(t, bad.code)
+		assert.Contains(t, strings.ToLower(bad.stderr), "authorization violation")
+		assert.NotContains(t, bad.stderr, string(otherSeed), "the seed is never printed")
+
+		missing := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_NKEY": filepath.Join(t.TempDir(), "nope.nk")})
+		assert.NotZero(t, missing.code)
+		assert.Contains(t, missing.stderr, "nope.nk")
 	})
 	t.Run("TLS with client certificates", func(t *testing.T) {
 		t.Parallel()
