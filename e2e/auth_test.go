@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
@@ -31,9 +32,12 @@ func startAuthServer(t testing.TB, opts *server.Options) *server.Server {
 	t.Helper()
 	opts.Host, opts.Port = "127.0.0.1", -1
 	opts.JetStream, opts.StoreDir = true, t.TempDir()
-	opts.NoLog, opts.NoSigs = true, true
+	opts.NoLog, opts.NoSigs = os.Getenv("JETPOOL_TEST_SERVER_LOG") == "", true // set it to see the server's log
 	s, err := server.NewServer(opts)
 	require.NoError(t, err)
+	if !opts.NoLog {
+		s.ConfigureLogger()
+	}
 	go s.Start()
 	require.True(t, s.ReadyForConnections(10*time.Second))
 	t.Cleanup(func() {
@@ -114,6 +118,63 @@ func TestAuthFromEnvironment(t *testing.T) {
 		missing := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_NKEY": filepath.Join(t.TempDir(), "nope.nk")})
 		assert.NotZero(t, missing.code)
 		assert.Contains(t, missing.stderr, "nope.nk")
+	})
+	t.Run("creds (operator mode, JWT)", func(t *testing.T) {
+		t.Parallel()
+		op, err := nkeys.CreateOperator()
+		require.NoError(t, err)
+		opPub, err := op.PublicKey()
+		require.NoError(t, err)
+		opClaims := jwt.NewOperatorClaims(opPub)
+		opJWT, err := opClaims.Encode(op)
+		require.NoError(t, err)
+		opDecoded, err := jwt.DecodeOperatorClaims(opJWT)
+		require.NoError(t, err)
+
+		account := func(js bool) (nkeys.KeyPair, string, string) {
+			kp, err := nkeys.CreateAccount()
+			require.NoError(t, err)
+			pub, err := kp.PublicKey()
+			require.NoError(t, err)
+			ac := jwt.NewAccountClaims(pub)
+			if js { // the system account may not have JetStream
+				ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+			}
+			tok, err := ac.Encode(op)
+			require.NoError(t, err)
+			return kp, pub, tok
+		}
+		_, sysPub, sysJWT := account(false)
+		accKP, accPub, accJWT := account(true)
+		resolver := &server.MemAccResolver{}
+		require.NoError(t, resolver.Store(sysPub, sysJWT))
+		require.NoError(t, resolver.Store(accPub, accJWT))
+		s := startAuthServer(t, &server.Options{TrustedOperators: []*jwt.OperatorClaims{opDecoded}, AccountResolver: resolver,
+			SystemAccount: sysPub})
+
+		user, err := nkeys.CreateUser()
+		require.NoError(t, err)
+		userPub, err := user.PublicKey()
+		require.NoError(t, err)
+		uc := jwt.NewUserClaims(userPub)
+		uc.IssuerAccount = accPub
+		userJWT, err := uc.Encode(accKP)
+		require.NoError(t, err)
+		userSeed, err := user.Seed()
+		require.NoError(t, err)
+		creds, err := jwt.FormatUserConfig(userJWT, userSeed)
+		require.NoError(t, err)
+		credsFile := filepath.Join(t.TempDir(), "user.creds")
+		require.NoError(t, os.WriteFile(credsFile, creds, 0o600))
+
+		url := s.ClientURL()
+		ok := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_CREDS": credsFile})
+		require.Zero(t, ok.code, ok.stderr)
+		assert.Contains(t, ok.stdout, "no jobs")
+
+		none := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url})
+		assert.NotZero(t, none.code)
+		assert.Contains(t, strings.ToLower(none.stderr), "authorization violation")
 	})
 	t.Run("TLS with client certificates", func(t *testing.T) {
 		t.Parallel()
