@@ -241,6 +241,12 @@ func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, 
 	return c, nil
 }
 
+// CounterIdle is how long a counting consumer lives without being pulled
+// (it never is): the server removes it then, so the consumers of old jobs
+// do not pile up on the results stream, and the next count of its job makes
+// it again (one walk over the job's results).
+const CounterIdle = 24 * time.Hour
+
 // CounterName is the name of a job's counting consumer on the results
 // stream: "ok" counts the records ok at the last action, "failed" the
 // records failed at any action.
@@ -254,9 +260,10 @@ func counterConfigs(j *Job) []jetstream.ConsumerConfig {
 	}
 	mk := func(what string, filters ...string) jetstream.ConsumerConfig {
 		return jetstream.ConsumerConfig{Durable: CounterName(j.ID, what), FilterSubjects: filters,
-			Description:   "jetpool: counts results of job " + j.ID + " (" + what + "); never consumed",
-			AckPolicy:     jetstream.AckNonePolicy,
-			DeliverPolicy: jetstream.DeliverAllPolicy}
+			Description:       "jetpool: counts results of job " + j.ID + " (" + what + "); never consumed",
+			AckPolicy:         jetstream.AckNonePolicy,
+			DeliverPolicy:     jetstream.DeliverAllPolicy,
+			InactiveThreshold: CounterIdle}
 	}
 	return []jetstream.ConsumerConfig{mk("ok", ResultFilter(j.ID, last, OutcomeOK)), mk("failed", failed...)}
 }

@@ -46,4 +46,12 @@ func TestJobCountsFromCounters(t *testing.T) {
 	write("r4", "a2", broker.StatusFailed, "schema_violation")
 	want(2, 2, nil)
 	want(2, 2, map[string]int64{"permanent": 1, "schema_violation": 1})
+
+	// They lapse after CounterIdle (never pulled); the next count makes
+	// them again, exact.
+	c, err := b.JS.Consumer(ctx, broker.StreamResults, broker.CounterName(j.ID, "ok"))
+	require.NoError(t, err)
+	require.Equal(t, broker.CounterIdle, c.CachedInfo().Config.InactiveThreshold)
+	require.NoError(t, b.JS.DeleteConsumer(ctx, broker.StreamResults, broker.CounterName(j.ID, "ok")))
+	want(2, 2, nil)
 }
