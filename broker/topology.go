@@ -261,7 +261,7 @@ func (b *Broker) JobUnseen(ctx context.Context, job string) (bool, error) {
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return false, fmt.Errorf("look for the work consumer of job %s: %w", job, err)
 	}
-	m, err := b.LastMsg(ctx, StreamResults, "jetpool.results."+job+".>")
+	m, err := b.LastMsg(ctx, StreamResults, ResultFilter(job, "", ""))
 	if err != nil {
 		return false, fmt.Errorf("look for results of job %s: %w", job, err)
 	}

@@ -2,17 +2,16 @@ package broker
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/tidwall/gjson"
+
+	"github.com/jetpool/jetpool/internal/rawjson"
 )
 
 // Envelope is the body of a work message (and of its dead letter): the
@@ -81,16 +80,12 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 }
 
 func (e *Envelope) parse(b []byte) error {
-	if !gjson.ValidBytes(b) {
-		var probe any
-		if err := json.Unmarshal(b, &probe); err != nil {
-			return err // encoding/json names the offset
-		}
-		return errors.New("invalid JSON")
+	if err := rawjson.Check(b); err != nil {
+		return err
 	}
-	root := gjson.Parse(aliasString(b))
+	root := rawjson.Parse(b)
 	if !root.IsObject() {
-		return fmt.Errorf("work envelope is a JSON %s, not an object", jsonKind(root))
+		return fmt.Errorf("work envelope is a JSON %s, not an object", rawjson.Kind(root))
 	}
 	*e = Envelope{}
 	var err error
@@ -98,7 +93,7 @@ func (e *Envelope) parse(b []byte) error {
 		switch k.Str {
 		case "id":
 			if v.Type != gjson.String {
-				err = fmt.Errorf("work envelope: id is a JSON %s, not a string", jsonKind(v))
+				err = fmt.Errorf("work envelope: id is a JSON %s, not a string", rawjson.Kind(v))
 				return false
 			}
 			e.ID = v.Str
@@ -107,9 +102,9 @@ func (e *Envelope) parse(b []byte) error {
 			case v.Type == gjson.Null:
 				e.RawRecord = nil
 			case v.IsObject():
-				e.RawRecord, e.valid = subslice(b, v), true
+				e.RawRecord, e.valid = rawjson.Slice(b, v), true
 			default:
-				err = fmt.Errorf("work envelope: record is a JSON %s, not an object", jsonKind(v))
+				err = fmt.Errorf("work envelope: record is a JSON %s, not an object", rawjson.Kind(v))
 				return false
 			}
 		case "outputs":
@@ -126,42 +121,6 @@ func (e *Envelope) parse(b []byte) error {
 		return true
 	})
 	return err
-}
-
-// aliasString is b as a string without a copy. The envelope's bytes (a
-// received message's data) are never written to after they arrive, so
-// strings gjson returns may share them; that saves copying every record
-// twice on the worker's hot path.
-func aliasString(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return unsafe.String(&b[0], len(b))
-}
-
-// subslice is v's raw text as a slice of b, the bytes v was parsed from.
-func subslice(b []byte, v gjson.Result) json.RawMessage {
-	if v.Index > 0 && v.Index+len(v.Raw) <= len(b) {
-		return b[v.Index : v.Index+len(v.Raw) : v.Index+len(v.Raw)]
-	}
-	return json.RawMessage(v.Raw)
-}
-
-func jsonKind(v gjson.Result) string {
-	switch {
-	case v.IsObject():
-		return "object"
-	case v.IsArray():
-		return "array"
-	case v.Type == gjson.String:
-		return "string"
-	case v.Type == gjson.Number:
-		return "number"
-	case v.Type == gjson.True, v.Type == gjson.False:
-		return "boolean"
-	default:
-		return "null"
-	}
 }
 
 // HasRecord reports whether the envelope carries a record.
@@ -184,14 +143,14 @@ func (e *Envelope) Fields(names []string) (map[string]any, error) {
 		}
 		return all, nil
 	}
-	if !e.valid && !gjson.ValidBytes(e.RawRecord) {
-		var probe any
-		err := json.Unmarshal(e.RawRecord, &probe)
-		return nil, fmt.Errorf("record: %w", cmp.Or(err, errors.New("invalid JSON")))
+	if !e.valid {
+		if err := rawjson.Check(e.RawRecord); err != nil {
+			return nil, fmt.Errorf("record: %w", err)
+		}
 	}
-	rec := gjson.Parse(aliasString(e.RawRecord))
+	rec := rawjson.Parse(e.RawRecord)
 	if !rec.IsObject() {
-		return nil, fmt.Errorf("record: a JSON %s, not an object", jsonKind(rec))
+		return nil, fmt.Errorf("record: a JSON %s, not an object", rawjson.Kind(rec))
 	}
 	out := make(map[string]any, len(names))
 	var err error

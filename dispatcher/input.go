@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/jetpool/jetpool/internal/rawjson"
 )
 
 // Formats of input files.
@@ -186,7 +188,8 @@ func (r *Reader) nextJSONL() (Record, error) {
 }
 
 // shallowObject splits a JSON object into its top-level fields, undecoded.
-// gjson validates and walks the line in two passes without decoding it;
+// gjson validates and walks the line in two passes without decoding it or
+// copying it (a line read afresh is never written to);
 // encoding/json runs only on a line gjson refuses, to name what is wrong
 // (and has the last word, should the two ever disagree).
 func shallowObject(line []byte) (map[string]json.RawMessage, error) {
@@ -196,12 +199,8 @@ func shallowObject(line []byte) (map[string]json.RawMessage, error) {
 		return obj, err
 	}
 	obj := map[string]json.RawMessage{}
-	gjson.ParseBytes(line).ForEach(func(k, v gjson.Result) bool {
-		if v.Index > 0 && v.Index+len(v.Raw) <= len(line) {
-			obj[k.Str] = line[v.Index : v.Index+len(v.Raw) : v.Index+len(v.Raw)]
-		} else {
-			obj[k.Str] = json.RawMessage(v.Raw)
-		}
+	rawjson.Parse(line).ForEach(func(k, v gjson.Result) bool {
+		obj[k.Str] = rawjson.Slice(line, v)
 		return true
 	})
 	return obj, nil

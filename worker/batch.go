@@ -11,7 +11,6 @@ import (
 	"github.com/jetpool/jetpool/batch"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
-	"github.com/jetpool/jetpool/expect"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/workflow"
@@ -134,17 +133,13 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 		}
 		v, err := chk.Check(resp.Text, resp.FinishReason)
 		if err != nil {
-			var viol *expect.Violation
-			if !errors.As(err, &viol) {
-				viol = &expect.Violation{Cause: expect.CauseInvalidJSON, Detail: err.Error(), Output: resp.Text}
-			}
+			viol := asViolation(err, resp.Text)
 			if a.Expect.RepairAttempts > 0 {
 				jr.p.log.Debug().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("violation", viol.Error()).
 					Msg("batch answer failed the expectation; repairing online")
 				return h.Online(ctx, a, it)
 			}
-			final := &retry.Error{Class: retry.ClassSchemaViolation, TypeName: "SchemaViolationError", Message: viol.Error(),
-				Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model)}
+			final := schemaViolation(a, viol, cmp.Or(resp.Model, a.Model))
 			return h.Fail(ctx, a, it, final, retry.ReasonSchemaViolation,
 				retry.Diagnose(final, nil, d.n)+"; last output: "+clipOutput(resp.Text))
 		}

@@ -36,6 +36,10 @@ type delivery struct {
 	firstRun bool
 }
 
+// unpaid reports whether this is the first delivery of a first-run message:
+// the one run of the action for the record, so no result can exist yet.
+func (d *delivery) unpaid() bool { return d.firstRun && d.n == 1 }
+
 // handle works one delivery. release hands the delivery's slot on to the
 // next record; it is called once the model calls are over and the result
 // is on its way to the store (else when handle returns).
@@ -64,7 +68,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 	// A redelivery after a crash, or a duplicate, must not pay twice. Only
 	// the first delivery of a message whose publisher knew that no result
 	// can exist yet (broker.HeaderFirstRun) skips the lookup.
-	if d.firstRun && d.n == 1 {
+	if d.unpaid() {
 		// nothing to look up
 	} else if ok, err := p.b.HasOK(ctx, d.job, d.action.Name, d.env.ID); err != nil {
 		log().Warn().Err(err).Msg("result lookup failed; handing the record back")
@@ -242,9 +246,9 @@ func (jr *jobRunner) forward(ctx context.Context, d *delivery, output any) error
 	if err != nil {
 		return err
 	}
-	if d.firstRun && d.n == 1 {
-		// This is the one run of this action for the record, so this is
-		// the one publish of the next action's message.
+	if d.unpaid() {
+		// The one run of this action for the record: this is the one
+		// publish of the next action's message.
 		m.Header.Set(broker.HeaderFirstRun, "1")
 	}
 	_, err = jr.p.b.JS.PublishMsg(ctx, m)

@@ -171,12 +171,8 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 			run.output = v
 			break
 		}
-		var viol *expect.Violation
-		if !errors.As(err, &viol) {
-			viol = &expect.Violation{Cause: expect.CauseInvalidJSON, Detail: err.Error(), Output: resp.Text}
-		}
-		final := &retry.Error{Class: retry.ClassSchemaViolation, TypeName: "SchemaViolationError", Message: viol.Error(),
-			Provider: a.Provider, Model: run.model}
+		viol := asViolation(err, resp.Text)
+		final := schemaViolation(a, viol, run.model)
 		out.Err = final
 		out.Attempts = append(out.Attempts, retry.Attempt{N: prior + run.calls, Delivery: max(d.n, 1),
 			Class: retry.ClassSchemaViolation, Error: final.Error(), At: jr.p.cfg.Clock.Now()})
@@ -315,6 +311,23 @@ func repairsOf(attempts []retry.Attempt, failed bool) int {
 		n--
 	}
 	return n
+}
+
+// asViolation is a failed expectation check as a Violation (an error the
+// checker did not describe counts as invalid JSON).
+func asViolation(err error, output string) *expect.Violation {
+	var viol *expect.Violation
+	if !errors.As(err, &viol) {
+		viol = &expect.Violation{Cause: expect.CauseInvalidJSON, Detail: err.Error(), Output: output}
+	}
+	return viol
+}
+
+// schemaViolation is the session error of an output that failed action a's
+// expectation.
+func schemaViolation(a *workflow.Action, viol *expect.Violation, model string) *retry.Error {
+	return &retry.Error{Class: retry.ClassSchemaViolation, TypeName: "SchemaViolationError", Message: viol.Error(),
+		Provider: a.Provider, Model: model}
 }
 
 // exhaustedPolicy is the on_exhausted that decides the job's fate when a

@@ -232,6 +232,21 @@ func (s *Server) number(b *fakeBatch) {
 	}
 }
 
+// record keeps a batch just created; false when the create's response is
+// to be lost (DropCreates): the connection was dropped instead.
+func (s *Server) record(w http.ResponseWriter, b *fakeBatch) bool {
+	s.number(b)
+	s.batches[b.id] = b
+	s.order = append(s.order, b.id)
+	s.created++
+	if s.DropCreates > 0 {
+		s.DropCreates--
+		drop(w)
+		return false
+	}
+	return true
+}
+
 // Online is the number of online calls (chat/completions, messages) served.
 func (s *Server) Online() int {
 	s.mu.Lock()
@@ -400,13 +415,7 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request, p string) {
 			}
 			b.reqs = append(b.reqs, Request{CustomID: l.CustomID, Body: l.Body})
 		}
-		s.number(b)
-		s.batches[b.id] = b
-		s.order = append(s.order, b.id)
-		s.created++
-		if s.DropCreates > 0 {
-			s.DropCreates--
-			drop(w)
+		if !s.record(w, b) {
 			return
 		}
 		b.status = "in_progress"
@@ -526,13 +535,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, p string) {
 			}
 			b.reqs = append(b.reqs, Request{CustomID: rq.CustomID, Body: rq.Params})
 		}
-		s.number(b)
-		s.batches[b.id] = b
-		s.order = append(s.order, b.id)
-		s.created++
-		if s.DropCreates > 0 {
-			s.DropCreates--
-			drop(w)
+		if !s.record(w, b) {
 			return
 		}
 		writeJSON(w, 200, s.anthropicBatch(b))

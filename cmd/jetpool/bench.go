@@ -320,27 +320,9 @@ func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume flo
 		return 0, 0, err
 	}
 	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHRAW")
-	payload := make([]byte, size)
 	start := time.Now()
-	for i := 0; i < n; i++ {
-		m := nats.NewMsg("benchraw.x")
-		m.Data = payload
-		m.Header.Set(nats.MsgIdHdr, "raw-"+strconv.Itoa(i))
-		if _, err := b.JS.PublishMsgAsync(m); err != nil {
-			return 0, 0, err
-		}
-		if i%500 == 499 { // nats bench's window
-			select {
-			case <-b.JS.PublishAsyncComplete():
-			case <-ctx.Done():
-				return 0, 0, ctx.Err()
-			}
-		}
-	}
-	select {
-	case <-b.JS.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, 0, ctx.Err()
+	if err := publishRaw(ctx, b, "benchraw.x", "raw-", n, size); err != nil {
+		return 0, 0, err
 	}
 	pub = float64(n) / time.Since(start).Seconds()
 	c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy})
@@ -369,6 +351,34 @@ func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume flo
 	return pub, consume, ctx.Err()
 }
 
+// publishRaw publishes n messages of size bytes to subject, async with a
+// Nats-Msg-Id, waiting for the acks every 500 (nats bench's window).
+func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string, n, size int) error {
+	payload := make([]byte, size)
+	wait := func() error {
+		select {
+		case <-b.JS.PublishAsyncComplete():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for i := 0; i < n; i++ {
+		m := nats.NewMsg(subject)
+		m.Data = payload
+		m.Header.Set(nats.MsgIdHdr, idPrefix+strconv.Itoa(i))
+		if _, err := b.JS.PublishMsgAsync(m); err != nil {
+			return err
+		}
+		if i%500 == 499 {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+	}
+	return wait()
+}
+
 // rawFloor is what jetpool's work path stores per record, done with bare
 // nats.go: pull from a work-queue stream (an ack removes the message), publish
 // a small result to a stream of one message per subject and wait for its
@@ -386,19 +396,9 @@ func rawFloor(ctx context.Context, b *broker.Broker, n, size int) (float64, erro
 		return 0, err
 	}
 	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHRES")
-	payload := make([]byte, size)
-	for i := 0; i < n; i++ {
-		m := nats.NewMsg("benchwq.x")
-		m.Data = payload
-		m.Header.Set(nats.MsgIdHdr, "wq-"+strconv.Itoa(i))
-		if _, err := b.JS.PublishMsgAsync(m); err != nil {
-			return 0, err
-		}
-		if i%500 == 499 {
-			<-b.JS.PublishAsyncComplete()
-		}
+	if err := publishRaw(ctx, b, "benchwq.x", "wq-", n, size); err != nil {
+		return 0, err
 	}
-	<-b.JS.PublishAsyncComplete()
 	c, err := work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "floor", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
 	if err != nil {
 		return 0, err
@@ -477,6 +477,19 @@ func benchWorkflow(dir, name, sim, limits, retryBlock string) (*workflow.Workflo
 	return workflow.Load(p)
 }
 
+// startBenchPool starts a pool serving only job; stop stops it (10 s to drain).
+func startBenchPool(ctx context.Context, b *broker.Broker, job string, conc int, log zerolog.Logger) (*worker.Pool, func(), error) {
+	pool := worker.New(b, worker.Config{Concurrency: conc, Log: log, Jobs: []string{job}})
+	if err := pool.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	return pool, func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = pool.Stop(sctx)
+	}, nil
+}
+
 // benchRun is the timing of one pool run.
 type benchRun struct {
 	total time.Duration // pool start to the job finished
@@ -488,16 +501,12 @@ type benchRun struct {
 
 // benchWork runs a pool on job until it is finished and returns the times.
 func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, records int, log zerolog.Logger) (benchRun, error) {
-	pool := worker.New(b, worker.Config{Concurrency: conc, Log: log, Jobs: []string{job}})
 	start := time.Now()
-	if err := pool.Start(ctx); err != nil {
+	pool, stopPool, err := startBenchPool(ctx, b, job, conc, log)
+	if err != nil {
 		return benchRun{}, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = pool.Stop(sctx)
-	}()
+	defer stopPool()
 	// Sample the records the pool has finished (handled, no longer in flight).
 	var t20, t80 time.Time
 	var n20, n80 int64
@@ -523,7 +532,7 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 			}
 		}
 	}()
-	_, err := waitJobEvery(ctx, e, b, job, false, 20*time.Millisecond)
+	_, err = waitJobEvery(ctx, e, b, job, false, 20*time.Millisecond)
 	total := time.Since(start)
 	close(stop)
 	<-sampled
@@ -618,15 +627,11 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 // job finished.
 func benchOverlapped(ctx context.Context, e *env, b *broker.Broker, d *dispatcher.Dispatcher, wf *workflow.Workflow, in string,
 	f benchFlags, job string, log zerolog.Logger) (float64, error) {
-	pool := worker.New(b, worker.Config{Concurrency: f.concurrency, Log: log, Jobs: []string{job}})
-	if err := pool.Start(ctx); err != nil {
+	_, stop, err := startBenchPool(ctx, b, job, f.concurrency, log)
+	if err != nil {
 		return 0, err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = pool.Stop(sctx)
-	}()
+	defer stop()
 	start := time.Now()
 	if _, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
 		return 0, err
