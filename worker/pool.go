@@ -129,8 +129,9 @@ const handlerIdle = 10 * time.Second
 // run hands t to an idle handler goroutine, or starts one. Handlers live on
 // between records: a new goroutine per record would grow its stack through
 // the session's call chain every time (runtime.newstack was 5 % of the
-// worker's CPU at zero latency). Their number never exceeds the records in
-// flight: at most twice Concurrency (the slots, and results being stored).
+// worker's CPU at zero latency). Their number never exceeds the records
+// being handled: at most twice Concurrency (the slots, and results being
+// stored).
 func (p *Pool) run(t task) {
 	select {
 	case p.tasks <- t:
@@ -159,16 +160,20 @@ func (p *Pool) handler(t task) {
 
 func (p *Pool) handleTask(t task) {
 	released := false
-	release := func() { // the slot, at the latest when the record is done
+	// release hands the slot on, at the latest when the record is done. The
+	// in-flight counts (stats, status, metrics) follow the slot, so they
+	// never exceed Concurrency; a record whose result is still being stored
+	// counts as delivered but not in flight for those few milliseconds.
+	release := func() {
 		if !released {
 			released = true
+			p.inFlight.Add(-1)
+			t.jr.inFlight.Add(-1)
+			p.cfg.Metrics.InFlight(-1)
 			<-p.sem
 		}
 	}
 	defer func() {
-		p.inFlight.Add(-1)
-		t.jr.inFlight.Add(-1)
-		p.cfg.Metrics.InFlight(-1)
 		release()
 		p.inflight.Done()
 	}()
