@@ -62,7 +62,8 @@ type SimFaults struct {
 const (
 	SimRetryAfterDefault  = time.Second
 	SimSlowLatencyDefault = 5 * time.Second
-	SimReplyDefault       = "sim reply to: {{.Prompt}}"
+	SimReplyDefault       = simReplyPrefix + "{{.Prompt}}"
+	simReplyPrefix        = "sim reply to: "
 	SimModelDefault       = "sim-1"
 )
 
@@ -249,6 +250,8 @@ func (s *sim) Call(ctx context.Context, req Request) (Response, error) {
 	var text string
 	if n := len(s.sc.Replies); n > 0 {
 		text = s.sc.Replies[min(call, n)-1]
+	} else if s.sc.Reply == "" {
+		text = simReplyPrefix + prompt // SimReplyDefault, without a template run per call
 	} else {
 		var sb strings.Builder
 		if err := s.reply.Execute(&sb, map[string]any{"Prompt": prompt, "Record": record, "Call": call}); err != nil {
