@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -384,7 +386,7 @@ func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string,
 // a small result to a stream of one message per subject and wait for its
 // ack, then ack the work message. `nats bench js consume` does none of the
 // storage writes (its stream keeps the messages; nothing is published).
-func rawFloor(ctx context.Context, b *broker.Broker, n, size int) (float64, error) {
+func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (float64, error) {
 	work, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHWQ", Subjects: []string{"benchwq.>"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
 	if err != nil {
@@ -411,6 +413,7 @@ func rawFloor(ctx context.Context, b *broker.Broker, n, size int) (float64, erro
 	result := []byte(`{"id":"r","status":"ok","output":"ok","attempts":1,"usage":{"input_tokens":10,"output_tokens":2}}`)
 	start := time.Now()
 	var seq int
+	var lost atomic.Int64 // results whose publish failed: their messages wait for AckWait
 	cc, err := c.Consume(func(m jetstream.Msg) {
 		seq++
 		r := nats.NewMsg("benchres.r" + strconv.Itoa(seq))
@@ -424,7 +427,8 @@ func rawFloor(ctx context.Context, b *broker.Broker, n, size int) (float64, erro
 			case errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil:
 				continue // the store is behind: wait for room
 			default:
-				return // not acked: the run fails by timing out
+				lost.Add(1)
+				return // not acked: redelivered after AckWait, and the stall is reported
 			}
 		}
 	}, jetstream.PullMaxMessages(500))
@@ -432,9 +436,11 @@ func rawFloor(ctx context.Context, b *broker.Broker, n, size int) (float64, erro
 		return 0, err
 	}
 	defer cc.Stop()
+	stalled := time.Duration(0)
 	for i := 0; i < n; i++ {
 		select {
 		case p := <-queue:
+			stalled = 0
 			select {
 			case <-p.f.Ok():
 				_ = p.msg.Ack()
@@ -443,8 +449,14 @@ func rawFloor(ctx context.Context, b *broker.Broker, n, size int) (float64, erro
 			}
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(30 * time.Second):
-			return 0, fmt.Errorf("raw floor: stalled after %d of %d messages", i, n)
+		case <-time.After(time.Second):
+			// A stall is reported, so a figure it spoils is not taken for
+			// the engine's.
+			if stalled += time.Second; stalled >= time.Minute {
+				return 0, fmt.Errorf("raw floor: stalled after %d of %d messages", i, n)
+			}
+			fmt.Fprintf(w, "   raw floor: no progress for %s at %d of %d messages (%d results not published)\n", stalled, i, n, lost.Load())
+			i--
 		}
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
@@ -578,7 +590,7 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 	if rd.goPub, rd.goConsume, err = rawGo(ctx, b, f.records, f.size); err != nil {
 		return rd, err
 	}
-	if rd.floor, err = rawFloor(ctx, b, f.records, f.size); err != nil {
+	if rd.floor, err = rawFloor(ctx, e.stderr, b, f.records, f.size); err != nil {
 		return rd, err
 	}
 	if cli == "" {
