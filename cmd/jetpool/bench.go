@@ -66,7 +66,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.natsCLI, "nats", "", "path of the nats CLI for the raw baselines (default: nats on PATH or in $GOPATH/bin)")
 	fs.StringVar(&f.sync, "sync", "", "embedded server fsync policy for the run (default: $JETPOOL_SYNC_INTERVAL)")
 	fs.StringVar(&f.dir, "dir", "", "work dir (default: a temp dir, removed after)")
-	fs.IntVar(&f.repeat, "repeat", 1, "rounds of the throughput measures (raw engine, then jetpool, in turn): figures are medians, with the range")
+	fs.IntVar(&f.repeat, "repeat", 1, "rounds of the throughput measures (raw engine, then jetpool, in turn) and of each latency run: figures are medians, with the range")
 	fs.StringVar(&f.profile, "cpuprofile-work", "", "write a CPU profile of the zero-latency work run (pool and embedded server) to this file")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -192,7 +192,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		}
 		ideal := float64(c) / 0.1
 		// Twice: with the shipped adaptive concurrency (no limits), and
-		// with `limits: {adaptive: false}`, as for a self-hosted endpoint.
+		// with `limits: {adaptive: false}`, as for a self-hosted endpoint;
+		// --repeat times each, as the throughput measures.
 		for _, adaptive := range []bool{true, false} {
 			name, limits, label := fmt.Sprintf("lat%d", c), "", "adaptive ramp and drain included"
 			if !adaptive {
@@ -202,21 +203,25 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			if err != nil {
 				return err
 			}
-			job := "bench-" + name
-			if _, err := d.Dispatch(ctx, lwf, dispatcher.Options{Input: lin, JobID: job}); err != nil {
-				return err
+			var steady, whole []float64
+			for r := range max(f.repeat, 1) {
+				job := fmt.Sprintf("bench-%s-%d", name, r)
+				if _, err := d.Dispatch(ctx, lwf, dispatcher.Options{Input: lin, JobID: job}); err != nil {
+					return err
+				}
+				run, err := benchWork(ctx, e, b, job, c, n, log)
+				if err != nil {
+					return err
+				}
+				steady = append(steady, run.steady)
+				whole = append(whole, float64(n)/run.total.Seconds())
 			}
-			run, err := benchWork(ctx, e, b, job, c, n, log)
-			if err != nil {
-				return err
-			}
-			got := float64(n) / run.total.Seconds()
 			if adaptive {
-				add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), sustained", c, n), rate(run.steady),
-					pct(run.steady, ideal)+" of ideal "+rate(ideal)+" (20–80 % of the job)")
+				add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), sustained", c, n), spread(steady, rate),
+					spread(steady, func(v float64) string { return pct(v, ideal) })+" of ideal "+rate(ideal)+" (20–80 % of the job)")
 			}
-			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), whole run", c, n), rate(got),
-				pct(got, ideal)+" of ideal, "+label)
+			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), whole run", c, n), spread(whole, rate),
+				spread(whole, func(v float64) string { return pct(v, ideal) })+" of ideal, "+label)
 		}
 	}
 
@@ -266,6 +271,18 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 }
 
 func rate(r float64) string { return fmt.Sprintf("%.0f/s", r) }
+
+// spread is the median of v, with its range when there is more than one:
+// "97/s (96–100)", "97% (96–100%)".
+func spread(v []float64, format func(float64) string) string {
+	v = slices.Sorted(slices.Values(v))
+	s := format(v[len(v)/2])
+	if len(v) > 1 {
+		lo, hi := strings.TrimSuffix(format(v[0]), "/s"), strings.TrimSuffix(format(v[len(v)-1]), "/s")
+		s += " (" + strings.TrimSuffix(lo, "%") + "–" + hi + ")"
+	}
+	return s
+}
 
 func pct(a, b float64) string {
 	if b == 0 {
