@@ -50,7 +50,8 @@ type Handler interface {
 	Succeed(ctx context.Context, a *workflow.Action, it *Item, resp provider.Response) error
 	// Fail dead-letters the record and writes its failed result.
 	Fail(ctx context.Context, a *workflow.Action, it *Item, final *retry.Error, reason retry.Reason, diag string) error
-	// Online sends the record through the online path (fallback: online).
+	// Online sends the record through the online path (fallback: online),
+	// where the rounds in it.Attempts count against max_calls.
 	Online(ctx context.Context, a *workflow.Action, it *Item) error
 }
 
@@ -728,14 +729,20 @@ func (b *Batcher) finish(ctx context.Context, t *tracked, a *workflow.Action, en
 				reason = retry.ReasonBatchNotReturned
 			}
 			it.Attempts = append(it.Attempts, retry.Attempt{N: it.Round, Delivery: max(it.Deliveries, 1), Class: final.Class,
-				Error: final.Error(), At: time.Now().UTC()})
+				Error: final.Error(), At: time.Now().UTC(), Batch: true})
 			straggler := !final.Class.Permanent()
+			// Every round a record was in is a call of it: max_calls caps
+			// rounds as it caps online attempts (the online fallback counts
+			// them too: Handler.Online).
+			capped := a.MaxCalls > 0 && it.Round >= a.MaxCalls
 			switch {
 			case !straggler:
 				dec := pol.Decide(retry.Outcome{Err: final}, pol.Deliveries())
 				err2 = b.cfg.Handler.Fail(ctx, a, it, final, dec.Reason, retry.Diagnose(final, it.Attempts, it.Deliveries))
 			case a.Fallback == workflow.ModeOnline:
 				err2 = b.cfg.Handler.Online(ctx, a, it)
+			case rounds && pol.Enabled && it.Round < pol.Attempts() && capped:
+				err2 = b.cfg.Handler.Fail(ctx, a, it, final, retry.ReasonMaxCalls, retry.DiagnoseMaxCalls(a.MaxCalls, it.Attempts, it.Deliveries))
 			case rounds && pol.Enabled && it.Round < pol.Attempts():
 				next = append(next, move{it, rev})
 				nextTokens = append(nextTokens, tok)

@@ -38,6 +38,9 @@ func Diagnose(final *Error, attempts []Attempt, deliveries int) string {
 	list := make([]string, 0, len(attempts))
 	for _, a := range attempts {
 		s := fmt.Sprintf("[%d] %s", a.N, clip(cmp.Or(a.Error, a.Class.TypeName())))
+		if a.Batch {
+			s += " (batch round)"
+		}
 		if a.Absorbed {
 			s += " (absorbed)"
 		} else {
@@ -54,6 +57,12 @@ func Diagnose(final *Error, attempts []Attempt, deliveries int) string {
 		return s
 	}
 	return fmt.Sprintf("failed after %s (%s): %s", plural(counted, "attempt"), plural(deliveries, "delivery"), joined)
+}
+
+// DiagnoseMaxCalls is the diagnostic of a record that max_calls stopped:
+// every call is listed, the last one's error among them.
+func DiagnoseMaxCalls(maxCalls int, attempts []Attempt, deliveries int) string {
+	return fmt.Sprintf("stopped at max_calls %d: %s", maxCalls, Diagnose(&Error{Class: ClassUnknown}, attempts, deliveries))
 }
 
 // clip redacts s, folds it onto one line and cuts it to DiagMaxLen runes.

@@ -137,6 +137,9 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 			if a.Expect.RepairAttempts > 0 {
 				jr.p.log.Debug().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("violation", viol.Error()).
 					Msg("batch answer failed the expectation; repairing online")
+				// The batch's answer was a call: it counts against max_calls.
+				it.Attempts = append(it.Attempts, retry.Attempt{N: it.Round, Delivery: d.n, Class: retry.ClassSchemaViolation,
+					Error: viol.Error(), At: time.Now().UTC(), Batch: true})
 				return h.Online(ctx, a, it)
 			}
 			final := schemaViolation(a, viol, cmp.Or(resp.Model, a.Model))
@@ -205,6 +208,14 @@ func (h batchHandler) Online(ctx context.Context, a *workflow.Action, it *batch.
 		return err
 	}
 	m.Data = it.Data
+	// The rounds the record spent in batches are its first calls: the online
+	// session counts them against max_calls, numbers its attempts after
+	// them and lists them in a diagnostic.
+	if len(it.Attempts) > 0 {
+		if err := jr.putAttempts(ctx, d, it.Attempts); err != nil {
+			return err
+		}
+	}
 	m.Header.Set(broker.HeaderMsgID, broker.WorkMsgID(d.job, a.Name, d.env.ID, d.replays)+".online")
 	m.Header.Set(broker.HeaderMode, workflow.ModeOnline)
 	if _, err := jr.p.b.JS.PublishMsg(ctx, m); err != nil {

@@ -49,6 +49,16 @@ actions:
 `, srv.Kind, srv.URL+"/v1", model, maxRecords, maxWait, indent(actionExtra))
 }
 
+// answerAllBut answers "ok <id>" for every record but one, which gets a.
+func answerAllBut(one string, a batchtest.Answer) func(string, int, map[string]any) batchtest.Answer {
+	return func(id string, _ int, _ map[string]any) batchtest.Answer {
+		if id == one {
+			return a
+		}
+		return batchtest.OK("ok " + id)
+	}
+}
+
 func indent(s string) string {
 	if s == "" {
 		return ""
@@ -177,12 +187,7 @@ func TestBatchNotReturned(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			srv := batchtest.New(t, kind)
-			srv.Answer = func(id string, _ int, _ map[string]any) batchtest.Answer {
-				if id == "r10" {
-					return batchtest.Answer{Omit: true}
-				}
-				return batchtest.OK("ok " + id)
-			}
+			srv.Answer = answerAllBut("r10", batchtest.Answer{Omit: true})
 			run, results := runBatch(t, srv, 10, 10, "")
 			for i := 1; i <= 9; i++ {
 				require.Equal(t, broker.StatusOK, results[fmt.Sprintf("r%d", i)].Status)
@@ -489,6 +494,60 @@ func TestBatchExpect(t *testing.T) {
 				require.Contains(t, e.Error, "last output: sure! here it is")
 				require.NotEqual(t, broker.JobFailed, run.job.Status, "return_last: the job goes on")
 			}
+		})
+	}
+}
+
+// max_calls counts batch rounds: a record failing transiently in every round
+// stops at max_calls rounds, before retry's max_attempts, with reason
+// max_calls and its rounds listed.
+func TestBatchMaxCallsCapsRounds(t *testing.T) {
+	t.Parallel()
+	for _, kind := range batchKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			srv := batchtest.New(t, kind)
+			srv.Answer = answerAllBut("r1", batchtest.Fail(500, batchtest.OpenAIError("server error", "server_error", "")))
+			r, results := runBatch(t, srv, 3, 3, "retry: {max_attempts: 4}\nmax_calls: 2")
+			require.Equal(t, "max_calls", results["r1"].Reason)
+			require.Contains(t, results["r1"].Error.Message, "stopped at max_calls 2")
+			require.Contains(t, results["r1"].Error.Message, "(batch round)")
+			require.Equal(t, "[ok r2]", results["r2"].Output)
+			require.Equal(t, map[string]int{"r1": 2, "r2": 1, "r3": 1}, srv.Submitted())
+			dl := dlqByRecord(t, r.b)
+			require.Equal(t, retry.ReasonMaxCalls, dl["r1"].Reason)
+			requireNoBatches(t, r.b)
+		})
+	}
+}
+
+// A straggler sent online (fallback: online) brings its batch rounds: they
+// count against max_calls there, so a record whose rounds spent the cap is
+// not called online at all, and one with calls left gets only those.
+func TestBatchOnlineFallbackCountsRounds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		maxCalls int
+		online   int
+		reason   string
+	}{
+		{maxCalls: 1, online: 0, reason: "max_calls"},
+		{maxCalls: 2, online: 1, reason: ""},
+	} {
+		t.Run(fmt.Sprint("max_calls=", tc.maxCalls), func(t *testing.T) {
+			t.Parallel()
+			srv := batchtest.New(t, provider.KindOpenAI)
+			srv.Answer = answerAllBut("r1", batchtest.Fail(500, batchtest.OpenAIError("server error", "server_error", "")))
+			_, results := runBatch(t, srv, 2, 2, fmt.Sprintf("fallback: online\nmax_calls: %d", tc.maxCalls))
+			require.Equal(t, tc.online, srv.Online())
+			require.Equal(t, tc.reason, results["r1"].Reason)
+			if tc.reason == "" {
+				require.Equal(t, "[online: Answer: record 1]", results["r1"].Output)
+			} else {
+				require.Contains(t, results["r1"].Error.Message, "stopped at max_calls 1")
+				require.Contains(t, results["r1"].Error.Message, "(batch round)")
+			}
+			require.Equal(t, "[ok r2]", results["r2"].Output)
 		})
 	}
 }

@@ -87,7 +87,8 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 		jr.enqueueBatch(ctx, d) // worker/batch.go
 		return
 	}
-	if d.n > 1 {
+	if d.n > 1 || d.mode == workflow.ModeOnline {
+		// A redelivery, or a batch's straggler sent online (its rounds).
 		d.prior = jr.loadAttempts(ctx, d)
 	}
 
@@ -378,14 +379,20 @@ func (jr *jobRunner) loadAttempts(ctx context.Context, d *delivery) []retry.Atte
 }
 
 func (jr *jobRunner) saveAttempts(ctx context.Context, d *delivery, all []retry.Attempt) {
-	kv, err := jr.p.b.KV(ctx, broker.BucketAttempts)
-	if err != nil {
-		return
-	}
-	data, _ := json.Marshal(map[string]any{"replays": d.replays, "attempts": all})
-	if _, err := kv.Put(ctx, attemptsKey(d), data); err != nil {
+	if err := jr.putAttempts(ctx, d, all); err != nil {
 		jr.p.log.Debug().Err(err).Msg("attempts not saved; diagnostics of the next delivery will lack them")
 	}
+}
+
+// putAttempts stores the record's attempts so far for its next delivery.
+func (jr *jobRunner) putAttempts(ctx context.Context, d *delivery, all []retry.Attempt) error {
+	kv, err := jr.p.b.KV(ctx, broker.BucketAttempts)
+	if err != nil {
+		return err
+	}
+	data, _ := json.Marshal(map[string]any{"replays": d.replays, "attempts": all})
+	_, err = kv.Put(ctx, attemptsKey(d), data)
+	return err
 }
 
 func (jr *jobRunner) clearAttempts(ctx context.Context, d *delivery) {

@@ -119,8 +119,9 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 	// answered, not 429s the limiter absorbed, which cost nothing.
 	prior, priorCalls := len(d.prior), billed(d.prior)
 	if a.MaxCalls > 0 && priorCalls >= a.MaxCalls {
-		// Only a redelivery after a crash gets here: the cap was spent by
-		// deliveries that saved their attempts but did not finish.
+		// A redelivery after a crash gets here (the cap was spent by
+		// deliveries that saved their attempts but did not finish), and a
+		// batch straggler sent online whose rounds spent it.
 		last := d.prior[len(d.prior)-1]
 		run.outcome = retry.Outcome{Err: &retry.Error{Class: last.Class, TypeName: "MaxCallsError",
 			Message: fmt.Sprintf("max_calls %d spent by earlier deliveries", a.MaxCalls)}}
@@ -275,9 +276,7 @@ func stoppedByCap(pol retry.Policy, o retry.Outcome, delivery int) bool {
 // and the last output when a repair was cut short.
 func maxCallsDiag(maxCalls, delivery int, lastOutput string) func([]retry.Attempt) string {
 	return func(all []retry.Attempt) string {
-		// Diagnose words a non-permanent final as "failed after N
-		// attempts"; the final error itself is listed among the attempts.
-		s := fmt.Sprintf("stopped at max_calls %d: %s", maxCalls, retry.Diagnose(&retry.Error{Class: retry.ClassUnknown}, all, delivery))
+		s := retry.DiagnoseMaxCalls(maxCalls, all, delivery)
 		if lastOutput != "" {
 			s += "; last output: " + clipOutput(lastOutput)
 		}
@@ -303,11 +302,11 @@ func billed(attempts []retry.Attempt) int {
 func repairsOf(attempts []retry.Attempt, failed bool) int {
 	n := 0
 	for _, a := range attempts {
-		if a.Class == retry.ClassSchemaViolation {
+		if a.Class == retry.ClassSchemaViolation && !a.Batch { // a batch answer is not repaired in its round
 			n++
 		}
 	}
-	if failed && n > 0 && attempts[len(attempts)-1].Class == retry.ClassSchemaViolation {
+	if last := len(attempts) - 1; failed && n > 0 && attempts[last].Class == retry.ClassSchemaViolation && !attempts[last].Batch {
 		n--
 	}
 	return n
