@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,13 +99,16 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	if err := b.Ensure(ctx); err != nil {
 		return err
 	}
+	tuneGC(b) // as `jetpool run` runs: the embedded server in the process
 	url := b.Server().ClientURL()
 	var rows []benchRow
 	add := func(name, value, note string) {
 		rows = append(rows, benchRow{name, value, note})
 		fmt.Fprintf(e.stderr, "  %-52s %-22s %s\n", name, value, note)
 	}
-	fmt.Fprintf(e.stderr, "jetpool bench: %d records of %d B, %s, %d CPUs, fsync %s\n", f.records, f.size, runtime.Version(), runtime.NumCPU(), cfg.SyncInterval)
+	gogc := debug.SetGCPercent(-1)
+	debug.SetGCPercent(gogc)
+	fmt.Fprintf(e.stderr, "jetpool bench: %d records of %d B, %s, %d CPUs, fsync %s, GOGC %d\n", f.records, f.size, runtime.Version(), runtime.NumCPU(), cfg.SyncInterval, gogc)
 
 	// 1–3. Throughput: the raw engine, then jetpool, --repeat times in
 	// turn, so each ratio compares figures taken minutes apart at most.
