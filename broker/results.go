@@ -114,13 +114,31 @@ func (b *Broker) PublishResult(r *Result) (jetstream.PubAckFuture, error) {
 	return f, nil
 }
 
-// AwaitPub waits for an async publish to be stored.
+// ResultAckTimeout bounds the wait for a result's store ack, as a
+// synchronous publish's default timeout did: a result whose ack is lost (a
+// node gone, a stream leader being elected) is handed back for redelivery
+// after a few seconds instead of holding its handler and a result slot for
+// the library's PublishAckTimeout. A result stored after all is found by
+// the redelivery's already-succeeded lookup, so it is not paid twice.
+const ResultAckTimeout = 5 * time.Second
+
+// AwaitPub waits for an async publish to be stored, at most
+// ResultAckTimeout.
 func AwaitPub(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	default:
+	}
+	t := time.NewTimer(ResultAckTimeout)
+	defer t.Stop()
 	select {
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
 		return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+	case <-t.C:
+		return fmt.Errorf("publish %s: no ack from the store within %s", f.Msg().Subject, ResultAckTimeout)
 	case <-ctx.Done():
 		return fmt.Errorf("publish %s: %w", f.Msg().Subject, ctx.Err())
 	}

@@ -32,7 +32,8 @@ type delivery struct {
 	mode    string
 	prior   []retry.Attempt // attempts of earlier deliveries
 	// firstRun: the publisher knew no result of this action could exist
-	// for the record yet (broker.HeaderFirstRun).
+	// for the record yet (broker.HeaderFirstRun), and the job's consumer is
+	// not replicated (jobRunner.replicated).
 	firstRun bool
 }
 
@@ -182,7 +183,7 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	h := msg.Headers()
 	d.replays, _ = strconv.Atoi(h.Get(broker.HeaderReplays))
 	d.mode = h.Get(broker.HeaderMode)
-	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0
+	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0 && !jr.replicated.Load()
 	return d, nil
 }
 

@@ -410,7 +410,13 @@ type jobRunner struct {
 	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
 	heartbeat atomic.Int64                  // InProgress interval: a third of the consumer's AckWait
 	inFlight  atomic.Int64
-	batcher   *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
+	// replicated: the job's consumer has followers (a cluster, R3). A
+	// delivery count is then no proof of a first delivery: deliveries the
+	// leader made just before it was lost may not have reached the new
+	// leader, which delivers those messages again as first deliveries. So
+	// every delivery looks its result up (no Jetpool-First-Run skip).
+	replicated atomic.Bool
+	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
 }
 
 func (jr *jobRunner) setJob(j *broker.Job) {
@@ -477,6 +483,8 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			if aw := c.CachedInfo().Config.AckWait; aw > 0 {
 				jr.heartbeat.Store(int64(min(aw/3, p.cfg.Heartbeat)))
 			}
+			ci := c.CachedInfo().Cluster
+			jr.replicated.Store(ci != nil && len(ci.Replicas) > 0)
 		}
 		// Every provider of the job has an open circuit: pull nothing until
 		// a probe is due (other jobs' providers go on).
