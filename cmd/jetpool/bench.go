@@ -99,7 +99,6 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	if err := b.Ensure(ctx); err != nil {
 		return err
 	}
-	tuneGC(b) // as `jetpool run` runs: the embedded server in the process
 	url := b.Server().ClientURL()
 	var rows []benchRow
 	add := func(name, value, note string) {
