@@ -360,7 +360,7 @@ func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume flo
 		if got == n {
 			close(done)
 		}
-	}, jetstream.PullMaxMessages(500))
+	}, jetstream.PullMaxMessages(500), jetstream.PullExpiry(2*time.Second)) // a pull that stalls (rarely: 30 s, the default expiry) is renewed in 2 s
 	if err != nil {
 		return 0, 0, err
 	}
@@ -451,7 +451,7 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 				return // not acked: redelivered after AckWait, and the stall is reported
 			}
 		}
-	}, jetstream.PullMaxMessages(500))
+	}, jetstream.PullMaxMessages(500), jetstream.PullExpiry(2*time.Second)) // a pull that stalls (rarely: 30 s, the default expiry) is renewed in 2 s
 	if err != nil {
 		return 0, err
 	}
