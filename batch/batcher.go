@@ -728,8 +728,7 @@ func (b *Batcher) finish(ctx context.Context, t *tracked, a *workflow.Action, en
 					Message: fmt.Sprintf("batch %s (%s) returned no result for this record", cmp.Or(h.ProviderID, h.Key), e.State)}
 				reason = retry.ReasonBatchNotReturned
 			}
-			it.Attempts = append(it.Attempts, retry.Attempt{N: it.Round, Delivery: max(it.Deliveries, 1), Class: final.Class,
-				Error: final.Error(), At: time.Now().UTC(), Batch: true})
+			it.FailRound(final.Class, final.Error())
 			straggler := !final.Class.Permanent()
 			// Every round a record was in is a call of it: max_calls caps
 			// rounds as it caps online attempts (the online fallback counts

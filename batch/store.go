@@ -70,6 +70,13 @@ type Item struct {
 	Attempts   []retry.Attempt `json:"attempts,omitempty"` // failed rounds
 }
 
+// FailRound records the item's current batch round as a failed call
+// (class, error): a call that counts against max_calls.
+func (it *Item) FailRound(class retry.Class, err string) {
+	it.Attempts = append(it.Attempts, retry.Attempt{N: it.Round, Delivery: max(it.Deliveries, 1), Class: class,
+		Error: err, At: time.Now().UTC(), Batch: true})
+}
+
 // Token is the item's custom_id.
 func (it *Item) Token() string { return broker.RecordToken(it.ID) }
 

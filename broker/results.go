@@ -88,11 +88,11 @@ func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
 	if err != nil {
 		return err
 	}
-	return AwaitPub(ctx, f)
+	return AwaitResult(ctx, f)
 }
 
 // PublishResult publishes a result without waiting for the store: wait on
-// the future (AwaitPub) before acting on the result being stored. Async
+// the future (AwaitResult) before acting on the result being stored. Async
 // publish, then a wait on its ack, stores a result as PublishMsg does,
 // without a request (an inbox, a context and a timer) per result: many
 // handlers share one reply subscription.
@@ -122,9 +122,9 @@ func (b *Broker) PublishResult(r *Result) (jetstream.PubAckFuture, error) {
 // the redelivery's already-succeeded lookup, so it is not paid twice.
 const ResultAckTimeout = 5 * time.Second
 
-// AwaitPub waits for an async publish to be stored, at most
-// ResultAckTimeout.
-func AwaitPub(ctx context.Context, f jetstream.PubAckFuture) error {
+// AwaitResult waits for a result published by PublishResult to be stored,
+// at most ResultAckTimeout.
+func AwaitResult(ctx context.Context, f jetstream.PubAckFuture) error {
 	select {
 	case <-f.Ok():
 		return nil

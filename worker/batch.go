@@ -138,8 +138,7 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 				jr.p.log.Debug().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("violation", viol.Error()).
 					Msg("batch answer failed the expectation; repairing online")
 				// The batch's answer was a call: it counts against max_calls.
-				it.Attempts = append(it.Attempts, retry.Attempt{N: it.Round, Delivery: d.n, Class: retry.ClassSchemaViolation,
-					Error: viol.Error(), At: time.Now().UTC(), Batch: true})
+				it.FailRound(retry.ClassSchemaViolation, viol.Error())
 				return h.Online(ctx, a, it)
 			}
 			final := schemaViolation(a, viol, cmp.Or(resp.Model, a.Model))

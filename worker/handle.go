@@ -125,7 +125,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 		f, err := p.b.PublishResult(res)
 		if err == nil {
 			release()
-			err = broker.AwaitPub(ctx, f)
+			err = broker.AwaitResult(ctx, f)
 		}
 		if err != nil {
 			log().Warn().Err(err).Msg("result write failed; will redeliver")

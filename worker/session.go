@@ -300,13 +300,15 @@ func billed(attempts []retry.Attempt) int {
 // was followed by a repair call, except a last one that ended the record
 // (failed true).
 func repairsOf(attempts []retry.Attempt, failed bool) int {
+	// A batch answer's violation was not repaired in its round.
+	repaired := func(a retry.Attempt) bool { return a.Class == retry.ClassSchemaViolation && !a.Batch }
 	n := 0
 	for _, a := range attempts {
-		if a.Class == retry.ClassSchemaViolation && !a.Batch { // a batch answer is not repaired in its round
+		if repaired(a) {
 			n++
 		}
 	}
-	if last := len(attempts) - 1; failed && n > 0 && attempts[last].Class == retry.ClassSchemaViolation && !attempts[last].Batch {
+	if failed && n > 0 && repaired(attempts[len(attempts)-1]) {
 		n--
 	}
 	return n

@@ -135,29 +135,20 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		}
 		rounds = append(rounds, rd)
 	}
-	stat := func(get func(benchRound) float64) (med, lo, hi float64) {
+	values := func(get func(benchRound) float64) []float64 {
 		v := make([]float64, len(rounds))
 		for i, rd := range rounds {
 			v[i] = get(rd)
 		}
-		slices.Sort(v)
-		return v[len(v)/2], v[0], v[len(v)-1]
+		return v
 	}
+	percent := func(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
 	addStat := func(name string, get func(benchRound) float64, note string, ratios ...benchRatio) {
-		med, lo, hi := stat(get)
-		value := rate(med)
-		if len(rounds) > 1 {
-			value += fmt.Sprintf(" (%.0f–%.0f)", lo, hi)
-		}
 		for _, q := range ratios {
-			rm, rl, rh := stat(func(rd benchRound) float64 { return get(rd) / q.of(rd) })
-			note += ", " + fmt.Sprintf("%.0f%%", 100*rm)
-			if len(rounds) > 1 {
-				note += fmt.Sprintf(" (%.0f–%.0f%%)", 100*rl, 100*rh)
-			}
-			note += " of " + q.name
+			ratio := values(func(rd benchRound) float64 { return get(rd) / q.of(rd) })
+			note += ", " + spread(ratio, percent) + " of " + q.name
 		}
-		add(name, value, strings.TrimPrefix(note, ", "))
+		add(name, spread(values(get), rate), strings.TrimPrefix(note, ", "))
 	}
 	rawPub := func(rd benchRound) float64 { return rd.rawPub }
 	rawConsume := func(rd benchRound) float64 { return rd.rawConsume }
@@ -360,7 +351,7 @@ func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume flo
 		if got == n {
 			close(done)
 		}
-	}, jetstream.PullMaxMessages(500), jetstream.PullExpiry(2*time.Second)) // a pull that stalls (rarely: 30 s, the default expiry) is renewed in 2 s
+	}, rawPullOpts...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -400,6 +391,11 @@ func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string,
 	}
 	return wait()
 }
+
+// rawPullOpts are the raw consume loops' pull settings: 500 messages a
+// pull, renewed every 2 s (a pull of nats.go's Consume stalled rarely, until
+// its default 30 s expiry).
+var rawPullOpts = []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(500), jetstream.PullExpiry(2 * time.Second)}
 
 // rawFloor is what jetpool's work path stores per record, done with bare
 // nats.go: pull from a work-queue stream (an ack removes the message), publish
@@ -451,7 +447,7 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 				return // not acked: redelivered after AckWait, and the stall is reported
 			}
 		}
-	}, jetstream.PullMaxMessages(500), jetstream.PullExpiry(2*time.Second)) // a pull that stalls (rarely: 30 s, the default expiry) is renewed in 2 s
+	}, rawPullOpts...)
 	if err != nil {
 		return 0, err
 	}

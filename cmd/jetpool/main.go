@@ -217,15 +217,14 @@ func connect(ctx context.Context, e *env) (*broker.Broker, error) {
 // size.
 const WorkerGOGC = 400
 
-// A process that hosts the embedded server keeps Go's default target. Its
-// live heap holds the server's state, which grows with the job (the dedupe
-// window's message ids and the results stream's subject index: a few
-// hundred bytes a record), so a higher target multiplies a growing base:
-// `jetpool run` of 1M records peaked at 802 MiB at 100 and 1,180 MiB at 200,
-// for no measurable speed-up at that size (6–9 % at 100k records).
-
 // tuneGC applies WorkerGOGC unless $GOGC says otherwise or b's server runs
-// in this process.
+// in this process. A process that hosts the embedded server keeps Go's
+// default target: its live heap holds the server's state, which grows with
+// the job (the dedupe window's message ids and the results stream's subject
+// index: a few hundred bytes a record), so a higher target multiplies a
+// growing base: `jetpool run` of 1M records peaked at 802 MiB at 100 and
+// 1,180 MiB at 200, for no measurable speed-up at that size (6–9 % at 100k
+// records).
 func tuneGC(b *broker.Broker) {
 	if _, set := os.LookupEnv("GOGC"); !set && b.Server() == nil {
 		debug.SetGCPercent(WorkerGOGC)
