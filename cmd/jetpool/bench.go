@@ -143,29 +143,42 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return v
 	}
 	percent := func(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
-	addStat := func(name string, get func(benchRound) float64, note string, ratios ...benchRatio) {
+	// cpuNote is a measure's CPU (this process and the nats CLI): per
+	// message, a figure the machine's speed of the hour moves less than
+	// the rates, and as cores busy.
+	cpuNote := func(get func(benchRound) cpuUse) string {
+		if get == nil || get(rounds[0]).perMsg == 0 {
+			return ""
+		}
+		us := values(func(rd benchRound) float64 { return float64(get(rd).perMsg) / float64(time.Microsecond) })
+		cores := values(func(rd benchRound) float64 { return get(rd).cores })
+		return "; CPU " + spread(us, func(v float64) string { return fmt.Sprintf("%.0f", v) }) + " µs a message, " +
+			spread(cores, func(v float64) string { return fmt.Sprintf("%.2f", v) }) + " cores busy"
+	}
+	addStat := func(name string, get func(benchRound) float64, note string, cpu func(benchRound) cpuUse, ratios ...benchRatio) {
 		for _, q := range ratios {
 			ratio := values(func(rd benchRound) float64 { return get(rd) / q.of(rd) })
 			note += ", " + spread(ratio, percent) + " of " + q.name
 		}
-		add(name, spread(values(get), rate), strings.TrimPrefix(note, ", "))
+		add(name, spread(values(get), rate), strings.TrimPrefix(note+cpuNote(cpu), ", "))
 	}
 	rawPub := func(rd benchRound) float64 { return rd.rawPub }
 	rawConsume := func(rd benchRound) float64 { return rd.rawConsume }
 	if cli != "" {
-		addStat("raw: nats bench js pub async --dedup", rawPub, "msgs/s")
-		addStat("raw: nats bench js consume (explicit ack)", rawConsume, "msgs/s")
+		addStat("raw: nats bench js pub async --dedup", rawPub, "msgs/s", nil)
+		addStat("raw: nats bench js consume (explicit ack)", rawConsume, "msgs/s", func(rd benchRound) cpuUse { return rd.rawConsumeCPU })
 	}
-	addStat("raw: nats.go PublishMsgAsync + Nats-Msg-Id", func(rd benchRound) float64 { return rd.goPub }, "msgs/s")
-	addStat("raw: nats.go pull consume + ack", func(rd benchRound) float64 { return rd.goConsume }, "msgs/s")
+	addStat("raw: nats.go PublishMsgAsync + Nats-Msg-Id", func(rd benchRound) float64 { return rd.goPub }, "msgs/s", nil)
+	addStat("raw: nats.go pull consume + ack", func(rd benchRound) float64 { return rd.goConsume }, "msgs/s", nil)
 	floor := func(rd benchRound) float64 { return rd.floor }
-	addStat("raw floor: nats.go work-queue pull + result publish + ack", floor, "msgs/s: jetpool's storage work without jetpool")
-	addStat("jetpool dispatch (validate pass + publish)", func(rd benchRound) float64 { return rd.dispatch }, "",
+	addStat("raw floor: nats.go work-queue pull + result publish + ack", floor, "msgs/s: jetpool's storage work without jetpool",
+		func(rd benchRound) cpuUse { return rd.floorCPU })
+	addStat("jetpool dispatch (validate pass + publish)", func(rd benchRound) float64 { return rd.dispatch }, "", nil,
 		benchRatio{"raw pub", rawPub})
 	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), func(rd benchRound) float64 { return rd.work }, "",
-		benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
-	addStat("jetpool dispatch, then work", func(rd benchRound) float64 { return rd.both }, "records/s, one after the other")
-	addStat("jetpool dispatch + work + result + ack, overlapped", func(rd benchRound) float64 { return rd.e2e }, "",
+		func(rd benchRound) cpuUse { return rd.workCPU }, benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
+	addStat("jetpool dispatch, then work", func(rd benchRound) float64 { return rd.both }, "records/s, one after the other", nil)
+	addStat("jetpool dispatch + work + result + ack, overlapped", func(rd benchRound) float64 { return rd.e2e }, "", nil,
 		benchRatio{"raw consume", rawConsume},
 		benchRatio{"raw pub then consume", func(rd benchRound) float64 { return 1 / (1/rd.rawPub + 1/rd.rawConsume) }})
 
@@ -303,8 +316,12 @@ func findNatsCLI(p string) string {
 
 var statsRE = regexp.MustCompile(`stats: ([0-9,]+) msgs/sec`)
 
-// natsBench runs `nats bench js <kind> [<mode>] [subject] …` and returns msgs/s.
-func natsBench(ctx context.Context, cli, url, kind, mode, subject string, args ...string) (float64, error) {
+// natsBench runs `nats bench js <kind> [<mode>] [subject] …` and returns
+// msgs/s. A run that has not finished after natsBenchTimeout is taken for a
+// stall of the CLI: it is ended with SIGQUIT (its goroutine dump is kept in
+// a file, for the report) and run once more, after reset (if not nil), so one stall does not spoil a
+// long bench, and a second fails it instead of hanging.
+func natsBench(ctx context.Context, w io.Writer, cli, url string, n int, reset func(), kind, mode, subject string, args ...string) (float64, error) {
 	a := []string{"bench", "js", kind}
 	if mode != "" {
 		a = append(a, mode)
@@ -314,16 +331,55 @@ func natsBench(ctx context.Context, cli, url, kind, mode, subject string, args .
 	}
 	a = append(a, args...)
 	a = append(a, "--no-progress", "-s", url)
-	out, err := exec.CommandContext(ctx, cli, a...).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("%s %s: %v\n%s", cli, strings.Join(a, " "), err, out)
+	timeout := natsBenchTimeout(n)
+	if benchStallTimeout > 0 {
+		timeout = benchStallTimeout
 	}
-	m := statsRE.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("nats bench: no rate in its output:\n%s", out)
+	for try := 1; ; try++ {
+		if reset != nil {
+			reset()
+		}
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		cmd := exec.CommandContext(rctx, cli, a...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		stalled := rctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if stalled {
+			kept := "not kept: "
+			if dump, ferr := os.CreateTemp("", "jetpool-bench-nats-stall-*.txt"); ferr != nil {
+				kept += ferr.Error()
+			} else {
+				_, _ = dump.Write(out)
+				_ = dump.Close()
+				kept = "in " + dump.Name()
+			}
+			msg := fmt.Sprintf("%s %s: no result after %s (the CLI stalled; its goroutine dump is %s)", cli, strings.Join(a, " "), timeout, kept)
+			if try == 2 {
+				return 0, errors.New(msg)
+			}
+			fmt.Fprintf(w, "   %s; running it again\n", msg)
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%s %s: %v\n%s", cli, strings.Join(a, " "), err, out)
+		}
+		m := statsRE.FindSubmatch(out)
+		if m == nil {
+			return 0, fmt.Errorf("nats bench: no rate in its output:\n%s", out)
+		}
+		return strconv.ParseFloat(strings.ReplaceAll(string(m[1]), ",", ""), 64)
 	}
-	return strconv.ParseFloat(strings.ReplaceAll(string(m[1]), ",", ""), 64)
 }
+
+// natsBenchTimeout is how long a `nats bench` run of n messages may take
+// before it is taken for a stall: a minute, plus 1 ms a message (100 times
+// what the engine needs on a 2-core machine).
+func natsBenchTimeout(n int) time.Duration { return time.Minute + time.Duration(n)*time.Millisecond }
+
+// benchStallTimeout, when set (by a test), replaces natsBenchTimeout.
+var benchStallTimeout time.Duration
 
 // rawGo is the engine's own speed through nats.go, as jetpool uses it:
 // async publish with Nats-Msg-Id, then a pull consumer acking each message.
@@ -402,24 +458,24 @@ var rawPullOpts = []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(500), jet
 // a small result to a stream of one message per subject and wait for its
 // ack, then ack the work message. `nats bench js consume` does none of the
 // storage writes (its stream keeps the messages; nothing is published).
-func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (float64, error) {
+func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (float64, cpuUse, error) {
 	work, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHWQ", Subjects: []string{"benchwq.>"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHWQ")
 	if _, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHRES", Subjects: []string{"benchres.>"},
 		MaxMsgsPerSubject: 1, Storage: jetstream.FileStorage}); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHRES")
 	if err := publishRaw(ctx, b, "benchwq.x", "wq-", n, size); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	c, err := work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "floor", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	type pending struct {
 		msg jetstream.Msg
@@ -427,7 +483,7 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 	}
 	queue := make(chan pending, 4096)
 	result := []byte(`{"id":"r","status":"ok","output":"ok","attempts":1,"usage":{"input_tokens":10,"output_tokens":2}}`)
-	start := time.Now()
+	start, cpu := time.Now(), meterCPU()
 	var seq int
 	var lost atomic.Int64 // results whose publish failed: their messages wait for AckWait
 	cc, err := c.Consume(func(m jetstream.Msg) {
@@ -449,7 +505,7 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 		}
 	}, rawPullOpts...)
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	defer cc.Stop()
 	stalled := time.Duration(0)
@@ -461,21 +517,21 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 			case <-p.f.Ok():
 				_ = p.msg.Ack()
 			case err := <-p.f.Err():
-				return 0, err
+				return 0, cpuUse{}, err
 			}
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, cpuUse{}, ctx.Err()
 		case <-time.After(time.Second):
 			// A stall is reported, so a figure it spoils is not taken for
 			// the engine's.
 			if stalled += time.Second; stalled >= time.Minute {
-				return 0, fmt.Errorf("raw floor: stalled after %d of %d messages", i, n)
+				return 0, cpuUse{}, fmt.Errorf("raw floor: stalled after %d of %d messages", i, n)
 			}
 			fmt.Fprintf(w, "   raw floor: no progress for %s at %d of %d messages (%d results not published)\n", stalled, i, n, lost.Load())
 			i--
 		}
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return float64(n) / time.Since(start).Seconds(), cpu(n), nil
 }
 
 func writeBenchRecords(path string, n, size int) error {
@@ -579,6 +635,8 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 type benchRound struct {
 	rawPub, rawConsume, goPub, goConsume, floor float64
 	dispatch, work, both, e2e                   float64
+	// CPU of the consume-side measures (process and children).
+	rawConsumeCPU, floorCPU, workCPU cpuUse
 }
 
 type benchRatio struct {
@@ -593,20 +651,23 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 	var rd benchRound
 	var err error
 	if cli != "" {
-		_ = b.JS.DeleteStream(ctx, "BENCHPUB") // nats bench makes it afresh
-		rd.rawPub, err = natsBench(ctx, cli, url, "pub", "async", "bench.pub", "--msgs", strconv.Itoa(f.records), "--size", strconv.Itoa(f.size),
+		fresh := func() { _ = b.JS.DeleteStream(ctx, "BENCHPUB") } // nats bench makes it afresh
+		rd.rawPub, err = natsBench(ctx, e.stderr, cli, url, f.records, fresh, "pub", "async", "bench.pub", "--msgs", strconv.Itoa(f.records), "--size", strconv.Itoa(f.size),
 			"--dedup", "--create", "--stream", "BENCHPUB")
 		if err != nil {
 			return rd, err
 		}
-		if rd.rawConsume, err = natsBench(ctx, cli, url, "consume", "", "", "--msgs", strconv.Itoa(f.records), "--stream", "BENCHPUB"); err != nil {
+		m := meterCPU()
+		rd.rawConsume, err = natsBench(ctx, e.stderr, cli, url, f.records, nil, "consume", "", "", "--msgs", strconv.Itoa(f.records), "--stream", "BENCHPUB")
+		if err != nil {
 			return rd, err
 		}
+		rd.rawConsumeCPU = m(f.records)
 	}
 	if rd.goPub, rd.goConsume, err = rawGo(ctx, b, f.records, f.size); err != nil {
 		return rd, err
 	}
-	if rd.floor, err = rawFloor(ctx, e.stderr, b, f.records, f.size); err != nil {
+	if rd.floor, rd.floorCPU, err = rawFloor(ctx, e.stderr, b, f.records, f.size); err != nil {
 		return rd, err
 	}
 	if cli == "" {
@@ -629,7 +690,9 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 			return rd, fmt.Errorf("--cpuprofile-work: %w", err)
 		}
 	}
+	m := meterCPU()
 	run, err := benchWork(ctx, e, b, job, f.concurrency, f.records, log)
+	rd.workCPU = m(f.records)
 	stopProfile()
 	if r == 0 {
 		writeHeapProfile() // $JETPOOL_MEMPROFILE
@@ -647,6 +710,8 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 	}
 	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f; dispatch %.0f, work %.0f, overlapped %.0f\n",
 		rd.rawPub, rd.rawConsume, rd.floor, rd.dispatch, rd.work, rd.e2e)
+	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), floor %v (%.2f), work %v (%.2f)\n",
+		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.floorCPU.perMsg, rd.floorCPU.cores, rd.workCPU.perMsg, rd.workCPU.cores)
 	return rd, nil
 }
 
@@ -773,5 +838,31 @@ func watchHWM(pid int) func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		return fmt.Sprintf("%d MiB", peak/1024)
+	}
+}
+
+// cpuTime is the CPU this process and its waited-for children (the nats
+// CLI) have used: the embedded server's side of a run counts with the
+// client's, whichever process the client is.
+func cpuTime() time.Duration {
+	var self, kids syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
+}
+
+// cpuUse is the CPU a measure took: per message, and as cores busy.
+type cpuUse struct {
+	perMsg time.Duration
+	cores  float64
+}
+
+// meterCPU starts metering; the returned func ends it for n messages.
+func meterCPU() func(n int) cpuUse {
+	c0, t0 := cpuTime(), time.Now()
+	return func(n int) cpuUse {
+		c, t := cpuTime()-c0, time.Since(t0)
+		return cpuUse{perMsg: c / time.Duration(max(n, 1)), cores: c.Seconds() / t.Seconds()}
 	}
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -29,9 +33,55 @@ func TestBenchSmoke(t *testing.T) {
 		require.Contains(t, stdout, row)
 	}
 	require.Contains(t, stdout, "of the raw floor")
+	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message, [0-9.]+ \([0-9.]+–[0-9.]+\) cores busy \|`, stdout)
+	require.Regexp(t, `\| raw floor: [^\n]*; CPU [0-9]+ [^\n]* µs a message`, stdout)
 	require.Contains(t, stdout, "limits: {adaptive: false}")
 	require.Equal(t, 2, strings.Count(stderr, " round "), "two rounds of the throughput measures")
 	if os.Getenv("CI") != "" {
 		require.Contains(t, stdout, "| raw: nats bench js consume (explicit ack) |", "CI installs the nats CLI")
 	}
+}
+
+// A `nats bench` that never finishes is ended and run once more; a second
+// stall fails the bench with the CLI's goroutine dump kept, instead of
+// hanging it (the real CLI hung once here, in `bench js consume`).
+func TestNatsBenchStall(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	benchStallTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { benchStallTimeout = 0 })
+	// A fake CLI: it hangs (until SIGQUIT, when it prints a "dump") for as
+	// many runs as the file "hangs" says, then reports a rate.
+	cli := filepath.Join(dir, "nats")
+	require.NoError(t, os.WriteFile(cli, []byte(`#!/bin/sh
+n=$(cat "$(dirname "$0")/hangs")
+if [ "$n" -gt 0 ]; then
+  echo $((n - 1)) > "$(dirname "$0")/hangs"
+  trap 'echo "goroutine 1 [select]:"; exit 2' QUIT
+  while :; do sleep 0.05; done
+fi
+echo "NATS JetStream ordered consumer stats: 12,345 msgs/sec ~ 12 MiB/sec"
+`), 0o755))
+	hangs := func(n int) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "hangs"), []byte(strconv.Itoa(n)+"\n"), 0o644))
+	}
+
+	var out strings.Builder
+	resets := 0
+	hangs(1)
+	rate, err := natsBench(t.Context(), &out, cli, "nats://127.0.0.1:1", 10, func() { resets++ }, "consume", "", "")
+	require.NoError(t, err)
+	require.Equal(t, 12345.0, rate)
+	require.Equal(t, 2, resets, "reset before each run")
+	require.Contains(t, out.String(), "no result after 300ms (the CLI stalled; its goroutine dump is in ")
+	require.Contains(t, out.String(), "running it again")
+
+	hangs(2)
+	_, err = natsBench(t.Context(), io.Discard, cli, "nats://127.0.0.1:1", 10, nil, "consume", "", "")
+	require.ErrorContains(t, err, "the CLI stalled")
+	dumps, _ := filepath.Glob(filepath.Join(dir, "jetpool-bench-nats-stall-*.txt"))
+	require.Len(t, dumps, 3)
+	data, err := os.ReadFile(dumps[0])
+	require.NoError(t, err)
+	require.Contains(t, string(data), "goroutine 1 [select]:")
 }
