@@ -252,3 +252,46 @@ func TestResultStoreFailureLosesNothing(t *testing.T) {
 	require.EqualValues(t, 4, p.OK)
 	require.Len(t, testenv.Results(t, b, job), 4)
 }
+
+// Stop ends an idle job's long-poll at once instead of waiting for it to
+// expire, and the ended pull takes nothing with it: a record stored after
+// the stop is still there for the next worker, not delivered to the gone
+// pull (where it would wait out its AckWait).
+func TestStopEndsIdlePull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := testenv.Broker(t, testenv.Options{AckWait: time.Minute})
+	wf := testenv.Workflow(t, pipelineWorkflow)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 2), dispatcher.Options{})
+	conA := testenv.Connect(t, b)
+	poolA := worker.New(conA, worker.Config{Concurrency: 4, Log: testenv.Logger(t), IdlePoll: time.Hour, Jobs: []string{res.Job.ID}})
+	require.NoError(t, poolA.Start(ctx))
+	testenv.WaitFinished(t, b, res.Job.ID, 20*time.Second)
+	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(res.Job.ID))
+	require.NoError(t, err)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumWaiting == 1
+	}, "the pool long-polls the finished job")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- poolA.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waited for the idle pull (IdlePoll: 1h)")
+	}
+
+	_, err = b.JS.Publish(ctx, broker.WorkSubject(res.Job.ID, "upper"), []byte("after the stop"))
+	require.NoError(t, err)
+	batch, err := cons.FetchNoWait(1)
+	require.NoError(t, err)
+	var got []string
+	for m := range batch.Messages() {
+		got = append(got, string(m.Data()))
+		require.NoError(t, m.Term())
+	}
+	require.NoError(t, batch.Error())
+	require.Equal(t, []string{"after the stop"}, got, "the message went to the next pull, not the stopped one")
+}

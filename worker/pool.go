@@ -60,6 +60,10 @@ type Config struct {
 	// (its Log, Clock and AdaptiveMax default to the pool's).
 	LimitsConfig ratelimit.Config
 
+	// IdlePoll is how long a pull of an idle job waits for a record
+	// (IdlePollMax). Stop ends such a pull at once.
+	IdlePoll time.Duration
+
 	// DieOn, for tests and chaos drills, makes the worker abandon a record
 	// as a crashed process would: no ack, no nak, no result.
 	DieOn func(job, action, record string) bool
@@ -193,6 +197,9 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = nopMetrics{}
+	}
+	if cfg.IdlePoll <= 0 {
+		cfg.IdlePoll = IdlePollMax
 	}
 	if cfg.Heartbeat <= 0 {
 		aw := b.Cfg.AckWait
@@ -532,6 +539,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		}
 		var batch jetstream.MessageBatch
 		var err error
+		endPull := func() {}
 		if idle {
 			// Nothing came last time: long-poll with a single slot, so a
 			// record (or a delayed redelivery) is picked up the moment it
@@ -540,7 +548,12 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 				<-p.sem
 			}
 			n = 1
-			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(IdlePollMax))
+			// The pull ends with ctx, so Stop does not wait for it. The
+			// server drops a pull whose inbox is gone, so a record
+			// dispatched after it is not delivered to nobody.
+			pctx, cancel := context.WithTimeout(ctx, p.cfg.IdlePoll)
+			batch, err = cons.Fetch(1, jetstream.FetchContext(pctx))
+			endPull = cancel
 		} else {
 			batch, err = cons.FetchNoWait(n)
 		}
@@ -556,11 +569,12 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			}
 			err = batch.Error()
 		}
+		endPull()
 		for range n - got {
 			<-p.sem
 		}
-		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) {
-			err = nil
+		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
+			err = nil // an idle pull that found nothing
 		}
 		if err != nil && ctx.Err() == nil {
 			p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
