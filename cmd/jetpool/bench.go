@@ -581,11 +581,12 @@ type benchRun struct {
 	// pool's sustained rate, without the adaptive window's ramp at the
 	// start and the drain at the end (0 when the run was too short to see).
 	steady float64
+	cpu    cpuUse // over total
 }
 
 // benchWork runs a pool on job until it is finished and returns the times.
 func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, records int, log zerolog.Logger) (benchRun, error) {
-	start := time.Now()
+	start, cpu := time.Now(), meterCPU()
 	pool, stopPool, err := startBenchPool(ctx, b, job, conc, log)
 	if err != nil {
 		return benchRun{}, err
@@ -617,13 +618,13 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 		}
 	}()
 	_, err = waitJobEvery(ctx, e, b, job, false, 20*time.Millisecond)
-	total := time.Since(start)
+	total, used := time.Since(start), cpu(records)
 	close(stop)
 	<-sampled
 	if err != nil {
 		return benchRun{}, err
 	}
-	r := benchRun{total: total}
+	r := benchRun{total: total, cpu: used}
 	if !t20.IsZero() && !t80.IsZero() && t80.After(t20) {
 		r.steady = float64(n80-n20) / t80.Sub(t20).Seconds()
 	}
@@ -690,9 +691,8 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 			return rd, fmt.Errorf("--cpuprofile-work: %w", err)
 		}
 	}
-	m := meterCPU()
 	run, err := benchWork(ctx, e, b, job, f.concurrency, f.records, log)
-	rd.workCPU = m(f.records)
+	rd.workCPU = run.cpu
 	stopProfile()
 	if r == 0 {
 		writeHeapProfile() // $JETPOOL_MEMPROFILE
