@@ -144,8 +144,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	}
 	percent := func(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
 	// cpuNote is a measure's CPU (this process and the nats CLI): per
-	// message, a figure the machine's speed of the hour moves less than
-	// the rates, and as cores busy.
+	// message, and as cores busy, which tells a CPU-bound run (near the
+	// machine's cores) from one that waited.
 	cpuNote := func(get func(benchRound) cpuUse) string {
 		if get == nil || get(rounds[0]).perMsg == 0 {
 			return ""
@@ -223,10 +223,12 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 				steady = append(steady, run.steady)
 				whole = append(whole, float64(n)/run.total.Seconds())
 			}
-			if adaptive {
-				add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), sustained", c, n), spread(steady, rate),
-					spread(steady, func(v float64) string { return pct(v, ideal) })+" of ideal "+rate(ideal)+" (20–80 % of the job)")
+			sustained := "sustained"
+			if !adaptive {
+				sustained += ", limits: {adaptive: false}"
 			}
+			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), %s", c, n, sustained), spread(steady, rate),
+				spread(steady, func(v float64) string { return pct(v, ideal) })+" of ideal "+rate(ideal)+" (20–80 % of the job)")
 			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), whole run", c, n), spread(whole, rate),
 				spread(whole, func(v float64) string { return pct(v, ideal) })+" of ideal, "+label)
 		}

@@ -28,6 +28,7 @@ func TestBenchSmoke(t *testing.T) {
 		"| jetpool dispatch + work + result + ack, overlapped |",
 		"| 100 ms latency, concurrency 2 (4 records), sustained |",
 		"| 100 ms latency, concurrency 2 (4 records), whole run |",
+		"| 100 ms latency, concurrency 2 (4 records), sustained, limits: {adaptive: false} |",
 		"| retry: 10% transient faults, extra calls |",
 	} {
 		require.Contains(t, stdout, row)
