@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -253,37 +254,47 @@ func TestResultStoreFailureLosesNothing(t *testing.T) {
 	require.Len(t, testenv.Results(t, b, job), 4)
 }
 
-// Stop ends an idle job's long-poll at once instead of waiting for it to
-// expire, and the ended pull takes nothing with it: a record stored after
-// the stop is still there for the next worker, not delivered to the gone
-// pull (where it would wait out its AckWait).
-func TestStopEndsIdlePull(t *testing.T) {
+// JobDone ends the pull that waits on a finished job at once (IdlePoll:
+// 1h here), so the pool stops without waiting for it; `jetpool run` calls it
+// once its job is done.
+func TestJobDoneEndsIdlePull(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := testenv.Broker(t, testenv.Options{AckWait: time.Minute})
-	wf := testenv.Workflow(t, pipelineWorkflow)
-	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 2), dispatcher.Options{})
-	conA := testenv.Connect(t, b)
-	poolA := worker.New(conA, worker.Config{Concurrency: 4, Log: testenv.Logger(t), IdlePoll: time.Hour, Jobs: []string{res.Job.ID}})
-	require.NoError(t, poolA.Start(ctx))
+	b := testenv.Broker(t)
+	res := testenv.Dispatch(t, b, testenv.Workflow(t, pipelineWorkflow), testenv.Records(t, 2), dispatcher.Options{})
+	pool := worker.New(testenv.Connect(t, b), worker.Config{Concurrency: 4, Log: testenv.Logger(t), IdlePoll: time.Hour, Jobs: []string{res.Job.ID}})
+	require.NoError(t, pool.Start(ctx))
 	testenv.WaitFinished(t, b, res.Job.ID, 20*time.Second)
-	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(res.Job.ID))
-	require.NoError(t, err)
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumWaiting == 1
-	}, "the pool long-polls the finished job")
+	waitIdlePull(t, b, res.Job.ID)
 
 	stopped := make(chan error, 1)
-	go func() { stopped <- poolA.Stop(ctx) }()
+	go func() {
+		pool.JobDone(res.Job.ID)
+		stopped <- pool.Stop(ctx)
+	}()
 	select {
 	case err := <-stopped:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("Stop waited for the idle pull (IdlePoll: 1h)")
+		t.Fatal("Stop waited for the idle pull of a job said done (IdlePoll: 1h)")
 	}
+}
 
-	_, err = b.JS.Publish(ctx, broker.WorkSubject(res.Job.ID, "upper"), []byte("after the stop"))
+// Stop lets a pull on an idle job expire rather than end it: a record
+// stored after the stop is still there for the next pull, not delivered to
+// a pull that is gone (where it would wait out its AckWait).
+func TestStopLetsIdlePullExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := testenv.Broker(t, testenv.Options{AckWait: time.Minute})
+	res := testenv.Dispatch(t, b, testenv.Workflow(t, pipelineWorkflow), testenv.Records(t, 2), dispatcher.Options{})
+	pool := worker.New(testenv.Connect(t, b), worker.Config{Concurrency: 4, Log: testenv.Logger(t), IdlePoll: 300 * time.Millisecond, Jobs: []string{res.Job.ID}})
+	require.NoError(t, pool.Start(ctx))
+	testenv.WaitFinished(t, b, res.Job.ID, 20*time.Second)
+	cons := waitIdlePull(t, b, res.Job.ID)
+	require.NoError(t, pool.Stop(ctx))
+
+	_, err := b.JS.Publish(ctx, broker.WorkSubject(res.Job.ID, "upper"), []byte("after the stop"))
 	require.NoError(t, err)
 	batch, err := cons.FetchNoWait(1)
 	require.NoError(t, err)
@@ -293,5 +304,17 @@ func TestStopEndsIdlePull(t *testing.T) {
 		require.NoError(t, m.Term())
 	}
 	require.NoError(t, batch.Error())
-	require.Equal(t, []string{"after the stop"}, got, "the message went to the next pull, not the stopped one")
+	require.Equal(t, []string{"after the stop"}, got, "the message went to the next pull, not the stopped pool's")
+}
+
+// waitIdlePull waits until a pool long-polls job's consumer.
+func waitIdlePull(t *testing.T, b *broker.Broker, job string) jetstream.Consumer {
+	t.Helper()
+	cons, err := b.JS.Consumer(context.Background(), broker.StreamWork, broker.ConsumerName(job))
+	require.NoError(t, err)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumWaiting == 1
+	}, "the pool long-polls the finished job")
+	return cons
 }

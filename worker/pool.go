@@ -61,7 +61,7 @@ type Config struct {
 	LimitsConfig ratelimit.Config
 
 	// IdlePoll is how long a pull of an idle job waits for a record
-	// (IdlePollMax). Stop ends such a pull at once.
+	// (IdlePollMax). Stop waits for such a pull to end; JobDone ends it.
 	IdlePoll time.Duration
 
 	// DieOn, for tests and chaos drills, makes the worker abandon a record
@@ -327,6 +327,7 @@ func (p *Pool) onJob(j *broker.Job) {
 		return
 	}
 	jr := &jobRunner{p: p, id: j.ID, wf: wf, workPrefix: broker.WorkSubject(j.ID, ""), providers: map[string]provider.Provider{}}
+	jr.done, jr.endJob = context.WithCancel(context.Background())
 	jr.setJob(j)
 	p.jobs[j.ID] = jr
 	jr.startBatcher(p.runCtx) // worker/batch.go
@@ -338,8 +339,25 @@ func (p *Pool) onJob(j *broker.Job) {
 	p.log.Info().Str("job", j.ID).Msg("serving job")
 }
 
+// JobDone tells the pool that job id has nothing left to deliver (every
+// record has its final result, as `jetpool run` waits for): the pool stops
+// pulling for it at once. A pull waiting for a record is ended, where Stop
+// waits for it to expire (up to Config.IdlePoll): a pull ended early can
+// still be handed a record stored in that instant, which then waits out its
+// AckWait, so only a job that is done may be cut short.
+func (p *Pool) JobDone(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if jr, ok := p.jobs[id]; ok {
+		jr.endJob()
+	}
+}
+
 // Stop stops pulling, lets in-flight records finish until ctx is done, then
 // hands the rest back (Nak, no delay) so no record waits for a full AckWait.
+// A pull waiting on an idle job is let expire (Config.IdlePoll), so that a
+// record stored meanwhile is handled or handed back, not delivered to a pull
+// that is gone; JobDone ends it sooner.
 func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.started || p.stopped {
@@ -367,6 +385,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	for _, jr := range p.jobs {
 		jr.stopBatcher() // worker/batch.go: hands back records not yet in a recorded batch
+		jr.endJob()
 	}
 	p.mu.Unlock()
 	p.stopH()
@@ -424,6 +443,10 @@ type jobRunner struct {
 	// every delivery looks its result up (no Jetpool-First-Run skip).
 	replicated atomic.Bool
 	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
+	// done ends when the pool's caller says the job has nothing left to
+	// deliver (JobDone): its pulls end then, not at their expiry.
+	done   context.Context
+	endJob context.CancelFunc
 }
 
 func (jr *jobRunner) setJob(j *broker.Job) {
@@ -466,11 +489,13 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return false
+		case <-jr.done.Done():
+			return false
 		case <-t.C:
 			return true
 		}
 	}
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && jr.done.Err() == nil {
 		if cons == nil {
 			c, err := p.b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
 			if err != nil {
@@ -548,10 +573,10 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 				<-p.sem
 			}
 			n = 1
-			// The pull ends with ctx, so Stop does not wait for it. The
-			// server drops a pull whose inbox is gone, so a record
-			// dispatched after it is not delivered to nobody.
-			pctx, cancel := context.WithTimeout(ctx, p.cfg.IdlePoll)
+			// JobDone ends the pull; Stop lets it expire (see Stop). With
+			// a deadline of 10/9 IdlePoll, the server ends the pull after
+			// IdlePoll, a ninth before the client stops listening.
+			pctx, cancel := context.WithTimeout(jr.done, p.cfg.IdlePoll*10/9)
 			batch, err = cons.Fetch(1, jetstream.FetchContext(pctx))
 			endPull = cancel
 		} else {
@@ -576,7 +601,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
 			err = nil // an idle pull that found nothing
 		}
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && jr.done.Err() == nil {
 			p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
 			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
 				cons = nil

@@ -570,6 +570,7 @@ func startBenchPool(ctx context.Context, b *broker.Broker, job string, conc int,
 		return nil, nil, err
 	}
 	return pool, func() {
+		pool.JobDone(job) // called once the job is done (or the bench failed)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = pool.Stop(sctx)

@@ -126,6 +126,9 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 		return err
 	}
 	job, waitErr := waitJob(ctx, e, b, jobID, progress)
+	if waitErr == nil {
+		pool.JobDone(jobID) // nothing left to pull: the stop need not wait for the idle pull
+	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := pool.Stop(stopCtx); err != nil {
