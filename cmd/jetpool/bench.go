@@ -52,8 +52,9 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "bench", "[flags]",
 		"Measure jetpool side by side with the raw JetStream engine on one embedded server (same process, same store):\n"+
 			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume` and vs a raw floor\n"+
-			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack), efficiency under 100 ms\n"+
-			"of simulated latency (adaptive concurrency, and limits: {adaptive: false}), retry overhead with 10%\n"+
+			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack), with the CPU each\n"+
+			"takes a message, efficiency under 100 ms of simulated latency (adaptive concurrency, and\n"+
+			"limits: {adaptive: false}), retry overhead with 10%\n"+
 			"transient faults, and (with --big N) peak RSS of a dispatcher and a worker process on an N-record job\n"+
 			"and the time `jetpool status` takes on it.")
 	var f benchFlags
