@@ -28,8 +28,12 @@ type Broker struct {
 	Cfg Config
 	Log zerolog.Logger
 
-	srv  *server.Server
+	srv  *server.Server // the embedded server this broker owns (Close shuts it down)
 	lock *os.File
+	// url and inproc are how this connection was made: Dup makes another
+	// the same way (in-process to an embedded server).
+	url    string
+	inproc *server.Server
 
 	mu      sync.Mutex
 	kv      map[string]jetstream.KeyValue
@@ -190,7 +194,8 @@ func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *
 		nc.Close()
 		return nil, err
 	}
-	return &Broker{NC: nc, JS: js, Cfg: cfg, Log: log, srv: srv, kv: map[string]jetstream.KeyValue{}, streams: map[string]jetstream.Stream{}}, nil
+	return &Broker{NC: nc, JS: js, Cfg: cfg, Log: log, srv: srv, url: url, inproc: srv,
+		kv: map[string]jetstream.KeyValue{}, streams: map[string]jetstream.Stream{}}, nil
 }
 
 // PublishAckTimeout bounds the wait for an async publish's ack (dispatch,
@@ -277,4 +282,16 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, ErrDataDirBusy
 	}
 	return f, nil
+}
+
+// Dup opens another connection to b's server, made as b's was (in-process
+// to an embedded server, with the same URL and credentials otherwise). Its
+// Close closes only that connection.
+func (b *Broker) Dup(ctx context.Context) (*Broker, error) {
+	d, err := dial(ctx, b.Cfg, b.Log, b.url, b.inproc)
+	if err != nil {
+		return nil, err
+	}
+	d.srv = nil // b owns the server
+	return d, nil
 }

@@ -318,3 +318,16 @@ func waitIdlePull(t *testing.T, b *broker.Broker, job string) jetstream.Consumer
 	}, "the pool long-polls the finished job")
 	return cons
 }
+
+// A pool pulls on a connection of its own, closed by Stop (none is left
+// behind), and gone with the pool's main connection (TestWorkerKilledMidCall).
+func TestPoolPullsConnection(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	before := b.Server().NumClients()
+	pool := worker.New(b, worker.Config{Concurrency: 2, Log: testenv.Logger(t)})
+	require.NoError(t, pool.Start(context.Background()))
+	testenv.Eventually(t, 10*time.Second, func() bool { return b.Server().NumClients() == before+1 }, "one more connection, for pulls")
+	require.NoError(t, pool.Stop(context.Background()))
+	testenv.Eventually(t, 10*time.Second, func() bool { return b.Server().NumClients() == before }, "Stop closes it")
+}

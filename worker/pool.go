@@ -86,11 +86,16 @@ func (nopMetrics) InFlight(int)                                            {}
 
 // Pool is a worker pool. Start it, then Stop it; both are safe to call twice.
 type Pool struct {
-	b   *broker.Broker
-	cfg Config
-	log zerolog.Logger
-	sem chan struct{}
-	id  string
+	b *broker.Broker
+	// pulls is a connection of its own for pulling and acking records, so
+	// a pull is not queued behind the results being written (by a burst of
+	// calls ending together) on the connection the server reads in order.
+	pulls      *broker.Broker
+	mainClosed chan nats.Status // b's connection closed: pulls goes too
+	cfg        Config
+	log        zerolog.Logger
+	sem        chan struct{}
+	id         string
 
 	mu       sync.Mutex
 	started  bool
@@ -253,12 +258,32 @@ func (p *Pool) Start(ctx context.Context) error {
 		}
 		p.ownLim = true
 	}
+	if p.pulls, err = p.b.Dup(ctx); err != nil {
+		if p.ownLim {
+			p.limits.Close()
+		}
+		return fmt.Errorf("connect for pulls: %w", err)
+	}
+	// The main connection closed for good leaves this pool unable to store
+	// a result: its pulls connection goes too, so its records' heartbeats
+	// stop and they are redelivered after AckWait, as a dead process's.
+	p.mainClosed = p.b.NC.StatusChanged(nats.CLOSED)
+	go func(closed chan nats.Status, pulls *nats.Conn) {
+		if _, ok := <-closed; ok {
+			pulls.Close()
+		}
+	}(p.mainClosed, p.pulls.NC)
+	if p.b.NC.IsClosed() {
+		p.pulls.NC.Close()
+	}
 	p.runCtx, p.stopRun = context.WithCancel(context.WithoutCancel(ctx))
 	p.hctx, p.stopH = context.WithCancel(context.WithoutCancel(ctx))
 	w, err := kv.WatchAll(p.runCtx)
 	if err != nil {
 		p.stopRun()
 		p.stopH()
+		p.b.NC.RemoveStatusListener(p.mainClosed)
+		p.pulls.Close()
 		if p.ownLim {
 			p.limits.Close()
 		}
@@ -391,6 +416,8 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.stopH()
 	close(p.quit)
 	p.handlers.Wait()
+	p.b.NC.RemoveStatusListener(p.mainClosed)
+	p.pulls.Close() // drains the last acks
 	if p.ownLim {
 		p.limits.Close()
 	}
@@ -497,7 +524,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	}
 	for ctx.Err() == nil && jr.done.Err() == nil {
 		if cons == nil {
-			c, err := p.b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
+			c, err := p.pulls.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
 			if err != nil {
 				if ctx.Err() == nil {
 					p.log.Debug().Str("job", jr.id).Err(err).Msg("job consumer not ready")
