@@ -140,6 +140,12 @@ func readyCluster(t testing.TB, c *cluster) *broker.Broker {
 		}, "stream %s reachable", name)
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "%s is R3", name)
 	}
+	// Result lookups are direct gets, answered by the results stream's
+	// replicas once they have set up (until then: no responders).
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		_, err := admin.LastMsg(ctx, broker.StreamResults, broker.ResultFilter("ready", "", ""))
+		return err == nil
+	}, "result lookups answered")
 	return admin
 }
 
