@@ -142,7 +142,7 @@ func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so Serve
 	return b, nil
 }
 
-func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *server.Server) (*Broker, error) {
+func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *server.Server, extra ...nats.Option) (*Broker, error) {
 	opts := []nats.Option{
 		nats.Name("jetpool"),
 		nats.MaxReconnects(-1),
@@ -180,7 +180,7 @@ func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *
 		}
 		opts = append(opts, nats.Secure(tc))
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := nats.Connect(url, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redact(url), err)
 	}
@@ -285,10 +285,11 @@ func lockDir(dir string) (*os.File, error) {
 }
 
 // Dup opens another connection to b's server, made as b's was (in-process
-// to an embedded server, with the same URL and credentials otherwise). Its
-// Close closes only that connection.
-func (b *Broker) Dup(ctx context.Context) (*Broker, error) {
-	d, err := dial(ctx, b.Cfg, b.Log, b.url, b.inproc)
+// to an embedded server, with the same URL and credentials otherwise) and
+// named name for operators (`nats server report connections`). Its Close
+// closes only that connection.
+func (b *Broker) Dup(ctx context.Context, name string) (*Broker, error) {
+	d, err := dial(ctx, b.Cfg, b.Log, b.url, b.inproc, nats.Name(name))
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -328,6 +329,13 @@ func TestPoolPullsConnection(t *testing.T) {
 	pool := worker.New(b, worker.Config{Concurrency: 2, Log: testenv.Logger(t)})
 	require.NoError(t, pool.Start(context.Background()))
 	testenv.Eventually(t, 10*time.Second, func() bool { return b.Server().NumClients() == before+1 }, "one more connection, for pulls")
+	connz, err := b.Server().Connz(&server.ConnzOptions{})
+	require.NoError(t, err)
+	var names []string
+	for _, c := range connz.Conns {
+		names = append(names, c.Name)
+	}
+	require.Contains(t, names, "jetpool pulls", "named for operators")
 	require.NoError(t, pool.Stop(context.Background()))
 	testenv.Eventually(t, 10*time.Second, func() bool { return b.Server().NumClients() == before }, "Stop closes it")
 }

@@ -258,7 +258,7 @@ func (p *Pool) Start(ctx context.Context) error {
 		}
 		p.ownLim = true
 	}
-	if p.pulls, err = p.b.Dup(ctx); err != nil {
+	if p.pulls, err = p.b.Dup(ctx, "jetpool pulls"); err != nil {
 		if p.ownLim {
 			p.limits.Close()
 		}
