@@ -359,7 +359,11 @@ func (p *Pool) onJob(j *broker.Job) {
 	p.loops.Add(1)
 	go func() {
 		defer p.loops.Done()
-		jr.fetchLoop(p.runCtx)
+		// The loop ends with the pool or with JobDone.
+		ctx, cancel := context.WithCancel(p.runCtx)
+		defer cancel()
+		defer context.AfterFunc(jr.done, cancel)()
+		jr.fetchLoop(ctx)
 	}()
 	p.log.Info().Str("job", j.ID).Msg("serving job")
 }
@@ -516,13 +520,11 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-jr.done.Done():
-			return false
 		case <-t.C:
 			return true
 		}
 	}
-	for ctx.Err() == nil && jr.done.Err() == nil {
+	for ctx.Err() == nil {
 		if cons == nil {
 			c, err := p.pulls.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
 			if err != nil {
@@ -628,7 +630,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
 			err = nil // an idle pull that found nothing
 		}
-		if err != nil && ctx.Err() == nil && jr.done.Err() == nil {
+		if err != nil && ctx.Err() == nil {
 			p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
 			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
 				cons = nil

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,9 +105,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		rows = append(rows, benchRow{name, value, note})
 		fmt.Fprintf(e.stderr, "  %-52s %-22s %s\n", name, value, note)
 	}
-	gogc := debug.SetGCPercent(-1)
-	debug.SetGCPercent(gogc)
-	fmt.Fprintf(e.stderr, "jetpool bench: %d records of %d B, %s, %d CPUs, fsync %s, GOGC %d\n", f.records, f.size, runtime.Version(), runtime.NumCPU(), cfg.SyncInterval, gogc)
+	fmt.Fprintf(e.stderr, "jetpool bench: %d records of %d B, %s, %d CPUs, fsync %s, GOGC %d\n", f.records, f.size, runtime.Version(), runtime.NumCPU(), cfg.SyncInterval, gcPercent())
 
 	// 1–3. Throughput: the raw engine, then jetpool, --repeat times in
 	// turn, so each ratio compares figures taken minutes apart at most.
@@ -322,8 +319,9 @@ var statsRE = regexp.MustCompile(`stats: ([0-9,]+) msgs/sec`)
 // natsBench runs `nats bench js <kind> [<mode>] [subject] …` and returns
 // msgs/s. A run that has not finished after natsBenchTimeout is taken for a
 // stall of the CLI: it is ended with SIGQUIT (its goroutine dump is kept in
-// a file, for the report) and run once more, after reset (if not nil), so one stall does not spoil a
-// long bench, and a second fails it instead of hanging.
+// a file, for the report) and run once more, after reset (if not nil), so
+// one stall does not spoil a long bench, and a second fails it instead of
+// hanging.
 func natsBench(ctx context.Context, w io.Writer, cli, url string, n int, reset func(), kind, mode, subject string, args ...string) (float64, error) {
 	a := []string{"bench", "js", kind}
 	if mode != "" {
@@ -335,9 +333,6 @@ func natsBench(ctx context.Context, w io.Writer, cli, url string, n int, reset f
 	a = append(a, args...)
 	a = append(a, "--no-progress", "-s", url)
 	timeout := natsBenchTimeout(n)
-	if benchStallTimeout > 0 {
-		timeout = benchStallTimeout
-	}
 	for try := 1; ; try++ {
 		if reset != nil {
 			reset()
@@ -378,11 +373,8 @@ func natsBench(ctx context.Context, w io.Writer, cli, url string, n int, reset f
 
 // natsBenchTimeout is how long a `nats bench` run of n messages may take
 // before it is taken for a stall: a minute, plus 1 ms a message (100 times
-// what the engine needs on a 2-core machine).
-func natsBenchTimeout(n int) time.Duration { return time.Minute + time.Duration(n)*time.Millisecond }
-
-// benchStallTimeout, when set (by a test), replaces natsBenchTimeout.
-var benchStallTimeout time.Duration
+// what the engine needs on a 2-core machine). A variable, for a test.
+var natsBenchTimeout = func(n int) time.Duration { return time.Minute + time.Duration(n)*time.Millisecond }
 
 // rawGo is the engine's own speed through nats.go, as jetpool uses it:
 // async publish with Nats-Msg-Id, then a pull consumer acking each message.

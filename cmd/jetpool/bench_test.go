@@ -49,8 +49,9 @@ func TestBenchSmoke(t *testing.T) {
 func TestNatsBenchStall(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("TMPDIR", dir)
-	benchStallTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { benchStallTimeout = 0 })
+	orig := natsBenchTimeout
+	natsBenchTimeout = func(int) time.Duration { return 300 * time.Millisecond }
+	t.Cleanup(func() { natsBenchTimeout = orig })
 	// A fake CLI: it hangs (until SIGQUIT, when it prints a "dump") for as
 	// many runs as the file "hangs" says, then reports a rate.
 	cli := filepath.Join(dir, "nats")

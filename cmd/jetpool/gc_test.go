@@ -20,21 +20,16 @@ func TestTuneGC(t *testing.T) {
 	}
 	prev := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(prev) })
-	current := func() int {
-		p := debug.SetGCPercent(-1)
-		debug.SetGCPercent(p)
-		return p
-	}
 
 	embedded := testenv.Broker(t)
 	tuneGC(embedded)
-	require.Equal(t, 100, current(), "hosting the server: Go's default")
+	require.Equal(t, 100, gcPercent(), "hosting the server: Go's default")
 
 	tuneGC(testenv.Connect(t, embedded))
-	require.Equal(t, WorkerGOGC, current())
+	require.Equal(t, WorkerGOGC, gcPercent())
 
 	debug.SetGCPercent(100)
 	t.Setenv("GOGC", "150") // read by tuneGC only: the runtime read it at start
 	tuneGC(embedded)
-	require.Equal(t, 100, current(), "$GOGC set: left to the runtime")
+	require.Equal(t, 100, gcPercent(), "$GOGC set: left to the runtime")
 }

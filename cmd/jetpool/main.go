@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	rtmetrics "runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -216,6 +217,13 @@ func connect(ctx context.Context, e *env) (*broker.Broker, error) {
 // records/s and peaks at about 60–75 MiB instead of 40, flat in the job's
 // size.
 const WorkerGOGC = 400
+
+// gcPercent is the process's GC target now (GOGC), read without setting it.
+func gcPercent() int {
+	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
+	rtmetrics.Read(s)
+	return int(s[0].Value.Uint64())
+}
 
 // tuneGC applies WorkerGOGC unless $GOGC says otherwise or b's server runs
 // in this process. A process that hosts the embedded server keeps Go's
