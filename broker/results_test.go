@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/broker"
@@ -54,4 +55,40 @@ func TestJobCountsFromCounters(t *testing.T) {
 	require.Equal(t, broker.CounterIdle, c.CachedInfo().Config.InactiveThreshold)
 	require.NoError(t, b.JS.DeleteConsumer(ctx, broker.StreamResults, broker.CounterName(j.ID, "ok")))
 	want(2, 2, nil)
+}
+
+// A lookup nobody answers (a results stream being placed, or with no member
+// up) is retried for a while, so a dispatch against a cluster made seconds
+// ago does not fail on it; past the wait it is an error naming the stream.
+// Not parallel: it sets the package's wait.
+func TestLastMsgRetriesNoResponders(t *testing.T) {
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	require.NoError(t, b.WriteResult(ctx, &broker.Result{ID: "r1", Job: "nr", Action: "a", Status: broker.StatusOK}))
+	ok, err := b.HasOK(ctx, "nr", "a", "r1") // the stream's handle is kept from here on
+	require.NoError(t, err)
+	require.NotNil(t, ok)
+
+	require.NoError(t, b.JS.DeleteStream(ctx, broker.StreamResults))
+	var retries []string
+	restore := broker.SetNoResponders(time.Minute, func(stream string) {
+		retries = append(retries, stream)
+		if len(retries) == 2 {
+			require.NoError(t, b.Ensure(ctx)) // the stream is back, empty
+		}
+	})
+	t.Cleanup(restore)
+	ok, err = b.HasOK(ctx, "nr", "a", "r1")
+	require.NoError(t, err)
+	require.Nil(t, ok, "the stream came back empty")
+	require.GreaterOrEqual(t, len(retries), 2)
+	require.Equal(t, broker.StreamResults, retries[0])
+
+	require.NoError(t, b.JS.DeleteStream(ctx, broker.StreamResults))
+	retries = nil
+	broker.SetNoResponders(100*time.Millisecond, func(stream string) { retries = append(retries, stream) })
+	_, err = b.HasOK(ctx, "nr", "a", "r1")
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+	require.ErrorContains(t, err, "no server answered a lookup in stream "+broker.StreamResults)
+	require.NotEmpty(t, retries, "retried before giving up")
 }

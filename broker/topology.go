@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -237,17 +238,45 @@ func (b *Broker) Count(ctx context.Context, stream, filter string) (uint64, erro
 }
 
 // LastMsg returns the last message on subject in stream, or nil when none.
+//
+// The lookup is a direct get, answered by any server holding the stream.
+// While a stream is being placed (a cluster's streams made seconds ago) or
+// has lost every member, nobody answers: the lookup is retried with backoff
+// for up to noRespondersWait before that is an error.
 func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
 	s, err := b.stream(ctx, stream)
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
+	deadline := time.Now().Add(noRespondersWait)
+	for delay := 20 * time.Millisecond; ; delay *= 2 {
+		m, err := s.GetLastMsgForSubject(ctx, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, nil
+		case !errors.Is(err, nats.ErrNoResponders):
+			return m, err
+		case time.Now().Add(delay).After(deadline):
+			return nil, fmt.Errorf("no server answered a lookup in stream %s for %s (the stream is not placed, or has no member up): %w",
+				stream, noRespondersWait, err)
+		}
+		noResponders(stream)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
 	}
-	return m, err
 }
+
+// noRespondersWait is how long LastMsg retries a lookup nobody answers.
+var noRespondersWait = 3 * time.Second
+
+// noResponders is called before each retry of a lookup nobody answered
+// (a test's hook).
+var noResponders = func(stream string) {}
 
 // JobUnseen reports whether the job has left no trace: no work consumer
 // (made before a dispatch publishes anything) and no result (a last-by-

@@ -141,7 +141,9 @@ func readyCluster(t testing.TB, c *cluster) *broker.Broker {
 		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "%s is R3", name)
 	}
 	// Result lookups are direct gets, answered by the results stream's
-	// replicas once they have set up (until then: no responders).
+	// replicas once they have set up (until then: no responders, which
+	// LastMsg retries for 3 s; a cluster under the race detector may need
+	// longer).
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		_, err := admin.LastMsg(ctx, broker.StreamResults, broker.ResultFilter("ready", "", ""))
 		return err == nil

@@ -1,0 +1,12 @@
+package broker
+
+import "time"
+
+// SetNoResponders sets how long LastMsg retries a lookup nobody answers, and
+// a hook called before each retry, until the test ends. Not for parallel
+// tests.
+func SetNoResponders(wait time.Duration, hook func(stream string)) (restore func()) {
+	w, h := noRespondersWait, noResponders
+	noRespondersWait, noResponders = wait, hook
+	return func() { noRespondersWait, noResponders = w, h }
+}
