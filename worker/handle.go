@@ -43,8 +43,10 @@ func (d *delivery) unpaid() bool { return d.firstRun && d.n == 1 }
 
 // handle works one delivery. release hands the delivery's slot on to the
 // next record; it is called once the model calls are over and the result
-// is on its way to the store (else when handle returns).
-func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func()) {
+// is on its way to the store (else when handle returns). handedOver: the
+// record went to the pool's committer, which acks it once its result is
+// stored (Pool.commitLoop).
+func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func()) (handedOver bool) {
 	p := jr.p
 	p.handled.Add(1)
 	p.cfg.Metrics.Delivery(jr.id)
@@ -115,28 +117,33 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 			return
 		}
 		// The slot goes to the next record while the result is stored
-		// (at most Concurrency results wait so); the ack waits for the
-		// store's ack, so an acked record always has its result.
+		// (at most Concurrency results wait so), and the handler to the
+		// next task: the pool's committer acks the record once the store
+		// has acked its result, so an acked record always has its result.
+		held := false
 		select {
 		case p.writes <- struct{}{}:
-			defer func() { <-p.writes }()
+			held = true
 		case <-ctx.Done():
 		}
 		f, err := p.b.PublishResult(res)
-		if err == nil {
-			release()
-			err = broker.AwaitResult(ctx, f)
-		}
 		if err != nil {
+			if held {
+				<-p.writes
+			}
 			log().Warn().Err(err).Msg("result write failed; will redeliver")
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
-		_ = msg.Ack()
-		if len(d.prior) > 0 {
-			jr.clearAttempts(ctx, d)
+		release()
+		c := commit{jr: jr, d: d, f: f}
+		if !held {
+			// Stopping past the deadline: no room is waited for.
+			jr.commit(ctx, c)
+			return
 		}
-		p.cfg.Metrics.Record(d.job, d.action.Name, broker.StatusOK, "")
+		p.commits <- c // never blocks: it has room for every writes token
+		return true
 	case retry.VerdictRedeliver:
 		if out.Canceled {
 			// Shutting down: hand it back at once, attempts kept.
@@ -157,6 +164,31 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 		}
 		jr.finishFailed(ctx, d, out.Err, all, dec.Reason, diag, run.calls, run.usage)
 	}
+	return
+}
+
+// commit is a record whose result is on its way to the store.
+type commit struct {
+	jr *jobRunner
+	d  *delivery
+	f  jetstream.PubAckFuture
+}
+
+// commit acks c's record once the store has acked its result, or hands it
+// back when the result was not stored.
+func (jr *jobRunner) commit(ctx context.Context, c commit) {
+	d := c.d
+	if err := broker.AwaitResult(ctx, c.f); err != nil {
+		jr.p.log.Warn().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).
+			Err(err).Msg("result write failed; will redeliver")
+		_ = d.msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = d.msg.Ack()
+	if len(d.prior) > 0 {
+		jr.clearAttempts(ctx, d)
+	}
+	jr.p.cfg.Metrics.Record(d.job, d.action.Name, broker.StatusOK, "")
 }
 
 func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
