@@ -136,7 +136,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 			return
 		}
 		release()
-		c := commit{jr: jr, d: d, f: f}
+		c := committing{jr: jr, d: d, f: f}
 		if !held {
 			// Stopping past the deadline: no room is waited for.
 			jr.commit(ctx, c)
@@ -167,8 +167,8 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 	return
 }
 
-// commit is a record whose result is on its way to the store.
-type commit struct {
+// committing is a record whose result is on its way to the store.
+type committing struct {
 	jr *jobRunner
 	d  *delivery
 	f  jetstream.PubAckFuture
@@ -176,7 +176,7 @@ type commit struct {
 
 // commit acks c's record once the store has acked its result, or hands it
 // back when the result was not stored.
-func (jr *jobRunner) commit(ctx context.Context, c commit) {
+func (jr *jobRunner) commit(ctx context.Context, c committing) {
 	d := c.d
 	if err := broker.AwaitResult(ctx, c.f); err != nil {
 		jr.p.log.Warn().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).
