@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 
 	"fmt"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
 )
@@ -51,11 +53,11 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "bench", "[flags]",
 		"Measure jetpool side by side with the raw JetStream engine on one embedded server (same process, same store):\n"+
 			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume` and vs a raw floor\n"+
-			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack), with the CPU each\n"+
-			"takes a message, efficiency under 100 ms of simulated latency (adaptive concurrency, and\n"+
-			"limits: {adaptive: false}), retry overhead with 10%\n"+
-			"transient faults, and (with --big N) peak RSS of a dispatcher and a worker process on an N-record job\n"+
-			"and the time `jetpool status` takes on it.")
+			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack) and a raw inline run\n"+
+			"(the floor plus jetpool's work on each record, on one goroutine), with the CPU each takes a message,\n"+
+			"efficiency under 100 ms of simulated latency (adaptive concurrency, and limits: {adaptive: false}),\n"+
+			"retry overhead with 10% transient faults, and (with --big N) peak RSS of a dispatcher and a worker\n"+
+			"process on an N-record job and the time `jetpool status` takes on it.")
 	var f benchFlags
 	fs.IntVar(&f.records, "records", 100000, "records (and raw messages) for the throughput runs")
 	fs.IntVar(&f.size, "size", 1024, "record size in bytes")
@@ -171,6 +173,9 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	floor := func(rd benchRound) float64 { return rd.floor }
 	addStat("raw floor: nats.go work-queue pull + result publish + ack", floor, "msgs/s: jetpool's storage work without jetpool",
 		func(rd benchRound) cpuUse { return rd.floorCPU })
+	addStat("raw inline: the floor + jetpool's work on a record (envelope, template, call, result JSON), one goroutine",
+		func(rd benchRound) float64 { return rd.inline }, "msgs/s: jetpool without its machinery",
+		func(rd benchRound) cpuUse { return rd.inlineCPU }, benchRatio{"raw consume", rawConsume})
 	addStat("jetpool dispatch (validate pass + publish)", func(rd benchRound) float64 { return rd.dispatch }, "", nil,
 		benchRatio{"raw pub", rawPub})
 	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), func(rd benchRound) float64 { return rd.work }, "",
@@ -385,7 +390,7 @@ func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume flo
 	}
 	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHRAW")
 	start := time.Now()
-	if err := publishRaw(ctx, b, "benchraw.x", "raw-", n, size); err != nil {
+	if err := publishRaw(ctx, b, "benchraw.x", "raw-", n, size, nil); err != nil {
 		return 0, 0, err
 	}
 	pub = float64(n) / time.Since(start).Seconds()
@@ -416,8 +421,9 @@ func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume flo
 }
 
 // publishRaw publishes n messages of size bytes to subject, async with a
-// Nats-Msg-Id, waiting for the acks every 500 (nats bench's window).
-func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string, n, size int) error {
+// Nats-Msg-Id, waiting for the acks every 500 (nats bench's window); body,
+// when set, gives message i's payload instead.
+func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string, n, size int, body func(i int) []byte) error {
 	payload := make([]byte, size)
 	wait := func() error {
 		select {
@@ -430,6 +436,9 @@ func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string,
 	for i := 0; i < n; i++ {
 		m := nats.NewMsg(subject)
 		m.Data = payload
+		if body != nil {
+			m.Data = body(i)
+		}
 		m.Header.Set(nats.MsgIdHdr, idPrefix+strconv.Itoa(i))
 		if _, err := b.JS.PublishMsgAsync(m); err != nil {
 			return err
@@ -453,7 +462,10 @@ var rawPullOpts = []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(500), jet
 // a small result to a stream of one message per subject and wait for its
 // ack, then ack the work message. `nats bench js consume` does none of the
 // storage writes (its stream keeps the messages; nothing is published).
-func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (float64, cpuUse, error) {
+//
+// With inline set, the messages are work envelopes and each result is what
+// jetpool computes for a record (inlineWork), on nats.go's consume goroutine.
+func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int, inline *inlineWork) (float64, cpuUse, error) {
 	work, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHWQ", Subjects: []string{"benchwq.>"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
 	if err != nil {
@@ -465,7 +477,11 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 		return 0, cpuUse{}, err
 	}
 	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHRES")
-	if err := publishRaw(ctx, b, "benchwq.x", "wq-", n, size); err != nil {
+	var body func(int) []byte
+	if inline != nil {
+		body = inline.envelope(size)
+	}
+	if err := publishRaw(ctx, b, "benchwq.x", "wq-", n, size, body); err != nil {
 		return 0, cpuUse{}, err
 	}
 	c, err := work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "floor", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
@@ -485,6 +501,14 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 		seq++
 		r := nats.NewMsg("benchres.r" + strconv.Itoa(seq))
 		r.Data = result
+		if inline != nil {
+			var err error
+			if r.Data, err = inline.result(ctx, m.Data()); err != nil {
+				lost.Add(1)
+				inline.failed.CompareAndSwap(nil, &err)
+				return
+			}
+		}
 		for {
 			f, err := b.JS.PublishMsgAsync(r)
 			switch {
@@ -519,6 +543,9 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 		case <-time.After(time.Second):
 			// A stall is reported, so a figure it spoils is not taken for
 			// the engine's.
+			if inline != nil && inline.failed.Load() != nil {
+				return 0, cpuUse{}, fmt.Errorf("raw inline: %w", *inline.failed.Load())
+			}
 			if stalled += time.Second; stalled >= time.Minute {
 				return 0, cpuUse{}, fmt.Errorf("raw floor: stalled after %d of %d messages", i, n)
 			}
@@ -527,6 +554,59 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int) (
 		}
 	}
 	return float64(n) / time.Since(start).Seconds(), cpu(n), nil
+}
+
+// inlineWork is jetpool's own work on a record, as a worker does it, minus
+// its machinery (handler goroutines, slots, the retry session, limits,
+// heartbeats, the committer): decode the envelope, render the prompt from
+// the fields it names, call the model, encode the result.
+type inlineWork struct {
+	a      *workflow.Action
+	pr     provider.Provider
+	failed atomic.Pointer[error]
+}
+
+func newInlineWork(wf *workflow.Workflow) (*inlineWork, error) {
+	a := wf.Actions[0]
+	pr, err := provider.New(wf.Providers[a.Provider])
+	if err != nil {
+		return nil, err
+	}
+	return &inlineWork{a: a, pr: pr}, nil
+}
+
+// envelope gives the work message of record i, as a dispatch publishes it.
+func (iw *inlineWork) envelope(size int) func(i int) []byte {
+	pad := strings.Repeat("x", max(size-40, 1))
+	return func(i int) []byte {
+		id := "r" + strconv.Itoa(i)
+		env := &broker.Envelope{ID: id, RawRecord: json.RawMessage(`{"id":"` + id + `","text":"` + pad + `"}`), Line: i + 1}
+		data, _ := env.MarshalJSON()
+		return data
+	}
+}
+
+func (iw *inlineWork) result(ctx context.Context, data []byte) ([]byte, error) {
+	env, err := broker.ParseEnvelope(data)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := env.Fields(iw.a.Fields())
+	if err != nil {
+		return nil, err
+	}
+	prompt, err := iw.a.Render(rec)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := iw.pr.Call(ctx, provider.Request{Model: iw.a.Model, System: iw.a.System,
+		Messages: []provider.Message{{Role: "user", Content: prompt}}, RecordID: env.ID})
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(&broker.Result{ID: env.ID, Status: broker.StatusOK, Output: resp.Text, Action: iw.a.Name, Job: "inline",
+		Provider: iw.a.Provider, Model: resp.Model, Finished: time.Now().UTC(),
+		Usage: broker.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}})
 }
 
 func writeBenchRecords(path string, n, size int) error {
@@ -630,10 +710,10 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 // benchRound is one round of the throughput measures, in records (or
 // messages) per second.
 type benchRound struct {
-	rawPub, rawConsume, goPub, goConsume, floor float64
-	dispatch, work, both, e2e                   float64
+	rawPub, rawConsume, goPub, goConsume, floor, inline float64
+	dispatch, work, both, e2e                           float64
 	// CPU of the consume-side measures (process and children).
-	rawConsumeCPU, floorCPU, workCPU cpuUse
+	rawConsumeCPU, floorCPU, inlineCPU, workCPU cpuUse
 }
 
 type benchRatio struct {
@@ -664,7 +744,14 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 	if rd.goPub, rd.goConsume, err = rawGo(ctx, b, f.records, f.size); err != nil {
 		return rd, err
 	}
-	if rd.floor, rd.floorCPU, err = rawFloor(ctx, e.stderr, b, f.records, f.size); err != nil {
+	if rd.floor, rd.floorCPU, err = rawFloor(ctx, e.stderr, b, f.records, f.size, nil); err != nil {
+		return rd, err
+	}
+	iw, err := newInlineWork(wf)
+	if err != nil {
+		return rd, err
+	}
+	if rd.inline, rd.inlineCPU, err = rawFloor(ctx, e.stderr, b, f.records, f.size, iw); err != nil {
 		return rd, err
 	}
 	if cli == "" {
@@ -704,10 +791,11 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 	if rd.e2e, err = benchOverlapped(ctx, e, b, d, wf, in, f, fmt.Sprintf("bench-e2e-%d", r), log); err != nil {
 		return rd, err
 	}
-	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f; dispatch %.0f, work %.0f, overlapped %.0f\n",
-		rd.rawPub, rd.rawConsume, rd.floor, rd.dispatch, rd.work, rd.e2e)
-	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), floor %v (%.2f), work %v (%.2f)\n",
-		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.floorCPU.perMsg, rd.floorCPU.cores, rd.workCPU.perMsg, rd.workCPU.cores)
+	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f, inline %.0f; dispatch %.0f, work %.0f, overlapped %.0f\n",
+		rd.rawPub, rd.rawConsume, rd.floor, rd.inline, rd.dispatch, rd.work, rd.e2e)
+	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f)\n",
+		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.floorCPU.perMsg, rd.floorCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
+		rd.workCPU.perMsg, rd.workCPU.cores)
 	return rd, nil
 }
 

@@ -36,6 +36,7 @@ func TestBenchSmoke(t *testing.T) {
 	require.Contains(t, stdout, "of the raw floor")
 	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message, [0-9.]+ \([0-9.]+–[0-9.]+\) cores busy \|`, stdout)
 	require.Regexp(t, `\| raw floor: [^\n]*; CPU [0-9]+ [^\n]* µs a message`, stdout)
+	require.Regexp(t, `\| raw inline: [^\n]*\| [0-9]+/s [^\n]*jetpool without its machinery, [0-9]+% [^\n]* of raw consume; CPU [0-9]+ `, stdout)
 	require.Contains(t, stdout, "limits: {adaptive: false}")
 	require.Equal(t, 2, strings.Count(stderr, " round "), "two rounds of the throughput measures")
 	if os.Getenv("CI") != "" {
