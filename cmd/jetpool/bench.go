@@ -213,7 +213,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			if err != nil {
 				return err
 			}
-			var steady, whole []float64
+			var steady, whole, us, cores []float64
 			for r := range max(f.repeat, 1) {
 				job := fmt.Sprintf("bench-%s-%d", name, r)
 				if _, err := d.Dispatch(ctx, lwf, dispatcher.Options{Input: lin, JobID: job}); err != nil {
@@ -225,6 +225,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 				}
 				steady = append(steady, run.steady)
 				whole = append(whole, float64(n)/run.total.Seconds())
+				us = append(us, float64(run.cpu.perMsg)/float64(time.Microsecond))
+				cores = append(cores, run.cpu.cores)
 			}
 			sustained := "sustained"
 			if !adaptive {
@@ -233,7 +235,9 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), %s", c, n, sustained), spread(steady, rate),
 				spread(steady, func(v float64) string { return pct(v, ideal) })+" of ideal "+rate(ideal)+" (20–80 % of the job)")
 			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), whole run", c, n), spread(whole, rate),
-				spread(whole, func(v float64) string { return pct(v, ideal) })+" of ideal, "+label)
+				spread(whole, func(v float64) string { return pct(v, ideal) })+" of ideal, "+label+"; CPU "+
+					spread(us, func(v float64) string { return fmt.Sprintf("%.0f", v) })+" µs a record, "+
+					spread(cores, func(v float64) string { return fmt.Sprintf("%.2f", v) })+" cores busy")
 		}
 	}
 

@@ -38,6 +38,7 @@ func TestBenchSmoke(t *testing.T) {
 	require.Regexp(t, `\| raw floor: [^\n]*; CPU [0-9]+ [^\n]* µs a message`, stdout)
 	require.Regexp(t, `\| raw inline: [^\n]*\| [0-9]+/s [^\n]*jetpool without its machinery, [0-9]+% [^\n]* of raw consume; CPU [0-9]+ `, stdout)
 	require.Contains(t, stdout, "limits: {adaptive: false}")
+	require.Regexp(t, `\| 100 ms latency, concurrency 2 \(4 records\), whole run \|[^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a record, [0-9.]+ \([0-9.]+–[0-9.]+\) cores busy \|`, stdout)
 	require.Equal(t, 2, strings.Count(stderr, " round "), "two rounds of the throughput measures")
 	if os.Getenv("CI") != "" {
 		require.Contains(t, stdout, "| raw: nats bench js consume (explicit ack) |", "CI installs the nats CLI")
