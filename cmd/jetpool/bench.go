@@ -55,9 +55,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume` and vs a raw floor\n"+
 			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack) and a raw inline run\n"+
 			"(the floor plus jetpool's work on each record, on one goroutine), with the CPU each takes a message,\n"+
-			"efficiency under 100 ms of simulated latency (adaptive concurrency, and limits: {adaptive: false}),\n"+
-			"retry overhead with 10% transient faults, and (with --big N) peak RSS of a dispatcher and a worker\n"+
-			"process on an N-record job and the time `jetpool status` takes on it.")
+			"efficiency under 100 ms of simulated latency (adaptive concurrency; limits: {adaptive: false}; and\n"+
+			"the pool in a worker process of its own, as deployed), retry overhead with 10% transient faults, and\n"+
+			"(with --big N) peak RSS of a dispatcher and a worker process on an N-record job and the time\n"+
+			"`jetpool status` takes on it.")
 	var f benchFlags
 	fs.IntVar(&f.records, "records", 100000, "records (and raw messages) for the throughput runs")
 	fs.IntVar(&f.size, "size", 1024, "record size in bytes")
@@ -201,13 +202,22 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		ideal := float64(c) / 0.1
-		// Twice: with the shipped adaptive concurrency (no limits), and
+		// Three times: with the shipped adaptive concurrency (no limits);
 		// with `limits: {adaptive: false}`, as for a self-hosted endpoint;
+		// and adaptive again, with the pool in a worker process of its own
+		// (`jetpool worker`, as deployed), so that the embedded server's
+		// state, which grows with every job run, is not in the pool's heap.
 		// --repeat times each, as the throughput measures.
-		for _, adaptive := range []bool{true, false} {
+		for _, mode := range []struct{ adaptive, child bool }{{true, false}, {false, false}, {true, true}} {
 			name, limits, label := fmt.Sprintf("lat%d", c), "", "adaptive ramp and drain included"
-			if !adaptive {
+			sustained := "sustained"
+			switch {
+			case !mode.adaptive:
 				name, limits, label = name+"-fixed", "adaptive: false", "limits: {adaptive: false}, drain included"
+				sustained += ", limits: {adaptive: false}"
+			case mode.child:
+				name, label = name+"-child", "worker process of its own, its start, ramp and drain included"
+				sustained += ", worker process of its own"
 			}
 			lwf, err := benchWorkflow(dir, name, "latency: 100ms", limits, "")
 			if err != nil {
@@ -219,7 +229,12 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 				if _, err := d.Dispatch(ctx, lwf, dispatcher.Options{Input: lin, JobID: job}); err != nil {
 					return err
 				}
-				run, err := benchWork(ctx, e, b, job, c, n, log)
+				var run benchRun
+				if mode.child {
+					run, err = benchChildWork(ctx, e, b, job, c, n)
+				} else {
+					run, err = benchWork(ctx, e, b, job, c, n, log)
+				}
 				if err != nil {
 					return err
 				}
@@ -227,10 +242,6 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 				whole = append(whole, float64(n)/run.total.Seconds())
 				us = append(us, float64(run.cpu.perMsg)/float64(time.Microsecond))
 				cores = append(cores, run.cpu.cores)
-			}
-			sustained := "sustained"
-			if !adaptive {
-				sustained += ", limits: {adaptive: false}"
 			}
 			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), %s", c, n, sustained), spread(steady, rate),
 				spread(steady, func(v float64) string { return pct(v, ideal) })+" of ideal "+rate(ideal)+" (20–80 % of the job)")
@@ -704,6 +715,73 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 	if err != nil {
 		return benchRun{}, err
 	}
+	r := benchRun{total: total, cpu: used}
+	if !t20.IsZero() && !t80.IsZero() && t80.After(t20) {
+		r.steady = float64(n80-n20) / t80.Sub(t20).Seconds()
+	}
+	return r, nil
+}
+
+// benchChildWork runs job on a worker process of its own (`jetpool worker
+// --job`, connected to b's server as a deployed worker is) until the job is
+// finished. The rates are read from the job's counts (two consumer-info
+// requests every 10 ms); the CPU counts the worker process and this one
+// (the server).
+func benchChildWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, records int) (benchRun, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return benchRun{}, err
+	}
+	j, _, err := b.GetJob(ctx, job)
+	if err != nil {
+		return benchRun{}, err
+	}
+	start, cpu := time.Now(), meterCPU()
+	wk := exec.CommandContext(ctx, self, "worker", "--concurrency", strconv.Itoa(conc), "--job", job)
+	wk.Env = append(os.Environ(), "JETPOOL_NATS_URL="+b.Server().ClientURL(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")
+	wk.Stderr = e.stderr
+	if err := wk.Start(); err != nil {
+		return benchRun{}, fmt.Errorf("worker child: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- wk.Wait() }()
+	stop := func() {
+		_ = wk.Process.Signal(syscall.SIGTERM)
+		<-exited
+	}
+	var t20, t80 time.Time
+	var n20, n80 int64
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := b.JobCounts(ctx, j, false)
+		if err != nil {
+			stop()
+			return benchRun{}, err
+		}
+		now := time.Now()
+		if t20.IsZero() && c.Done >= int64(records)/5 {
+			t20, n20 = now, c.Done
+		}
+		if t80.IsZero() && c.Done >= int64(records)*4/5 {
+			t80, n80 = now, c.Done
+		}
+		if c.Done >= int64(records) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			return benchRun{}, ctx.Err()
+		case err := <-exited:
+			return benchRun{}, fmt.Errorf("worker child exited with job %s at %d of %d records: %v", job, c.Done, records, err)
+		case <-tick.C:
+		}
+	}
+	total := time.Since(start)
+	stop() // its CPU is counted once it has been waited for
+	used := cpu(records)
+	used.cores = (used.perMsg * time.Duration(records)).Seconds() / total.Seconds() // not the stop's wait
 	r := benchRun{total: total, cpu: used}
 	if !t20.IsZero() && !t80.IsZero() && t80.After(t20) {
 		r.steady = float64(n80-n20) / t80.Sub(t20).Seconds()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/testenv"
 )
 
 // `jetpool bench` on a tiny job: every measure runs and lands in the table.
@@ -18,6 +22,7 @@ import (
 // nats CLI, which CI installs.
 func TestBenchSmoke(t *testing.T) {
 	dir := setEnv(t)
+	t.Setenv(asCLI, "1") // the worker-process runs exec this test binary
 	code, stdout, stderr := jetpool(t, "bench", "--records", "300", "--concurrency", "16",
 		"--latency-concurrency", "2", "--latency-records", "2", "--retry-records", "30", "--repeat", "2", "--dir", dir)
 	require.Zero(t, code, stderr)
@@ -29,6 +34,7 @@ func TestBenchSmoke(t *testing.T) {
 		"| 100 ms latency, concurrency 2 (4 records), sustained |",
 		"| 100 ms latency, concurrency 2 (4 records), whole run |",
 		"| 100 ms latency, concurrency 2 (4 records), sustained, limits: {adaptive: false} |",
+		"| 100 ms latency, concurrency 2 (4 records), sustained, worker process of its own |",
 		"| retry: 10% transient faults, extra calls |",
 	} {
 		require.Contains(t, stdout, row)
@@ -88,4 +94,20 @@ echo "NATS JetStream ordered consumer stats: 12,345 msgs/sec ~ 12 MiB/sec"
 	data, err := os.ReadFile(dumps[0])
 	require.NoError(t, err)
 	require.Contains(t, string(data), "goroutine 1 [select]:")
+}
+
+// A worker process that dies before its job is done fails the bench run at
+// once, instead of leaving it waiting for counts that never move. (Here the
+// child, this test binary acting as the CLI, exits on a bad setting.) Not
+// parallel: it sets the environment.
+func TestBenchChildWorkerExit(t *testing.T) {
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, "providers:\n  sim: {kind: sim}\ndefaults:\n  provider: sim\nactions:\n  - name: a\n    prompt: \"{{ .text }}\"\n")
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
+	t.Setenv(asCLI, "1")
+	t.Setenv("JETPOOL_ACK_WAIT", "soon") // the child's config does not load
+	var stderr strings.Builder
+	_, err := benchChildWork(context.Background(), &env{stdout: io.Discard, stderr: &stderr}, b, res.Job.ID, 2, 3)
+	require.ErrorContains(t, err, "worker child exited with job "+res.Job.ID+" at 0 of 3 records")
+	require.Contains(t, stderr.String(), "ACK_WAIT", "the child said why")
 }
