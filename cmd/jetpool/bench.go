@@ -493,8 +493,9 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int, i
 	}
 	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHRES")
 	var body func(int) []byte
+	which := "floor"
 	if inline != nil {
-		body = inline.envelope(size)
+		body, which = inline.envelope(size), "inline"
 	}
 	if err := publishRaw(ctx, b, "benchwq.x", "wq-", n, size, body); err != nil {
 		return 0, cpuUse{}, err
@@ -562,9 +563,9 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int, i
 				return 0, cpuUse{}, fmt.Errorf("raw inline: %w", *inline.failed.Load())
 			}
 			if stalled += time.Second; stalled >= time.Minute {
-				return 0, cpuUse{}, fmt.Errorf("raw floor: stalled after %d of %d messages", i, n)
+				return 0, cpuUse{}, fmt.Errorf("raw %s: stalled after %d of %d messages", which, i, n)
 			}
-			fmt.Fprintf(w, "   raw floor: no progress for %s at %d of %d messages (%d results not published)\n", stalled, i, n, lost.Load())
+			fmt.Fprintf(w, "   raw %s: no progress for %s at %d of %d messages (%d results not published)\n", which, stalled, i, n, lost.Load())
 			i--
 		}
 	}
