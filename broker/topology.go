@@ -248,7 +248,7 @@ func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstrea
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(noRespondersWait)
+	var deadline time.Time // from the first lookup nobody answered
 	for delay := 20 * time.Millisecond; ; delay *= 2 {
 		m, err := s.GetLastMsgForSubject(ctx, subject)
 		switch {
@@ -256,7 +256,10 @@ func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstrea
 			return nil, nil
 		case !errors.Is(err, nats.ErrNoResponders):
 			return m, err
-		case time.Now().Add(delay).After(deadline):
+		case deadline.IsZero():
+			deadline = time.Now().Add(noRespondersWait)
+		}
+		if time.Now().Add(delay).After(deadline) {
 			return nil, fmt.Errorf("no server answered a lookup in stream %s for %s (the stream is not placed, or has no member up): %w",
 				stream, noRespondersWait, err)
 		}

@@ -151,10 +151,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		if get == nil || get(rounds[0]).perMsg == 0 {
 			return ""
 		}
-		us := values(func(rd benchRound) float64 { return float64(get(rd).perMsg) / float64(time.Microsecond) })
-		cores := values(func(rd benchRound) float64 { return get(rd).cores })
-		return "; CPU " + spread(us, func(v float64) string { return fmt.Sprintf("%.0f", v) }) + " µs a message, " +
-			spread(cores, func(v float64) string { return fmt.Sprintf("%.2f", v) }) + " cores busy"
+		return "; " + cpuText(values(func(rd benchRound) float64 { return float64(get(rd).perMsg) / float64(time.Microsecond) }),
+			values(func(rd benchRound) float64 { return get(rd).cores }), "message")
 	}
 	addStat := func(name string, get func(benchRound) float64, note string, cpu func(benchRound) cpuUse, ratios ...benchRatio) {
 		for _, q := range ratios {
@@ -246,9 +244,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), %s", c, n, sustained), spread(steady, rate),
 				spread(steady, func(v float64) string { return pct(v, ideal) })+" of ideal "+rate(ideal)+" (20–80 % of the job)")
 			add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), whole run", c, n), spread(whole, rate),
-				spread(whole, func(v float64) string { return pct(v, ideal) })+" of ideal, "+label+"; CPU "+
-					spread(us, func(v float64) string { return fmt.Sprintf("%.0f", v) })+" µs a record, "+
-					spread(cores, func(v float64) string { return fmt.Sprintf("%.2f", v) })+" cores busy")
+				spread(whole, func(v float64) string { return pct(v, ideal) })+" of ideal, "+label+"; "+cpuText(us, cores, "record"))
 		}
 	}
 
@@ -298,6 +294,13 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 }
 
 func rate(r float64) string { return fmt.Sprintf("%.0f/s", r) }
+
+// cpuText gives a measure's CPU over its runs: µs a message (or record),
+// and cores busy, each as spread gives it.
+func cpuText(us, cores []float64, per string) string {
+	return "CPU " + spread(us, func(v float64) string { return fmt.Sprintf("%.0f", v) }) + " µs a " + per + ", " +
+		spread(cores, func(v float64) string { return fmt.Sprintf("%.2f", v) }) + " cores busy"
+}
 
 // spread is the median of v, with its range when there is more than one:
 // "97/s (96–100)", "97% (96–100%)".
@@ -676,6 +679,34 @@ type benchRun struct {
 	cpu    cpuUse // over total
 }
 
+// window finds a run's sustained rate: the records done between 20 % and
+// 80 % of the job, over the time between (see benchRun.steady).
+type window struct {
+	records  int64
+	t20, t80 time.Time
+	n20, n80 int64
+}
+
+// see takes a sample: done records at now. It reports whether the 80 %
+// mark is passed (no further sample is needed).
+func (w *window) see(now time.Time, done int64) bool {
+	if w.t20.IsZero() && done >= w.records/5 {
+		w.t20, w.n20 = now, done
+	}
+	if w.t80.IsZero() && done >= w.records*4/5 {
+		w.t80, w.n80 = now, done
+	}
+	return !w.t80.IsZero()
+}
+
+// rate is the sustained rate, 0 when the run was too short to see it.
+func (w *window) rate() float64 {
+	if w.t20.IsZero() || w.t80.IsZero() || !w.t80.After(w.t20) {
+		return 0
+	}
+	return float64(w.n80-w.n20) / w.t80.Sub(w.t20).Seconds()
+}
+
 // benchWork runs a pool on job until it is finished and returns the times.
 func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, records int, log zerolog.Logger) (benchRun, error) {
 	start, cpu := time.Now(), meterCPU()
@@ -685,8 +716,7 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 	}
 	defer stopPool()
 	// Sample the records the pool has finished (handled, no longer in flight).
-	var t20, t80 time.Time
-	var n20, n80 int64
+	win := window{records: int64(records)}
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -698,12 +728,7 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 			case <-stop:
 				return
 			case now := <-tick.C:
-				done := pool.Snapshot().Handled - pool.InFlightCount()
-				if t20.IsZero() && done >= int64(records)/5 {
-					t20, n20 = now, done
-				}
-				if t80.IsZero() && done >= int64(records)*4/5 {
-					t80, n80 = now, done
+				if win.see(now, pool.Snapshot().Handled-pool.InFlightCount()) {
 					return
 				}
 			}
@@ -716,11 +741,7 @@ func benchWork(ctx context.Context, e *env, b *broker.Broker, job string, conc, 
 	if err != nil {
 		return benchRun{}, err
 	}
-	r := benchRun{total: total, cpu: used}
-	if !t20.IsZero() && !t80.IsZero() && t80.After(t20) {
-		r.steady = float64(n80-n20) / t80.Sub(t20).Seconds()
-	}
-	return r, nil
+	return benchRun{total: total, cpu: used, steady: win.rate()}, nil
 }
 
 // benchChildWork runs job on a worker process of its own (`jetpool worker
@@ -738,9 +759,7 @@ func benchChildWork(ctx context.Context, e *env, b *broker.Broker, job string, c
 		return benchRun{}, err
 	}
 	start, cpu := time.Now(), meterCPU()
-	wk := exec.CommandContext(ctx, self, "worker", "--concurrency", strconv.Itoa(conc), "--job", job)
-	wk.Env = append(os.Environ(), "JETPOOL_NATS_URL="+b.Server().ClientURL(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")
-	wk.Stderr = e.stderr
+	wk := selfCommand(ctx, self, b, e.stderr, "worker", "--concurrency", strconv.Itoa(conc), "--job", job)
 	if err := wk.Start(); err != nil {
 		return benchRun{}, fmt.Errorf("worker child: %w", err)
 	}
@@ -750,8 +769,7 @@ func benchChildWork(ctx context.Context, e *env, b *broker.Broker, job string, c
 		_ = wk.Process.Signal(syscall.SIGTERM)
 		<-exited
 	}
-	var t20, t80 time.Time
-	var n20, n80 int64
+	win := window{records: int64(records)}
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -760,13 +778,7 @@ func benchChildWork(ctx context.Context, e *env, b *broker.Broker, job string, c
 			stop()
 			return benchRun{}, err
 		}
-		now := time.Now()
-		if t20.IsZero() && c.Done >= int64(records)/5 {
-			t20, n20 = now, c.Done
-		}
-		if t80.IsZero() && c.Done >= int64(records)*4/5 {
-			t80, n80 = now, c.Done
-		}
+		win.see(time.Now(), c.Done)
 		if c.Done >= int64(records) {
 			break
 		}
@@ -783,11 +795,7 @@ func benchChildWork(ctx context.Context, e *env, b *broker.Broker, job string, c
 	stop() // its CPU is counted once it has been waited for
 	used := cpu(records)
 	used.cores = (used.perMsg * time.Duration(records)).Seconds() / total.Seconds() // not the stop's wait
-	r := benchRun{total: total, cpu: used}
-	if !t20.IsZero() && !t80.IsZero() && t80.After(t20) {
-		r.steady = float64(n80-n20) / t80.Sub(t20).Seconds()
-	}
-	return r, nil
+	return benchRun{total: total, cpu: used, steady: win.rate()}, nil
 }
 
 // benchRound is one round of the throughput measures, in records (or
@@ -916,13 +924,7 @@ func benchBig(ctx context.Context, e *env, b *broker.Broker, dir string, f bench
 	if _, err := benchWorkflow(dir, "big", "reply: ok", "", ""); err != nil {
 		return err
 	}
-	env := append(os.Environ(), "JETPOOL_NATS_URL="+b.Server().ClientURL(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")
-	child := func(args ...string) *exec.Cmd {
-		c := exec.CommandContext(ctx, self, args...)
-		c.Env = env
-		c.Stderr = os.Stderr
-		return c
-	}
+	child := func(args ...string) *exec.Cmd { return selfCommand(ctx, self, b, os.Stderr, args...) }
 	start := time.Now()
 	disp := child("dispatch", filepath.Join(dir, "big.yaml"), "--input", in, "--job", "bench-big", "--no-preflight")
 	disp.Stdout = nil
@@ -960,6 +962,15 @@ func benchBig(ctx context.Context, e *env, b *broker.Broker, dir string, f bench
 		add("big job: `jetpool status bench-big --json`", time.Since(start).Round(time.Millisecond).String(), "wall time of the whole command")
 	}
 	return nil
+}
+
+// selfCommand is this jetpool binary (self) run as a child on b's server:
+// quiet, and not profiling.
+func selfCommand(ctx context.Context, self string, b *broker.Broker, stderr io.Writer, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, self, args...)
+	c.Env = append(os.Environ(), "JETPOOL_NATS_URL="+b.Server().ClientURL(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")
+	c.Stderr = stderr
+	return c
 }
 
 // watchHWM samples a child's VmHWM (its own peak RSS) until the returned
