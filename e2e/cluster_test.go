@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/broker"
@@ -125,29 +124,49 @@ func clusterBroker(t testing.TB, natsURL string) *broker.Broker {
 func readyCluster(t testing.TB, c *cluster) *broker.Broker {
 	t.Helper()
 	admin := clusterBroker(t, c.urls())
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	// Each try has a deadline of its own: a JetStream API request the meta
+	// leader drops (it may step down under load) gets no answer, and with
+	// one long deadline that single request would use up the whole wait.
+	try := func(what string, f func(ctx context.Context) error) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := f(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after 60s: %s: %v", what, err)
+			}
+			testenv.Tick()
+		}
+	}
 	// Right after the meta leader is elected a peer may not be known yet for
-	// R3 placement (slow under the race detector: 40 s).
-	testenv.Eventually(t, 40*time.Second, func() bool { return admin.Ensure(ctx) == nil }, "Ensure with R3 streams")
+	// R3 placement (slow under the race detector).
+	try("Ensure with R3 streams", admin.Ensure)
 	for _, name := range []string{broker.StreamWork, broker.StreamResults, broker.StreamDLQ, "KV_" + broker.BucketJobs} {
 		// A freshly placed R3 stream may not answer at once.
-		var s jetstream.Stream
-		testenv.Eventually(t, 20*time.Second, func() bool {
-			var err error
-			s, err = admin.JS.Stream(ctx, name)
-			return err == nil
-		}, "stream %s reachable", name)
-		require.Equal(t, 3, s.CachedInfo().Config.Replicas, "%s is R3", name)
+		try("stream "+name+" reachable and R3", func(ctx context.Context) error {
+			s, err := admin.JS.Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			if r := s.CachedInfo().Config.Replicas; r != 3 {
+				t.Fatalf("%s has %d replicas, want 3", name, r)
+			}
+			return nil
+		})
 	}
 	// Result lookups are direct gets, answered by the results stream's
 	// replicas once they have set up (until then: no responders, which
 	// LastMsg retries for 3 s; a cluster under the race detector may need
 	// longer).
-	testenv.Eventually(t, 20*time.Second, func() bool {
+	try("result lookups answered", func(ctx context.Context) error {
 		_, err := admin.LastMsg(ctx, broker.StreamResults, broker.ResultFilter("ready", "", ""))
-		return err == nil
-	}, "result lookups answered")
+		return err
+	})
 	return admin
 }
 
