@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,8 +42,18 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
+// clusters lets one cluster run at a time: three servers with JetStream
+// under the race detector keep two cores busy, and CI's race run failed
+// with two clusters up at once (a meta leader under that load may drop a
+// request).
+var clusters sync.Mutex
+
+// startCluster starts a cluster, which the test holds (clusters) until its
+// end.
 func startCluster(t testing.TB) *cluster {
 	t.Helper()
+	clusters.Lock()
+	t.Cleanup(clusters.Unlock)
 	ports := freePorts(t, 3)
 	var routes []*url.URL
 	for _, p := range ports {
