@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/retry"
 )
 
 // Ensure creates or updates every stream and bucket of DESIGN.md §4. It is
@@ -264,12 +266,8 @@ func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstrea
 				stream, noRespondersWait, err)
 		}
 		noResponders(stream)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := (retry.SystemClock{}).Sleep(ctx, delay); err != nil {
+			return nil, err
 		}
 	}
 }

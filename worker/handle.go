@@ -58,10 +58,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 	if p.cfg.DieOn != nil && p.cfg.DieOn(d.job, d.action.Name, d.env.ID) {
 		return // as if the process died: no ack, no nak
 	}
-	log := func() *zerolog.Logger { // built only when something is logged
-		l := p.log.With().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).Logger()
-		return &l
-	}
+	log := func() *zerolog.Logger { return jr.logFor(d) } // built only when something is logged
 
 	if j := jr.current(); j.Status == broker.JobFailed {
 		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
@@ -131,8 +128,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 			if held {
 				<-p.writes
 			}
-			log().Warn().Err(err).Msg("result write failed; will redeliver")
-			_ = msg.NakWithDelay(time.Second)
+			jr.unstored(d, err)
 			return
 		}
 		release()
@@ -179,9 +175,7 @@ type committing struct {
 func (jr *jobRunner) commit(ctx context.Context, c committing) {
 	d := c.d
 	if err := broker.AwaitResult(ctx, c.f); err != nil {
-		jr.p.log.Warn().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).
-			Err(err).Msg("result write failed; will redeliver")
-		_ = d.msg.NakWithDelay(time.Second)
+		jr.unstored(d, err)
 		return
 	}
 	_ = d.msg.Ack()
@@ -189,6 +183,18 @@ func (jr *jobRunner) commit(ctx context.Context, c committing) {
 		jr.clearAttempts(ctx, d)
 	}
 	jr.p.cfg.Metrics.Record(d.job, d.action.Name, broker.StatusOK, "")
+}
+
+// unstored hands d back when its result was not stored: it is run again.
+func (jr *jobRunner) unstored(d *delivery, err error) {
+	jr.logFor(d).Warn().Err(err).Msg("result write failed; will redeliver")
+	_ = d.msg.NakWithDelay(time.Second)
+}
+
+// logFor is the pool's logger with d's job, action, record and delivery.
+func (jr *jobRunner) logFor(d *delivery) *zerolog.Logger {
+	l := jr.p.log.With().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("delivery", d.n).Logger()
+	return &l
 }
 
 func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {

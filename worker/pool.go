@@ -543,16 +543,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	p := jr.p
 	var cons jetstream.Consumer
 	idle := false
-	pause := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
+	pause := func(d time.Duration) bool { return (retry.SystemClock{}).Sleep(ctx, d) == nil }
 	for ctx.Err() == nil {
 		if cons == nil {
 			c, err := p.pulls.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
