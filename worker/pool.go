@@ -60,6 +60,12 @@ type Config struct {
 	// (its Log, Clock and AdaptiveMax default to the pool's).
 	LimitsConfig ratelimit.Config
 
+	// ReadAhead is how many records a busy pool may pull beyond its free
+	// slots (worker/ahead.go): 0 sizes it from the pool's rate and a
+	// pull's round trip, at most Concurrency/4; a negative value turns it
+	// off; a positive one fixes it (tests).
+	ReadAhead int
+
 	// IdlePoll is how long a pull of an idle job waits for a record
 	// (IdlePollMax). Stop waits for such a pull to end; JobDone ends it.
 	IdlePoll time.Duration
@@ -121,6 +127,11 @@ type Pool struct {
 	writes  chan struct{}
 	commits chan committing
 
+	// ahead holds records pulled beyond the free slots (worker/ahead.go);
+	// finished counts the slots handed on, for its rate.
+	ahead    *readAhead
+	finished atomic.Int64
+
 	// Handlers: long-lived goroutines fed by tasks (see run).
 	tasks    chan task
 	handlers sync.WaitGroup
@@ -178,6 +189,14 @@ func (p *Pool) handleTask(t task) {
 	release := func() {
 		if !released {
 			released = true
+			p.finished.Add(1)
+			if next, ok := p.ahead.take(); ok {
+				// The slot goes to the oldest record read ahead.
+				t.jr.inFlight.Add(-1)
+				next.jr.inFlight.Add(1)
+				p.run(next)
+				return
+			}
 			p.inFlight.Add(-1)
 			t.jr.inFlight.Add(-1)
 			p.cfg.Metrics.InFlight(-1)
@@ -244,7 +263,7 @@ func New(b *broker.Broker, cfg Config) *Pool {
 		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
 		jobs: map[string]*jobRunner{}, id: fmt.Sprintf("%s-%d", host, os.Getpid()),
 		tasks: make(chan task), quit: make(chan struct{}), writes: make(chan struct{}, cfg.Concurrency),
-		commits: make(chan committing, cfg.Concurrency),
+		commits: make(chan committing, cfg.Concurrency), ahead: newReadAhead(),
 	}
 }
 
@@ -429,6 +448,12 @@ func (p *Pool) Stop(ctx context.Context) error {
 		_ = p.ctlSub.Unsubscribe()
 	}
 	p.stopRun()
+	// Records read ahead were never started: back to the stream at once,
+	// for other workers (a pull still running hands its own back).
+	for _, t := range p.ahead.close() {
+		_ = t.msg.Nak()
+		p.inflight.Done()
+	}
 	p.loops.Wait()
 	done := make(chan struct{})
 	go func() { p.inflight.Wait(); close(done) }()
@@ -461,13 +486,17 @@ func (p *Pool) Stop(ctx context.Context) error {
 type Stats struct {
 	Worker   string           `json:"worker"`
 	InFlight map[string]int64 `json:"in_flight"` // by job
-	Calls    int64            `json:"calls"`
-	Handled  int64            `json:"handled"`
+	// ReadAhead is the records pulled beyond the free slots, not started
+	// yet (worker/ahead.go), by job.
+	ReadAhead map[string]int64 `json:"read_ahead,omitempty"`
+	Calls     int64            `json:"calls"`
+	Handled   int64            `json:"handled"`
 }
 
 // Snapshot returns the pool's stats.
 func (p *Pool) Snapshot() Stats {
-	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load()}
+	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
+		ReadAhead: p.ahead.counts()}
 	p.mu.Lock()
 	for id, jr := range p.jobs {
 		if n := jr.inFlight.Load(); n > 0 {
@@ -544,6 +573,10 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	var cons jetstream.Consumer
 	idle := false
 	pause := func(d time.Duration) bool { return (retry.SystemClock{}).Sleep(ctx, d) == nil }
+	// hb wakes a loop waiting for a slot to keep records read ahead alive
+	// (heartbeatAhead) when the pool has stalled.
+	hb := time.NewTicker(jr.heartbeatEvery() / 2)
+	defer hb.Stop()
 	for ctx.Err() == nil {
 		if cons == nil {
 			c, err := p.pulls.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
@@ -566,6 +599,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			}
 			ci := c.CachedInfo().Cluster
 			jr.replicated.Store(ci != nil && len(ci.Replicas) > 0)
+			hb.Reset(jr.heartbeatEvery() / 2)
 		}
 		// Every provider of the job has an open circuit: pull nothing until
 		// a probe is due (other jobs' providers go on).
@@ -575,15 +609,25 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			}
 			continue
 		}
-		// Take one slot (waiting for it), then whatever else is free.
-		select {
-		case p.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
+		// Take one slot (waiting for it), or room in the read-ahead when a
+		// slot took a record from it, then whatever else is free.
+		n, extra := 0, 0
+		for n == 0 && extra == 0 {
+			select {
+			case p.sem <- struct{}{}:
+				n = 1
+			case <-p.ahead.low:
+				if !idle {
+					extra = p.ahead.reserve(p.aheadTarget(), FetchBatchMax)
+				}
+			case <-hb.C:
+				p.heartbeatAhead(jr.heartbeatEvery())
+			case <-ctx.Done():
+				return
+			}
 		}
-		n := 1
 	more:
-		for n < FetchBatchMax {
+		for n+extra < FetchBatchMax {
 			select {
 			case p.sem <- struct{}{}:
 				n++
@@ -591,12 +635,23 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 				break more
 			}
 		}
+		// A slot that came free while the buffer had a record (the slot
+		// was released just as the record was put) starts that record.
+		for n > 0 {
+			t, ok := p.ahead.take()
+			if !ok {
+				break
+			}
+			p.start(t)
+			n--
+		}
+		if n == 0 && extra == 0 {
+			continue
+		}
 		// Every pull is a request (and a subscription) of its own: when the
 		// pool is busy, wait a moment for a few more slots to come free so
 		// one pull serves several records, instead of one pull per record.
-		// Nothing is ever pulled beyond the free slots, so no record waits
-		// in a client buffer while its AckWait runs.
-		if want := min(p.cfg.Concurrency/8, FetchGather); !idle && n < want {
+		if want := min(p.cfg.Concurrency/8, FetchGather); !idle && n > 0 && n < want {
 			gather := time.NewTimer(FetchGatherWait)
 		wait:
 			for n < want {
@@ -611,9 +666,14 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			}
 			gather.Stop()
 		}
+		// Beyond the free slots, only what the read-ahead has room for.
+		if !idle && extra == 0 {
+			extra = p.ahead.reserve(p.aheadTarget(), FetchBatchMax-n)
+		}
 		var batch jetstream.MessageBatch
 		var err error
 		endPull := func() {}
+		began := time.Now()
 		if idle {
 			// Nothing came last time: long-poll with a single slot, so a
 			// record (or a delayed redelivery) is picked up the moment it
@@ -629,24 +689,39 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			batch, err = cons.Fetch(1, jetstream.FetchContext(pctx))
 			endPull = cancel
 		} else {
-			batch, err = cons.FetchNoWait(n)
+			batch, err = cons.FetchNoWait(n + extra)
 		}
-		got := 0
+		got, slotted, ahead := 0, 0, 0
 		if err == nil {
 			for msg := range batch.Messages() {
 				got++
 				p.inflight.Add(1)
-				p.inFlight.Add(1)
-				jr.inFlight.Add(1)
-				p.cfg.Metrics.InFlight(1)
-				p.run(task{jr: jr, msg: msg})
+				t := task{jr: jr, msg: msg}
+				if slotted < n {
+					slotted++
+					p.start(t)
+					continue
+				}
+				ahead++
+				if !p.ahead.put(t, time.Now()) {
+					// Stopping: never started, so back at once.
+					_ = msg.Nak()
+					p.inflight.Done()
+				}
 			}
 			err = batch.Error()
 		}
 		endPull()
-		for range n - got {
+		for range n - slotted {
 			<-p.sem
 		}
+		p.ahead.unreserve(extra - ahead)
+		rtt := time.Duration(0)
+		if !idle {
+			rtt = time.Since(began)
+		}
+		p.ahead.observe(time.Now(), p.finished.Load(), rtt)
+		p.heartbeatAhead(jr.heartbeatEvery())
 		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
 			err = nil // an idle pull that found nothing
 		}
@@ -663,6 +738,35 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 				return
 			}
 		}
+	}
+}
+
+// start gives t a slot the caller has taken.
+func (p *Pool) start(t task) {
+	p.inFlight.Add(1)
+	t.jr.inFlight.Add(1)
+	p.cfg.Metrics.InFlight(1)
+	p.run(t)
+}
+
+// aheadTarget is how many records the pool keeps read ahead now.
+func (p *Pool) aheadTarget() int {
+	switch {
+	case p.cfg.ReadAhead < 0:
+		return 0
+	case p.cfg.ReadAhead > 0:
+		return p.cfg.ReadAhead
+	}
+	return p.ahead.target(aheadMax(p.cfg.Concurrency))
+}
+
+// heartbeatAhead sends InProgress for the records read ahead that have
+// waited a heartbeat interval: the pool stalled (its calls grew slow)
+// after they were pulled, and their AckWait must not run out.
+func (p *Pool) heartbeatAhead(every time.Duration) {
+	now := time.Now()
+	for _, t := range p.ahead.stale(now.Add(-every), now) {
+		_ = t.msg.InProgress()
 	}
 }
 

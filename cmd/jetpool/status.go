@@ -70,10 +70,10 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	} else {
 		return usageErr("want at most one JOB")
 	}
-	inflight, workers := workerStats(b)
+	ws, workers := workerStats(b)
 	var out []jobStatus
 	for _, j := range jobs {
-		s, err := statusOf(ctx, b, j, inflight, len(pos) == 1)
+		s, err := statusOf(ctx, b, j, ws, len(pos) == 1)
 		if err != nil {
 			return err
 		}
@@ -116,7 +116,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, inflight map[string]int64, byReason bool) (jobStatus, error) {
+func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, ws workerCounts, byReason bool) (jobStatus, error) {
 	s := jobStatus{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created}
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
@@ -128,9 +128,13 @@ func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, inflight map
 	if err == nil {
 		if info, err := cons.Info(ctx); err == nil {
 			backlog = true
-			s.Queued = info.NumPending
-			s.InFlight = min(inflight[j.ID], int64(info.NumAckPending))
-			s.Waiting = int64(info.NumAckPending) - s.InFlight
+			// A record a worker read ahead is delivered but not started:
+			// queued, as it was a few milliseconds before.
+			pending := int64(info.NumAckPending)
+			ahead := min(ws.readAhead[j.ID], pending)
+			s.Queued = info.NumPending + uint64(ahead)
+			s.InFlight = min(ws.inFlight[j.ID], pending-ahead)
+			s.Waiting = pending - ahead - s.InFlight
 			s.Paused = info.Paused
 		}
 	}
@@ -173,20 +177,23 @@ const (
 	statsQuiet = 50 * time.Millisecond
 )
 
-// workerStats asks every live worker for its in-flight records (scatter-gather
+// workerCounts is what the live workers answered, by job.
+type workerCounts struct{ inFlight, readAhead map[string]int64 }
+
+// workerStats asks every live worker for its in-flight and read-ahead records (scatter-gather
 // on jetpool.ctl.stats). With no worker, the server's no-responders status
 // ends it at once; otherwise it ends statsQuiet after the last answer.
-func workerStats(b *broker.Broker) (map[string]int64, int) {
-	inflight := map[string]int64{}
+func workerStats(b *broker.Broker) (workerCounts, int) {
+	ws := workerCounts{inFlight: map[string]int64{}, readAhead: map[string]int64{}}
 	inbox := nats.NewInbox()
 	ch := make(chan *nats.Msg, 256)
 	sub, err := b.NC.ChanSubscribe(inbox, ch)
 	if err != nil {
-		return inflight, 0
+		return ws, 0
 	}
 	defer sub.Unsubscribe()
 	if err := b.NC.PublishRequest(broker.SubjectControl, inbox, nil); err != nil {
-		return inflight, 0
+		return ws, 0
 	}
 	n := 0
 	deadline := time.NewTimer(statsWait)
@@ -197,20 +204,23 @@ func workerStats(b *broker.Broker) (map[string]int64, int) {
 		select {
 		case m := <-ch:
 			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-				return inflight, n // no responders: no worker is running
+				return ws, n // no responders: no worker is running
 			}
 			var s worker.Stats
 			if json.Unmarshal(m.Data, &s) == nil {
 				n++
 				for j, v := range s.InFlight {
-					inflight[j] += v
+					ws.inFlight[j] += v
+				}
+				for j, v := range s.ReadAhead {
+					ws.readAhead[j] += v
 				}
 			}
 			quiet.Reset(statsQuiet)
 		case <-quiet.C:
-			return inflight, n
+			return ws, n
 		case <-deadline.C:
-			return inflight, n
+			return ws, n
 		}
 	}
 }
