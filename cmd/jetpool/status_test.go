@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/testenv"
+)
+
+// Of the records delivered and not acked, those the workers report as
+// read ahead (pulled, not started) count as queued and those they report in
+// flight as in flight; only the rest wait for a redelivery.
+func TestStatusCountsReadAheadAsQueued(t *testing.T) {
+	ctx := context.Background()
+	b := testenv.Broker(t, testenv.Options{AckWait: time.Minute})
+	wf := testenv.Workflow(t, `
+providers:
+  sim: {kind: sim}
+defaults:
+  provider: sim
+actions:
+  - name: only
+    prompt: "{{ .text }}"
+`)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 6), dispatcher.Options{})
+	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(res.Job.ID))
+	require.NoError(t, err)
+	batch, err := cons.Fetch(4, jetstream.FetchMaxWait(5*time.Second)) // delivered, never acked
+	require.NoError(t, err)
+	got := 0
+	for range batch.Messages() {
+		got++
+	}
+	require.Equal(t, 4, got)
+	j, _, err := b.GetJob(ctx, res.Job.ID)
+	require.NoError(t, err)
+	id := res.Job.ID
+
+	s, err := statusOf(ctx, b, j, workerCounts{inFlight: map[string]int64{id: 1}, readAhead: map[string]int64{id: 2}}, false)
+	require.NoError(t, err)
+	require.EqualValues(t, 2+2, s.Queued, "two never delivered, two read ahead")
+	require.EqualValues(t, 1, s.InFlight)
+	require.EqualValues(t, 1, s.Waiting)
+
+	s, err = statusOf(ctx, b, j, workerCounts{inFlight: map[string]int64{}, readAhead: map[string]int64{}}, false)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, s.Queued)
+	require.Zero(t, s.InFlight)
+	require.EqualValues(t, 4, s.Waiting, "no worker answered: all four wait for AckWait")
+}
