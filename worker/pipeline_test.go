@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -338,4 +339,32 @@ func TestPoolPullsConnection(t *testing.T) {
 	require.Contains(t, names, "jetpool pulls", "named for operators")
 	require.NoError(t, pool.Stop(context.Background()))
 	testenv.Eventually(t, 10*time.Second, func() bool { return b.Server().NumClients() == before }, "Stop closes it")
+}
+
+// A record whose next action cannot be published (here it would exceed the
+// server's max payload) is handed back and run again, and holds nothing up:
+// with concurrency 1 the records after it still run through both actions.
+func TestForwardFailureHandsBack(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, `
+providers:
+  sim: {kind: sim, sim: {reply: "{{.Prompt}}"}}
+defaults:
+  provider: sim
+actions:
+  - name: echo
+    prompt: "{{ .text }}"
+  - name: short
+    prompt: "short"
+`)
+	big := strings.Repeat("x", 4<<20+512<<10) // the record and its echo: 9 MiB, over 8
+	input := testenv.WriteFile(t, "records.jsonl",
+		fmt.Sprintf("{\"id\":\"big\",\"text\":%q}\n{\"id\":\"r1\",\"text\":\"a\"}\n{\"id\":\"r2\",\"text\":\"b\"}\n", big))
+	testenv.Dispatch(t, b, wf, input, dispatcher.Options{})
+	counter := testenv.NewCounter()
+	testenv.Pool(t, b, worker.Config{Concurrency: 1, NewProvider: counter.New})
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		return counter.Calls("big") >= 2 && counter.Calls("r1") == 2 && counter.Calls("r2") == 2
+	}, "big handed back and run again; r1 and r2 through both actions")
 }
