@@ -138,6 +138,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 			jr.commit(ctx, c)
 			return
 		}
+		jr.storing.Add(1)
 		p.commits <- c // never blocks: it has room for every writes token
 		return true
 	case retry.VerdictRedeliver:

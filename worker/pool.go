@@ -226,6 +226,7 @@ func (p *Pool) commitLoop() {
 		select {
 		case c := <-p.commits:
 			c.jr.commit(p.hctx, c)
+			c.jr.storing.Add(-1)
 			<-p.writes
 			p.inflight.Done()
 		case <-p.quit: // after every record in flight is done
@@ -486,6 +487,9 @@ func (p *Pool) Stop(ctx context.Context) error {
 type Stats struct {
 	Worker   string           `json:"worker"`
 	InFlight map[string]int64 `json:"in_flight"` // by job
+	// Storing is the records called whose results are being stored
+	// (their slots handed on; the committer acks them), by job.
+	Storing map[string]int64 `json:"storing,omitempty"`
 	// ReadAhead is the records pulled beyond the free slots, not started
 	// yet (worker/ahead.go), by job.
 	ReadAhead map[string]int64 `json:"read_ahead,omitempty"`
@@ -496,11 +500,14 @@ type Stats struct {
 // Snapshot returns the pool's stats.
 func (p *Pool) Snapshot() Stats {
 	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
-		ReadAhead: p.ahead.counts()}
+		Storing: map[string]int64{}, ReadAhead: p.ahead.counts()}
 	p.mu.Lock()
 	for id, jr := range p.jobs {
 		if n := jr.inFlight.Load(); n > 0 {
 			s.InFlight[id] = n
+		}
+		if n := jr.storing.Load(); n > 0 {
+			s.Storing[id] = n
 		}
 	}
 	p.mu.Unlock()
@@ -525,6 +532,7 @@ type jobRunner struct {
 	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
 	heartbeat atomic.Int64                  // InProgress interval: a third of the consumer's AckWait
 	inFlight  atomic.Int64
+	storing   atomic.Int64 // records with the committer: called, result being stored
 	// replicated: the job's consumer has followers (a cluster, R3). A
 	// delivery count is then no proof of a first delivery: deliveries the
 	// leader made just before it was lost may not have reached the new

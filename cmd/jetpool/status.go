@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetpool/jetpool/batch"
 	"github.com/jetpool/jetpool/broker"
@@ -21,6 +22,7 @@ type jobStatus struct {
 	Total      int64            `json:"total"`
 	Queued     uint64           `json:"queued"`
 	InFlight   int64            `json:"in_flight"`
+	Storing    int64            `json:"storing"`
 	Waiting    int64            `json:"waiting_for_redelivery"`
 	Succeeded  int64            `json:"succeeded"`
 	Failed     int64            `json:"failed"`
@@ -70,10 +72,20 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	} else {
 		return usageErr("want at most one JOB")
 	}
+	// The backlogs first, then the workers' counts at once: the closer
+	// together, the less a busy job's records move between the two.
+	infos := map[string]*jetstream.ConsumerInfo{}
+	for _, j := range jobs {
+		if cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(j.ID)); err == nil {
+			if info, err := cons.Info(ctx); err == nil {
+				infos[j.ID] = info
+			}
+		}
+	}
 	ws, workers := workerStats(b)
 	var out []jobStatus
 	for _, j := range jobs {
-		s, err := statusOf(ctx, b, j, ws, len(pos) == 1)
+		s, err := statusOf(ctx, b, j, infos[j.ID], ws, len(pos) == 1)
 		if err != nil {
 			return err
 		}
@@ -116,27 +128,28 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, ws workerCounts, byReason bool) (jobStatus, error) {
+// statusOf is job j's status; info is its consumer's (nil: none, or
+// unreadable).
+func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (jobStatus, error) {
 	s := jobStatus{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created}
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
 		return s, err
 	}
 	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
-	backlog := false
-	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(j.ID))
-	if err == nil {
-		if info, err := cons.Info(ctx); err == nil {
-			backlog = true
-			// A record a worker read ahead is delivered but not started:
-			// queued, as it was a few milliseconds before.
-			pending := int64(info.NumAckPending)
-			ahead := min(ws.readAhead[j.ID], pending)
-			s.Queued = info.NumPending + uint64(ahead)
-			s.InFlight = min(ws.inFlight[j.ID], pending-ahead)
-			s.Waiting = pending - ahead - s.InFlight
-			s.Paused = info.Paused
-		}
+	backlog := info != nil
+	if backlog {
+		// A record a worker read ahead is delivered but not started:
+		// queued, as it was a few milliseconds before. One called, whose
+		// result is being stored, is storing: neither in a slot nor
+		// waiting.
+		pending := int64(info.NumAckPending)
+		ahead := min(ws.readAhead[j.ID], pending)
+		s.Queued = info.NumPending + uint64(ahead)
+		s.InFlight = min(ws.inFlight[j.ID], pending-ahead)
+		s.Storing = min(ws.storing[j.ID], pending-ahead-s.InFlight)
+		s.Waiting = pending - ahead - s.InFlight - s.Storing
+		s.Paused = info.Paused
 	}
 	if hs, err := batch.List(ctx, b, j.ID); err == nil {
 		for _, h := range hs {
@@ -153,7 +166,7 @@ func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, ws workerCou
 	}
 	// A job worked by long-running workers has nobody waiting on it: the
 	// first status that sees it finished records that it completed.
-	p := broker.Progress{Counts: c, Queued: s.Queued, AckPending: int(s.InFlight + s.Waiting)}
+	p := broker.Progress{Counts: c, Queued: s.Queued, AckPending: int(s.InFlight + s.Storing + s.Waiting)}
 	if backlog && j.Status == broker.JobRunning && p.Finished(j) {
 		if nj, err := b.UpdateJob(ctx, j.ID, func(j *broker.Job) bool {
 			if j.Status != broker.JobRunning {
@@ -178,13 +191,13 @@ const (
 )
 
 // workerCounts is what the live workers answered, by job.
-type workerCounts struct{ inFlight, readAhead map[string]int64 }
+type workerCounts struct{ inFlight, storing, readAhead map[string]int64 }
 
 // workerStats asks every live worker for its in-flight and read-ahead records (scatter-gather
 // on jetpool.ctl.stats). With no worker, the server's no-responders status
 // ends it at once; otherwise it ends statsQuiet after the last answer.
 func workerStats(b *broker.Broker) (workerCounts, int) {
-	ws := workerCounts{inFlight: map[string]int64{}, readAhead: map[string]int64{}}
+	ws := workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{}}
 	inbox := nats.NewInbox()
 	ch := make(chan *nats.Msg, 256)
 	sub, err := b.NC.ChanSubscribe(inbox, ch)
@@ -211,6 +224,9 @@ func workerStats(b *broker.Broker) (workerCounts, int) {
 				n++
 				for j, v := range s.InFlight {
 					ws.inFlight[j] += v
+				}
+				for j, v := range s.Storing {
+					ws.storing[j] += v
 				}
 				for j, v := range s.ReadAhead {
 					ws.readAhead[j] += v

@@ -14,8 +14,9 @@ import (
 )
 
 // Of the records delivered and not acked, those the workers report as
-// read ahead (pulled, not started) count as queued and those they report in
-// flight as in flight; only the rest wait for a redelivery.
+// read ahead (pulled, not started) count as queued, those in flight as in
+// flight, and those storing (called, result being stored) as storing; only
+// the rest wait for a redelivery.
 func TestStatusCountsReadAheadAsQueued(t *testing.T) {
 	ctx := context.Background()
 	b := testenv.Broker(t, testenv.Options{AckWait: time.Minute})
@@ -41,14 +42,24 @@ actions:
 	j, _, err := b.GetJob(ctx, res.Job.ID)
 	require.NoError(t, err)
 	id := res.Job.ID
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
 
-	s, err := statusOf(ctx, b, j, workerCounts{inFlight: map[string]int64{id: 1}, readAhead: map[string]int64{id: 2}}, false)
+	s, err := statusOf(ctx, b, j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{},
+		readAhead: map[string]int64{id: 2}}, false)
 	require.NoError(t, err)
 	require.EqualValues(t, 2+2, s.Queued, "two never delivered, two read ahead")
 	require.EqualValues(t, 1, s.InFlight)
 	require.EqualValues(t, 1, s.Waiting)
 
-	s, err = statusOf(ctx, b, j, workerCounts{inFlight: map[string]int64{}, readAhead: map[string]int64{}}, false)
+	s, err = statusOf(ctx, b, j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{id: 1},
+		readAhead: map[string]int64{id: 2}}, false)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, s.InFlight)
+	require.EqualValues(t, 1, s.Storing, "called, its result being stored")
+	require.Zero(t, s.Waiting)
+
+	s, err = statusOf(ctx, b, j, info, workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{}}, false)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, s.Queued)
 	require.Zero(t, s.InFlight)
