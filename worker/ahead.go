@@ -136,14 +136,15 @@ func (a *readAhead) target(max int) int {
 	return min(int(a.rate*(a.rtt+FetchGatherWait).Seconds()*2), max)
 }
 
-// stale returns the buffered records that have waited since before since,
-// and counts them as waiting from now (their InProgress is being sent).
-func (a *readAhead) stale(since, now time.Time) []task {
+// stale returns the buffered records that have waited a heartbeat interval
+// of their job (jobRunner.heartbeatEvery) by now, and counts them as waiting
+// from now (their InProgress is being sent).
+func (a *readAhead) stale(now time.Time) []task {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []task
 	for i := range a.tasks {
-		if a.tasks[i].at.Before(since) {
+		if now.Sub(a.tasks[i].at) >= a.tasks[i].jr.heartbeatEvery() {
 			out = append(out, a.tasks[i].task)
 			a.tasks[i].at = now
 		}

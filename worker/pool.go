@@ -629,7 +629,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 					extra = p.ahead.reserve(p.aheadTarget(), FetchBatchMax)
 				}
 			case <-hb.C:
-				p.heartbeatAhead(jr.heartbeatEvery())
+				p.heartbeatAhead()
 			case <-ctx.Done():
 				return
 			}
@@ -729,7 +729,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			rtt = time.Since(began)
 		}
 		p.ahead.observe(time.Now(), p.finished.Load(), rtt)
-		p.heartbeatAhead(jr.heartbeatEvery())
+		p.heartbeatAhead()
 		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
 			err = nil // an idle pull that found nothing
 		}
@@ -771,9 +771,8 @@ func (p *Pool) aheadTarget() int {
 // heartbeatAhead sends InProgress for the records read ahead that have
 // waited a heartbeat interval: the pool stalled (its calls grew slow)
 // after they were pulled, and their AckWait must not run out.
-func (p *Pool) heartbeatAhead(every time.Duration) {
-	now := time.Now()
-	for _, t := range p.ahead.stale(now.Add(-every), now) {
+func (p *Pool) heartbeatAhead() {
+	for _, t := range p.ahead.stale(time.Now()) {
 		_ = t.msg.InProgress()
 	}
 }
