@@ -157,15 +157,6 @@ func (b *Broker) HasOK(ctx context.Context, job, action, record string) (*Result
 	return &r, nil
 }
 
-// DeleteResult removes the result of record for action with the given outcome, if any.
-func (b *Broker) DeleteResult(ctx context.Context, job, action, outcome, record string) error {
-	m, err := b.LastMsg(ctx, StreamResults, ResultSubject(job, action, outcome, record))
-	if err != nil || m == nil {
-		return err
-	}
-	return b.DeleteMsg(ctx, StreamResults, m.Sequence)
-}
-
 // EachResult calls fn for every result of a job (ordered consumer; constant memory).
 func (b *Broker) EachResult(ctx context.Context, job string, fn func(*Result) error) error {
 	c, err := b.JS.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{

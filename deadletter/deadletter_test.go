@@ -2,6 +2,7 @@ package deadletter_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -246,4 +247,33 @@ func mustList(t *testing.T, b *broker.Broker, f deadletter.Filter) []*deadletter
 	es, err := deadletter.List(context.Background(), b, f)
 	require.NoError(t, err)
 	return es
+}
+
+// A worker may run a replayed record and store its new result (on the same
+// subject as the old one) before the replay deletes the old one: the new
+// one stays, and the job ends with every record accounted for. (The replay
+// deleted whatever result the subject held then: the record was left with
+// none, and its job never finished.)
+func TestReplayKeepsResultStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	b, job, _ := setup(t, 3, "r2") // the pool runs on; r2 still fails
+	ctx := context.Background()
+	subj := broker.ResultSubject(job.ID, "act", string(retry.ReasonPermanent), "r2")
+	o := deadletter.ReplayOptions{Filter: deadletter.Filter{Job: job.ID}}
+	o.AfterPublish(func(*deadletter.Entry) {
+		testenv.Eventually(t, 20*time.Second, func() bool {
+			m, err := b.LastMsg(ctx, broker.StreamResults, subj)
+			var r broker.Result
+			return err == nil && m != nil && json.Unmarshal(m.Data, &r) == nil && r.Replays == 1
+		}, "the worker stored r2's new result before the replay went on")
+	})
+	res, err := deadletter.Replay(ctx, b, o)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Replayed)
+	_, p := testenv.WaitFinished(t, b, job.ID, 30*time.Second)
+	require.EqualValues(t, 2, p.OK)
+	require.EqualValues(t, 1, p.Failed, "r2's new failed result is kept")
+	es := mustList(t, b, deadletter.Filter{})
+	require.Len(t, es, 1)
+	require.Equal(t, 1, es[0].Replays, "the old dead letter went, the new one stays")
 }

@@ -18,6 +18,8 @@ type ReplayOptions struct {
 	Each func(e *Entry, replayed bool, why string)
 	// crashAfterPublish, in tests, stops after the republish of the first entry.
 	crashAfterPublish bool
+	// afterPublish, in tests, runs after each republish.
+	afterPublish func(*Entry)
 }
 
 // ReplayResult counts what a replay did.
@@ -71,6 +73,14 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 			}
 			res.Jobs[e.Job] = true
 		}
+		// The failed result that no longer holds once the record is back in
+		// the work stream. It is looked up before the republish and deleted
+		// by its sequence after it: a worker may run the record and store
+		// its new result on the same subject in between, and that one stays.
+		old, err := b.LastMsg(ctx, broker.StreamResults, broker.ResultSubject(e.Job, e.Action, string(e.Reason), e.Record))
+		if err != nil {
+			return res, fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
+		}
 		m, err := broker.NewWorkMsg(e.Job, e.Action, env, e.Replays+1)
 		if err != nil {
 			return res, err
@@ -84,10 +94,15 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 		if o.crashAfterPublish {
 			return res, errCrash
 		}
+		if o.afterPublish != nil {
+			o.afterPublish(e)
+		}
 		// The record is back in the work stream: its failed result no longer
 		// holds, and its dead letter goes.
-		if err := b.DeleteResult(ctx, e.Job, e.Action, string(e.Reason), e.Record); err != nil {
-			return res, err
+		if old != nil {
+			if err := b.DeleteMsg(ctx, broker.StreamResults, old.Sequence); err != nil {
+				return res, err
+			}
 		}
 		if err := b.DeleteMsg(ctx, broker.StreamDLQ, e.Seq); err != nil {
 			return res, fmt.Errorf("replayed %s but could not delete dead letter %d: %w (a second retry will not run it twice)", e.Record, e.Seq, err)
