@@ -80,8 +80,8 @@ func TestReadAheadStopHandsBack(t *testing.T) {
 // AckWait) get heartbeats like records being worked: none is redelivered.
 func TestReadAheadKeepsRecordsAlive(t *testing.T) {
 	t.Parallel()
-	b := testenv.Broker(t, testenv.Options{AckWait: time.Second})
-	wf := testenv.Workflow(t, fmt.Sprintf(oneActionWorkflow, "1500ms"))
+	b := testenv.Broker(t, testenv.Options{AckWait: 2 * time.Second})
+	wf := testenv.Workflow(t, fmt.Sprintf(oneActionWorkflow, "2500ms"))
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
 	counter := testenv.NewCounter()
 	pool := testenv.Pool(t, b, worker.Config{Concurrency: 1, ReadAhead: 2, NewProvider: counter.New})
@@ -99,7 +99,7 @@ func TestReadAheadKeepsRecordsAlive(t *testing.T) {
 	}, "every delivery acked")
 	require.EqualValues(t, 3, pool.Snapshot().Handled, "three deliveries handled, none expired")
 	for id, r := range testenv.Results(t, b, j) {
-		require.Equal(t, 1, r.Recovery.Deliveries, "%s: waited 1.5–3 s in the read-ahead, AckWait 1 s", id)
+		require.Equal(t, 1, r.Recovery.Deliveries, "%s: waited 2.5–5 s in the read-ahead, AckWait 2 s", id)
 		require.Equal(t, 1, counter.Calls(id), id)
 	}
 }
