@@ -11,7 +11,6 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
-	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/worker"
 )
 
@@ -102,35 +101,4 @@ func TestReadAheadKeepsRecordsAlive(t *testing.T) {
 		require.Equal(t, 1, r.Recovery.Deliveries, "%s: waited 2.5–5 s in the read-ahead, AckWait 2 s", id)
 		require.Equal(t, 1, counter.Calls(id), id)
 	}
-}
-
-// gated is a provider whose calls wait until open is closed (or their
-// context ends), then go to next's provider.
-type gated struct {
-	open    chan struct{}
-	started chan string
-	next    func(provider.Config) (provider.Provider, error)
-}
-
-func (g *gated) New(cfg provider.Config) (provider.Provider, error) {
-	p, err := g.next(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &gatedProvider{Provider: p, g: g}, nil
-}
-
-type gatedProvider struct {
-	provider.Provider
-	g *gated
-}
-
-func (p *gatedProvider) Call(ctx context.Context, req provider.Request) (provider.Response, error) {
-	p.g.started <- req.RecordID
-	select {
-	case <-p.g.open:
-	case <-ctx.Done():
-		return provider.Response{}, ctx.Err()
-	}
-	return p.Provider.Call(ctx, req)
 }

@@ -190,12 +190,11 @@ func TestStopHandsBackInFlight(t *testing.T) {
 	wf := testenv.Workflow(t, pipelineWorkflow)
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 6), dispatcher.Options{})
 	conA := testenv.Connect(t, b)
-	started := make(chan struct{}, 100)
-	blocker := &ctxBlocker{started: started}
+	blocker := &gated{started: make(chan string, 100)} // calls block until their context ends
 	poolA := worker.New(conA, worker.Config{Concurrency: 2, Log: testenv.Logger(t), NewProvider: blocker.New})
 	require.NoError(t, poolA.Start(context.Background()))
-	<-started
-	<-started
+	<-blocker.started
+	<-blocker.started
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	require.Error(t, poolA.Stop(ctx), "the deadline passes with calls in flight: they are handed back")
@@ -207,22 +206,40 @@ func TestStopHandsBackInFlight(t *testing.T) {
 	require.Less(t, time.Since(start), 30*time.Second, "nothing waited for the 1m AckWait")
 }
 
-// ctxBlocker is a provider whose calls block until their context ends.
-type ctxBlocker struct{ started chan struct{} }
-
-func (c *ctxBlocker) New(cfg provider.Config) (provider.Provider, error) {
-	return &blockingProvider{c}, nil
+// gated is a provider whose calls, once started is told, wait until open
+// is closed (never, when nil) or their context ends, then go to next's
+// provider (provider.New when nil).
+type gated struct {
+	open    chan struct{}
+	started chan string
+	next    func(provider.Config) (provider.Provider, error)
 }
 
-type blockingProvider struct{ c *ctxBlocker }
+func (g *gated) New(cfg provider.Config) (provider.Provider, error) {
+	next := g.next
+	if next == nil {
+		next = provider.New
+	}
+	p, err := next(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedProvider{Provider: p, g: g}, nil
+}
 
-func (p *blockingProvider) Name() string                            { return "block" }
-func (p *blockingProvider) Kind() string                            { return "sim" }
-func (p *blockingProvider) Preflight(context.Context, string) error { return nil }
-func (p *blockingProvider) Call(ctx context.Context, _ provider.Request) (provider.Response, error) {
-	p.c.started <- struct{}{}
-	<-ctx.Done()
-	return provider.Response{}, ctx.Err()
+type gatedProvider struct {
+	provider.Provider
+	g *gated
+}
+
+func (p *gatedProvider) Call(ctx context.Context, req provider.Request) (provider.Response, error) {
+	p.g.started <- req.RecordID
+	select {
+	case <-p.g.open:
+	case <-ctx.Done():
+		return provider.Response{}, ctx.Err()
+	}
+	return p.Provider.Call(ctx, req)
 }
 
 // A result that cannot be stored leaves its record unacked: the slot goes on

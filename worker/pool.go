@@ -581,8 +581,9 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	var cons jetstream.Consumer
 	idle := false
 	pause := func(d time.Duration) bool { return (retry.SystemClock{}).Sleep(ctx, d) == nil }
-	// hb wakes a loop waiting for a slot to keep records read ahead alive
-	// (heartbeatAhead) when the pool has stalled.
+	// hb is when to keep records read ahead alive (heartbeatAhead): it
+	// wakes a loop waiting for a slot, and a busy loop checks it after
+	// each pull.
 	hb := time.NewTicker(jr.heartbeatEvery() / 2)
 	defer hb.Stop()
 	for ctx.Err() == nil {
@@ -699,7 +700,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		} else {
 			batch, err = cons.FetchNoWait(n + extra)
 		}
-		got, slotted, ahead := 0, 0, 0
+		got, slotted := 0, 0
 		if err == nil {
 			for msg := range batch.Messages() {
 				got++
@@ -710,7 +711,6 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 					p.start(t)
 					continue
 				}
-				ahead++
 				if !p.ahead.put(t, time.Now()) {
 					// Stopping: never started, so back at once.
 					_ = msg.Nak()
@@ -723,13 +723,18 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		for range n - slotted {
 			<-p.sem
 		}
-		p.ahead.unreserve(extra - ahead)
-		rtt := time.Duration(0)
+		p.ahead.unreserve(extra - (got - slotted))
+		now, rtt := time.Now(), time.Duration(0)
 		if !idle {
-			rtt = time.Since(began)
+			rtt = now.Sub(began)
 		}
-		p.ahead.observe(time.Now(), p.finished.Load(), rtt)
-		p.heartbeatAhead()
+		p.ahead.observe(now, p.finished.Load(), rtt)
+		// A loop that never waits for a slot sees its tick here.
+		select {
+		case <-hb.C:
+			p.heartbeatAhead()
+		default:
+		}
 		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
 			err = nil // an idle pull that found nothing
 		}

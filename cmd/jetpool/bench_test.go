@@ -102,7 +102,7 @@ echo "NATS JetStream ordered consumer stats: 12,345 msgs/sec ~ 12 MiB/sec"
 // parallel: it sets the environment.
 func TestBenchChildWorkerExit(t *testing.T) {
 	b := testenv.Broker(t)
-	wf := testenv.Workflow(t, "providers:\n  sim: {kind: sim}\ndefaults:\n  provider: sim\nactions:\n  - name: a\n    prompt: \"{{ .text }}\"\n")
+	wf := testenv.Workflow(t, simWorkflow)
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
 	t.Setenv(asCLI, "1")
 	t.Setenv("JETPOOL_ACK_WAIT", "soon") // the child's config does not load

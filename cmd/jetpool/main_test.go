@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("os/signal.loop"))
 }
 
+// simWorkflow is one action on the sim provider.
+const simWorkflow = "providers:\n  sim: {kind: sim}\ndefaults:\n  provider: sim\nactions:\n  - name: a\n    prompt: \"{{ .text }}\"\n"
+
 // asCLI, set to 1 in a test's environment, makes this test binary act as
 // the jetpool CLI when the code under test runs it as a child.
 const asCLI = "JETPOOL_TEST_AS_CLI"

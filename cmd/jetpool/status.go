@@ -77,9 +77,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	infos := map[string]*jetstream.ConsumerInfo{}
 	for _, j := range jobs {
 		if cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(j.ID)); err == nil {
-			if info, err := cons.Info(ctx); err == nil {
-				infos[j.ID] = info
-			}
+			infos[j.ID] = cons.CachedInfo() // the lookup's own answer
 		}
 	}
 	ws, workers := workerStats(b)

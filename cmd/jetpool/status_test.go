@@ -20,15 +20,7 @@ import (
 func TestStatusCountsReadAheadAsQueued(t *testing.T) {
 	ctx := context.Background()
 	b := testenv.Broker(t, testenv.Options{AckWait: time.Minute})
-	wf := testenv.Workflow(t, `
-providers:
-  sim: {kind: sim}
-defaults:
-  provider: sim
-actions:
-  - name: only
-    prompt: "{{ .text }}"
-`)
+	wf := testenv.Workflow(t, simWorkflow)
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 6), dispatcher.Options{})
 	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(res.Job.ID))
 	require.NoError(t, err)
