@@ -10,3 +10,11 @@ func SetNoResponders(wait time.Duration, hook func(stream string)) (restore func
 	noRespondersWait, noResponders = wait, hook
 	return func() { noRespondersWait, noResponders = w, h }
 }
+
+// SetWatchStartWait sets how long WatchAll retries a start nobody answers,
+// until the test ends. Not for parallel tests.
+func SetWatchStartWait(wait time.Duration) (restore func()) {
+	w := watchStartWait
+	watchStartWait = wait
+	return func() { watchStartWait = w }
+}

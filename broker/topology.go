@@ -332,3 +332,36 @@ func (b *Broker) stream(ctx context.Context, name string) (jetstream.Stream, err
 	b.mu.Unlock()
 	return s, nil
 }
+
+// WatchAll starts a watch of every key of kv. Starting one creates a
+// consumer on the bucket's stream, and on a cluster whose stream leader is
+// still being elected that request can go unanswered (nats.go gives up on
+// it after its default 5 s): it is tried again, with backoff, for up to
+// watchStartWait, so a worker started with its cluster does not fail.
+func WatchAll(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
+	var deadline time.Time
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
+		w, err := kv.WatchAll(ctx)
+		if err == nil || ctx.Err() != nil || !unanswered(err) {
+			return w, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(watchStartWait)
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return nil, fmt.Errorf("no answer to starting a watch of %s for %s: %w", kv.Bucket(), watchStartWait, err)
+		}
+		if err := (retry.SystemClock{}).Sleep(ctx, delay); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// watchStartWait is how long WatchAll retries a start nobody answers.
+var watchStartWait = 30 * time.Second
+
+// unanswered: a JetStream API request got no answer in time, or no server
+// to answer it.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+}

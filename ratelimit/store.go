@@ -92,7 +92,7 @@ func isWrongSequence(err error) bool {
 
 // Watch implements Store.
 func (s *KVStore) Watch(ctx context.Context, fn func(key string, s State)) error {
-	w, err := s.kv.WatchAll(ctx)
+	w, err := broker.WatchAll(ctx, s.kv)
 	if err != nil {
 		return err
 	}

@@ -325,7 +325,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.runCtx, p.stopRun = context.WithCancel(context.WithoutCancel(ctx))
 	p.hctx, p.stopH = context.WithCancel(context.WithoutCancel(ctx))
-	w, err := kv.WatchAll(p.runCtx)
+	w, err := broker.WatchAll(p.runCtx, kv)
 	if err != nil {
 		p.stopRun()
 		p.stopH()
