@@ -54,7 +54,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		"Measure jetpool side by side with the raw JetStream engine on one embedded server (same process, same store):\n"+
 			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume` and vs a raw floor\n"+
 			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack) and a raw inline run\n"+
-			"(the floor plus jetpool's work on each record, on one goroutine), with the CPU each takes a message,\n"+
+			"(the floor plus jetpool's work on each record, on one goroutine), with the CPU each takes a message\n"+
+			"(jetpool's work both in this process and in a worker process of its own, over loopback TCP),\n"+
 			"efficiency under 100 ms of simulated latency (adaptive concurrency; limits: {adaptive: false}; and\n"+
 			"the pool in a worker process of its own, as deployed), retry overhead with 10% transient faults, and\n"+
 			"(with --big N) peak RSS of a dispatcher and a worker process on an N-record job and the time\n"+
@@ -179,6 +180,9 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		benchRatio{"raw pub", rawPub})
 	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), func(rd benchRound) float64 { return rd.work }, "",
 		func(rd benchRound) cpuUse { return rd.workCPU }, benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
+	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", f.concurrency),
+		func(rd benchRound) float64 { return rd.workChild }, "",
+		func(rd benchRound) cpuUse { return rd.workChildCPU }, benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
 	addStat("jetpool dispatch, then work", func(rd benchRound) float64 { return rd.both }, "records/s, one after the other", nil)
 	addStat("jetpool dispatch + work + result + ack, overlapped", func(rd benchRound) float64 { return rd.e2e }, "", nil,
 		benchRatio{"raw consume", rawConsume},
@@ -802,9 +806,9 @@ func benchChildWork(ctx context.Context, e *env, b *broker.Broker, job string, c
 // messages) per second.
 type benchRound struct {
 	rawPub, rawConsume, goPub, goConsume, floor, inline float64
-	dispatch, work, both, e2e                           float64
+	dispatch, work, workChild, both, e2e                float64
 	// CPU of the consume-side measures (process and children).
-	rawConsumeCPU, floorCPU, inlineCPU, workCPU cpuUse
+	rawConsumeCPU, floorCPU, inlineCPU, workCPU, workChildCPU cpuUse
 }
 
 type benchRatio struct {
@@ -882,11 +886,25 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 	if rd.e2e, err = benchOverlapped(ctx, e, b, d, wf, in, f, fmt.Sprintf("bench-e2e-%d", r), log); err != nil {
 		return rd, err
 	}
-	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f, inline %.0f; dispatch %.0f, work %.0f, overlapped %.0f\n",
-		rd.rawPub, rd.rawConsume, rd.floor, rd.inline, rd.dispatch, rd.work, rd.e2e)
-	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f)\n",
+
+	// Zero-latency work again, with the pool in a worker process of its
+	// own, connected over loopback TCP as the nats CLI is (and as a deployed
+	// worker is); its start is included, and the CPU is the worker's and the
+	// server's. Last, so the rows before it run on the store as they did.
+	job = fmt.Sprintf("bench-zero-child-%d", r)
+	if _, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+		return rd, err
+	}
+	child, err := benchChildWork(ctx, e, b, job, f.concurrency, f.records)
+	if err != nil {
+		return rd, err
+	}
+	rd.workChild, rd.workChildCPU = float64(f.records)/child.total.Seconds(), child.cpu
+	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f, inline %.0f; dispatch %.0f, work %.0f (worker process %.0f), overlapped %.0f\n",
+		rd.rawPub, rd.rawConsume, rd.floor, rd.inline, rd.dispatch, rd.work, rd.workChild, rd.e2e)
+	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f), worker process %v (%.2f)\n",
 		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.floorCPU.perMsg, rd.floorCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
-		rd.workCPU.perMsg, rd.workCPU.cores)
+		rd.workCPU.perMsg, rd.workCPU.cores, rd.workChildCPU.perMsg, rd.workChildCPU.cores)
 	return rd, nil
 }
 

@@ -30,6 +30,7 @@ func TestBenchSmoke(t *testing.T) {
 		"| raw floor: nats.go work-queue pull + result publish + ack |",
 		"| jetpool dispatch (validate pass + publish) |",
 		"| jetpool work, 0 ms latency, concurrency 16 |",
+		"| jetpool work, 0 ms latency, concurrency 16, worker process of its own (loopback TCP, as the nats CLI) |",
 		"| jetpool dispatch + work + result + ack, overlapped |",
 		"| 100 ms latency, concurrency 2 (4 records), sustained |",
 		"| 100 ms latency, concurrency 2 (4 records), whole run |",
