@@ -45,6 +45,7 @@ type benchFlags struct {
 	dir         string
 	profile     string
 	repeat      int
+	workProcess bool
 }
 
 type benchRow struct{ name, value, note string }
@@ -55,7 +56,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume` and vs a raw floor\n"+
 			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack) and a raw inline run\n"+
 			"(the floor plus jetpool's work on each record, on one goroutine), with the CPU each takes a message\n"+
-			"(jetpool's work both in this process and in a worker process of its own, over loopback TCP),\n"+
+			"(with --work-process, jetpool's work in a worker process of its own too, over loopback TCP),\n"+
 			"efficiency under 100 ms of simulated latency (adaptive concurrency; limits: {adaptive: false}; and\n"+
 			"the pool in a worker process of its own, as deployed), retry overhead with 10% transient faults, and\n"+
 			"(with --big N) peak RSS of a dispatcher and a worker process on an N-record job and the time\n"+
@@ -72,6 +73,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.sync, "sync", "", "embedded server fsync policy for the run (default: $JETPOOL_SYNC_INTERVAL)")
 	fs.StringVar(&f.dir, "dir", "", "work dir (default: a temp dir, removed after)")
 	fs.IntVar(&f.repeat, "repeat", 1, "rounds of the throughput measures (raw engine, then jetpool, in turn) and of each latency run: figures are medians, with the range")
+	fs.BoolVar(&f.workProcess, "work-process", false, "also run the zero-latency work with the pool in a worker process of its own, over loopback TCP as the nats CLI connects (off by default: its jobs add to the server's state, which the later rows run on)")
 	fs.StringVar(&f.profile, "cpuprofile-work", "", "write a CPU profile of the zero-latency work run (pool and embedded server) to this file")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -180,9 +182,11 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		benchRatio{"raw pub", rawPub})
 	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), func(rd benchRound) float64 { return rd.work }, "",
 		func(rd benchRound) cpuUse { return rd.workCPU }, benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
-	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", f.concurrency),
-		func(rd benchRound) float64 { return rd.workChild }, "",
-		func(rd benchRound) cpuUse { return rd.workChildCPU }, benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
+	if f.workProcess {
+		addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", f.concurrency),
+			func(rd benchRound) float64 { return rd.workChild }, "",
+			func(rd benchRound) cpuUse { return rd.workChildCPU }, benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
+	}
 	addStat("jetpool dispatch, then work", func(rd benchRound) float64 { return rd.both }, "records/s, one after the other", nil)
 	addStat("jetpool dispatch + work + result + ack, overlapped", func(rd benchRound) float64 { return rd.e2e }, "", nil,
 		benchRatio{"raw consume", rawConsume},
@@ -887,24 +891,30 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 		return rd, err
 	}
 
-	// Zero-latency work again, with the pool in a worker process of its
-	// own, connected over loopback TCP as the nats CLI is (and as a deployed
-	// worker is); its start is included, and the CPU is the worker's and the
-	// server's. Last, so the rows before it run on the store as they did.
-	job = fmt.Sprintf("bench-zero-child-%d", r)
-	if _, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
-		return rd, err
+	// --work-process: zero-latency work again, with the pool in a worker
+	// process of its own, connected over loopback TCP as the nats CLI is (and
+	// as a deployed worker is); its start is included, and the CPU is the
+	// worker's and the server's. Last in the round, so the rows before it
+	// run on the store as they did.
+	childRate, childCPU := "", ""
+	if f.workProcess {
+		job = fmt.Sprintf("bench-zero-child-%d", r)
+		if _, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+			return rd, err
+		}
+		childRun, err := benchChildWork(ctx, e, b, job, f.concurrency, f.records)
+		if err != nil {
+			return rd, err
+		}
+		rd.workChild, rd.workChildCPU = float64(f.records)/childRun.total.Seconds(), childRun.cpu
+		childRate = fmt.Sprintf(" (worker process %.0f)", rd.workChild)
+		childCPU = fmt.Sprintf(", worker process %v (%.2f)", rd.workChildCPU.perMsg, rd.workChildCPU.cores)
 	}
-	child, err := benchChildWork(ctx, e, b, job, f.concurrency, f.records)
-	if err != nil {
-		return rd, err
-	}
-	rd.workChild, rd.workChildCPU = float64(f.records)/child.total.Seconds(), child.cpu
-	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f, inline %.0f; dispatch %.0f, work %.0f (worker process %.0f), overlapped %.0f\n",
-		rd.rawPub, rd.rawConsume, rd.floor, rd.inline, rd.dispatch, rd.work, rd.workChild, rd.e2e)
-	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f), worker process %v (%.2f)\n",
+	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f, inline %.0f; dispatch %.0f, work %.0f%s, overlapped %.0f\n",
+		rd.rawPub, rd.rawConsume, rd.floor, rd.inline, rd.dispatch, rd.work, childRate, rd.e2e)
+	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f)%s\n",
 		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.floorCPU.perMsg, rd.floorCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
-		rd.workCPU.perMsg, rd.workCPU.cores, rd.workChildCPU.perMsg, rd.workChildCPU.cores)
+		rd.workCPU.perMsg, rd.workCPU.cores, childCPU)
 	return rd, nil
 }
 

@@ -24,7 +24,7 @@ func TestBenchSmoke(t *testing.T) {
 	dir := setEnv(t)
 	t.Setenv(asCLI, "1") // the worker-process runs exec this test binary
 	code, stdout, stderr := jetpool(t, "bench", "--records", "300", "--concurrency", "16",
-		"--latency-concurrency", "2", "--latency-records", "2", "--retry-records", "30", "--repeat", "2", "--dir", dir)
+		"--latency-concurrency", "2", "--latency-records", "2", "--retry-records", "30", "--repeat", "2", "--work-process", "--dir", dir)
 	require.Zero(t, code, stderr)
 	for _, row := range []string{
 		"| raw floor: nats.go work-queue pull + result publish + ack |",
