@@ -250,24 +250,46 @@ func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstrea
 	if err != nil {
 		return nil, err
 	}
-	var deadline time.Time // from the first lookup nobody answered
-	for delay := 20 * time.Millisecond; ; delay *= 2 {
-		m, err := s.GetLastMsgForSubject(ctx, subject)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil, nil
-		case !errors.Is(err, nats.ErrNoResponders):
-			return m, err
-		case deadline.IsZero():
-			deadline = time.Now().Add(noRespondersWait)
+	var m *jetstream.RawStreamMsg
+	noAnswer := func(err error) bool { return errors.Is(err, nats.ErrNoResponders) }
+	gaveUp, err := untilAnswered(ctx, noRespondersWait, 20*time.Millisecond, noRespondersWait, noAnswer,
+		func() { noResponders(stream) },
+		func() (err error) {
+			m, err = s.GetLastMsgForSubject(ctx, subject)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				m, err = nil, nil
+			}
+			return err
+		})
+	if gaveUp {
+		return nil, fmt.Errorf("no server answered a lookup in stream %s for %s (the stream is not placed, or has no member up): %w",
+			stream, noRespondersWait, err)
+	}
+	return m, err
+}
+
+// untilAnswered calls try until it returns nil or an error that is an
+// answer (noAnswer false). A missing answer is tried again after a delay
+// (from first, doubling, at most maxDelay; before is called first) for up
+// to wait from the first one; past that, gaveUp is set with the last
+// error.
+func untilAnswered(ctx context.Context, wait, first, maxDelay time.Duration, noAnswer func(error) bool,
+	before func(), try func() error) (gaveUp bool, err error) {
+	var deadline time.Time // from the first try nobody answered
+	for delay := first; ; delay = min(delay*2, maxDelay) {
+		err := try()
+		if err == nil || ctx.Err() != nil || !noAnswer(err) {
+			return false, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(wait)
 		}
 		if time.Now().Add(delay).After(deadline) {
-			return nil, fmt.Errorf("no server answered a lookup in stream %s for %s (the stream is not placed, or has no member up): %w",
-				stream, noRespondersWait, err)
+			return true, err
 		}
-		noResponders(stream)
+		before()
 		if err := (retry.SystemClock{}).Sleep(ctx, delay); err != nil {
-			return nil, err
+			return false, err
 		}
 	}
 }
@@ -339,22 +361,16 @@ func (b *Broker) stream(ctx context.Context, name string) (jetstream.Stream, err
 // it after its default 5 s): it is tried again, with backoff, for up to
 // watchStartWait, so a worker started with its cluster does not fail.
 func WatchAll(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
-	var deadline time.Time
-	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
-		w, err := kv.WatchAll(ctx)
-		if err == nil || ctx.Err() != nil || !unanswered(err) {
-			return w, err
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(watchStartWait)
-		}
-		if time.Now().Add(delay).After(deadline) {
-			return nil, fmt.Errorf("no answer to starting a watch of %s for %s: %w", kv.Bucket(), watchStartWait, err)
-		}
-		if err := (retry.SystemClock{}).Sleep(ctx, delay); err != nil {
-			return nil, err
-		}
+	var w jetstream.KeyWatcher
+	gaveUp, err := untilAnswered(ctx, watchStartWait, 100*time.Millisecond, 2*time.Second, unanswered, func() {},
+		func() (err error) {
+			w, err = kv.WatchAll(ctx)
+			return err
+		})
+	if gaveUp {
+		return nil, fmt.Errorf("no answer to starting a watch of %s for %s: %w", kv.Bucket(), watchStartWait, err)
 	}
+	return w, err
 }
 
 // watchStartWait is how long WatchAll retries a start nobody answers.
