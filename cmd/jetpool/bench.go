@@ -53,7 +53,8 @@ type benchRow struct{ name, value, note string }
 func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "bench", "[flags]",
 		"Measure jetpool side by side with the raw JetStream engine on one embedded server (same process, same store):\n"+
-			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume` and vs a raw floor\n"+
+			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume` (on its own stream,\n"+
+			"and on a work-queue stream, where each ack removes its message, as in jetpool's) and vs a raw floor\n"+
 			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack) and a raw inline run\n"+
 			"(the floor plus jetpool's work on each record, on one goroutine), with the CPU each takes a message\n"+
 			"(with --work-process, jetpool's work in a worker process of its own too, over loopback TCP),\n"+
@@ -170,6 +171,13 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		addStat("raw: nats bench js pub async --dedup", rawPub, "msgs/s", nil)
 		addStat("raw: nats bench js consume (explicit ack)", rawConsume, "msgs/s", func(rd benchRound) cpuUse { return rd.rawConsumeCPU })
 	}
+	rawConsumeWQ := func(rd benchRound) float64 { return rd.rawConsumeWQ }
+	if cli != "" {
+		addStat("raw: nats bench js consume, work-queue stream (explicit ack; each ack removes its message, as in jetpool's work stream)",
+			rawConsumeWQ, "msgs/s", func(rd benchRound) cpuUse { return rd.rawConsumeWQCPU })
+	} else {
+		addStat("raw: nats.go pull consume + ack, work-queue stream", rawConsumeWQ, "msgs/s", nil)
+	}
 	addStat("raw: nats.go PublishMsgAsync + Nats-Msg-Id", func(rd benchRound) float64 { return rd.goPub }, "msgs/s", nil)
 	addStat("raw: nats.go pull consume + ack", func(rd benchRound) float64 { return rd.goConsume }, "msgs/s", nil)
 	floor := func(rd benchRound) float64 { return rd.floor }
@@ -181,11 +189,13 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	addStat("jetpool dispatch (validate pass + publish)", func(rd benchRound) float64 { return rd.dispatch }, "", nil,
 		benchRatio{"raw pub", rawPub})
 	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), func(rd benchRound) float64 { return rd.work }, "",
-		func(rd benchRound) cpuUse { return rd.workCPU }, benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
+		func(rd benchRound) cpuUse { return rd.workCPU }, benchRatio{"raw consume", rawConsume},
+		benchRatio{"raw work-queue consume", rawConsumeWQ}, benchRatio{"the raw floor", floor})
 	if f.workProcess {
 		addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", f.concurrency),
 			func(rd benchRound) float64 { return rd.workChild }, "",
-			func(rd benchRound) cpuUse { return rd.workChildCPU }, benchRatio{"raw consume", rawConsume}, benchRatio{"the raw floor", floor})
+			func(rd benchRound) cpuUse { return rd.workChildCPU }, benchRatio{"raw consume", rawConsume},
+			benchRatio{"raw work-queue consume", rawConsumeWQ}, benchRatio{"the raw floor", floor})
 	}
 	addStat("jetpool dispatch, then work", func(rd benchRound) float64 { return rd.both }, "records/s, one after the other", nil)
 	addStat("jetpool dispatch + work + result + ack, overlapped", func(rd benchRound) float64 { return rd.e2e }, "", nil,
@@ -350,10 +360,10 @@ var statsRE = regexp.MustCompile(`stats: ([0-9,]+) msgs/sec`)
 // natsBench runs `nats bench js <kind> [<mode>] [subject] …` and returns
 // msgs/s. A run that has not finished after natsBenchTimeout is taken for a
 // stall of the CLI: it is ended with SIGQUIT (its goroutine dump is kept in
-// a file, for the report) and run once more, after reset (if not nil), so
-// one stall does not spoil a long bench, and a second fails it instead of
-// hanging.
-func natsBench(ctx context.Context, w io.Writer, cli, url string, n int, reset func(), kind, mode, subject string, args ...string) (float64, error) {
+// a file, for the report) and run once more, after reset (if not nil;
+// it is called before each run), so one stall does not spoil a long bench,
+// and a second fails it instead of hanging.
+func natsBench(ctx context.Context, w io.Writer, cli, url string, n int, reset func() error, kind, mode, subject string, args ...string) (float64, error) {
 	a := []string{"bench", "js", kind}
 	if mode != "" {
 		a = append(a, mode)
@@ -366,7 +376,9 @@ func natsBench(ctx context.Context, w io.Writer, cli, url string, n int, reset f
 	timeout := natsBenchTimeout(n)
 	for try := 1; ; try++ {
 		if reset != nil {
-			reset()
+			if err := reset(); err != nil {
+				return 0, err
+			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		cmd := exec.CommandContext(rctx, cli, a...)
@@ -408,9 +420,11 @@ func natsBench(ctx context.Context, w io.Writer, cli, url string, n int, reset f
 var natsBenchTimeout = func(n int) time.Duration { return time.Minute + time.Duration(n)*time.Millisecond }
 
 // rawGo is the engine's own speed through nats.go, as jetpool uses it:
-// async publish with Nats-Msg-Id, then a pull consumer acking each message.
-func rawGo(ctx context.Context, b *broker.Broker, n, size int) (pub, consume float64, err error) {
-	s, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHRAW", Subjects: []string{"benchraw.>"}, Storage: jetstream.FileStorage})
+// async publish with Nats-Msg-Id, then a pull consumer acking each message,
+// on a stream of the given retention.
+func rawGo(ctx context.Context, b *broker.Broker, n, size int, retention jetstream.RetentionPolicy) (pub, consume float64, err error) {
+	s, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHRAW", Subjects: []string{"benchraw.>"},
+		Retention: retention, Storage: jetstream.FileStorage})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -809,10 +823,10 @@ func benchChildWork(ctx context.Context, e *env, b *broker.Broker, job string, c
 // benchRound is one round of the throughput measures, in records (or
 // messages) per second.
 type benchRound struct {
-	rawPub, rawConsume, goPub, goConsume, floor, inline float64
-	dispatch, work, workChild, both, e2e                float64
+	rawPub, rawConsume, rawConsumeWQ, goPub, goConsume, floor, inline float64
+	dispatch, work, workChild, both, e2e                              float64
 	// CPU of the consume-side measures (process and children).
-	rawConsumeCPU, floorCPU, inlineCPU, workCPU, workChildCPU cpuUse
+	rawConsumeCPU, rawConsumeWQCPU, floorCPU, inlineCPU, workCPU, workChildCPU cpuUse
 }
 
 type benchRatio struct {
@@ -827,7 +841,7 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 	var rd benchRound
 	var err error
 	if cli != "" {
-		fresh := func() { _ = b.JS.DeleteStream(ctx, "BENCHPUB") } // nats bench makes it afresh
+		fresh := func() error { _ = b.JS.DeleteStream(ctx, "BENCHPUB"); return nil } // nats bench makes it afresh
 		rd.rawPub, err = natsBench(ctx, e.stderr, cli, url, f.records, fresh, "pub", "async", "bench.pub", "--msgs", strconv.Itoa(f.records), "--size", strconv.Itoa(f.size),
 			"--dedup", "--create", "--stream", "BENCHPUB")
 		if err != nil {
@@ -839,9 +853,34 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 			return rd, err
 		}
 		rd.rawConsumeCPU = m(f.records)
+
+		// The same on a work-queue stream, as jetpool's work stream is:
+		// each ack removes its message. nats bench uses the stream it is
+		// given; it is filled (not timed) before each run.
+		refill := func() error {
+			_ = b.JS.DeleteStream(ctx, "BENCHWQPUB")
+			if _, err := b.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCHWQPUB", Subjects: []string{"bench.wqpub"},
+				Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+				return err
+			}
+			err := publishRaw(ctx, b, "bench.wqpub", "wqpub-", f.records, f.size, nil)
+			m = meterCPU()
+			return err
+		}
+		rd.rawConsumeWQ, err = natsBench(ctx, e.stderr, cli, url, f.records, refill, "consume", "", "", "--msgs", strconv.Itoa(f.records), "--stream", "BENCHWQPUB")
+		if err != nil {
+			return rd, err
+		}
+		rd.rawConsumeWQCPU = m(f.records)
+		_ = b.JS.DeleteStream(ctx, "BENCHWQPUB")
 	}
-	if rd.goPub, rd.goConsume, err = rawGo(ctx, b, f.records, f.size); err != nil {
+	if rd.goPub, rd.goConsume, err = rawGo(ctx, b, f.records, f.size, jetstream.LimitsPolicy); err != nil {
 		return rd, err
+	}
+	if cli == "" {
+		if _, rd.rawConsumeWQ, err = rawGo(ctx, b, f.records, f.size, jetstream.WorkQueuePolicy); err != nil {
+			return rd, err
+		}
 	}
 	if rd.floor, rd.floorCPU, err = rawFloor(ctx, e.stderr, b, f.records, f.size, nil); err != nil {
 		return rd, err

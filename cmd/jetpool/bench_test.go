@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -41,6 +42,7 @@ func TestBenchSmoke(t *testing.T) {
 		require.Contains(t, stdout, row)
 	}
 	require.Contains(t, stdout, "of the raw floor")
+	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*%\) of raw consume, [0-9]+% \([0-9]+–[0-9]+%\) of raw work-queue consume, `, stdout)
 	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message, [0-9.]+ \([0-9.]+–[0-9.]+\) cores busy \|`, stdout)
 	require.Regexp(t, `\| raw floor: [^\n]*; CPU [0-9]+ [^\n]* µs a message`, stdout)
 	require.Regexp(t, `\| raw inline: [^\n]*\| [0-9]+/s [^\n]*jetpool without its machinery, [0-9]+% [^\n]* of raw consume; CPU [0-9]+ `, stdout)
@@ -49,6 +51,7 @@ func TestBenchSmoke(t *testing.T) {
 	require.Equal(t, 2, strings.Count(stderr, " round "), "two rounds of the throughput measures")
 	if os.Getenv("CI") != "" {
 		require.Contains(t, stdout, "| raw: nats bench js consume (explicit ack) |", "CI installs the nats CLI")
+		require.Regexp(t, `\| raw: nats bench js consume, work-queue stream [^\n]*\| [0-9]+/s [^\n]*msgs/s; CPU [0-9]+ `, stdout)
 	}
 }
 
@@ -80,12 +83,15 @@ echo "NATS JetStream ordered consumer stats: 12,345 msgs/sec ~ 12 MiB/sec"
 	var out strings.Builder
 	resets := 0
 	hangs(1)
-	rate, err := natsBench(t.Context(), &out, cli, "nats://127.0.0.1:1", 10, func() { resets++ }, "consume", "", "")
+	rate, err := natsBench(t.Context(), &out, cli, "nats://127.0.0.1:1", 10, func() error { resets++; return nil }, "consume", "", "")
 	require.NoError(t, err)
 	require.Equal(t, 12345.0, rate)
 	require.Equal(t, 2, resets, "reset before each run")
 	require.Contains(t, out.String(), "no result after 300ms (the CLI stalled; its goroutine dump is in ")
 	require.Contains(t, out.String(), "running it again")
+
+	_, err = natsBench(t.Context(), io.Discard, cli, "nats://127.0.0.1:1", 10, func() error { return errors.New("refill: no room") }, "consume", "", "")
+	require.EqualError(t, err, "refill: no room", "a reset that fails fails the run, before the CLI runs")
 
 	hangs(2)
 	_, err = natsBench(t.Context(), io.Discard, cli, "nats://127.0.0.1:1", 10, nil, "consume", "", "")
