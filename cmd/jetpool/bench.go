@@ -949,10 +949,11 @@ func throughputRound(ctx context.Context, e *env, b *broker.Broker, d *dispatche
 		childRate = fmt.Sprintf(" (worker process %.0f)", rd.workChild)
 		childCPU = fmt.Sprintf(", worker process %v (%.2f)", rd.workChildCPU.perMsg, rd.workChildCPU.cores)
 	}
-	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f, floor %.0f, inline %.0f; dispatch %.0f, work %.0f%s, overlapped %.0f\n",
-		rd.rawPub, rd.rawConsume, rd.floor, rd.inline, rd.dispatch, rd.work, childRate, rd.e2e)
-	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f)%s\n",
-		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.floorCPU.perMsg, rd.floorCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
+	fmt.Fprintf(e.stderr, "   raw pub %.0f, raw consume %.0f (work-queue %.0f), floor %.0f, inline %.0f; dispatch %.0f, work %.0f%s, overlapped %.0f\n",
+		rd.rawPub, rd.rawConsume, rd.rawConsumeWQ, rd.floor, rd.inline, rd.dispatch, rd.work, childRate, rd.e2e)
+	fmt.Fprintf(e.stderr, "   CPU per message (cores busy): raw consume %v (%.2f), work-queue %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f)%s\n",
+		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.rawConsumeWQCPU.perMsg, rd.rawConsumeWQCPU.cores,
+		rd.floorCPU.perMsg, rd.floorCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
 		rd.workCPU.perMsg, rd.workCPU.cores, childCPU)
 	return rd, nil
 }
