@@ -188,14 +188,14 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		func(rd benchRound) cpuUse { return rd.inlineCPU }, benchRatio{"raw consume", rawConsume})
 	addStat("jetpool dispatch (validate pass + publish)", func(rd benchRound) float64 { return rd.dispatch }, "", nil,
 		benchRatio{"raw pub", rawPub})
+	// Zero-latency work, against each consume-side baseline.
+	workRatios := []benchRatio{{"raw consume", rawConsume}, {"raw work-queue consume", rawConsumeWQ}, {"the raw floor", floor}}
 	addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", f.concurrency), func(rd benchRound) float64 { return rd.work }, "",
-		func(rd benchRound) cpuUse { return rd.workCPU }, benchRatio{"raw consume", rawConsume},
-		benchRatio{"raw work-queue consume", rawConsumeWQ}, benchRatio{"the raw floor", floor})
+		func(rd benchRound) cpuUse { return rd.workCPU }, workRatios...)
 	if f.workProcess {
 		addStat(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", f.concurrency),
 			func(rd benchRound) float64 { return rd.workChild }, "",
-			func(rd benchRound) cpuUse { return rd.workChildCPU }, benchRatio{"raw consume", rawConsume},
-			benchRatio{"raw work-queue consume", rawConsumeWQ}, benchRatio{"the raw floor", floor})
+			func(rd benchRound) cpuUse { return rd.workChildCPU }, workRatios...)
 	}
 	addStat("jetpool dispatch, then work", func(rd benchRound) float64 { return rd.both }, "records/s, one after the other", nil)
 	addStat("jetpool dispatch + work + result + ack, overlapped", func(rd benchRound) float64 { return rd.e2e }, "", nil,

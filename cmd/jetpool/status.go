@@ -191,6 +191,13 @@ const (
 // workerCounts is what the live workers answered, by job.
 type workerCounts struct{ inFlight, storing, readAhead map[string]int64 }
 
+// addCounts adds a worker's counts by job to the sums.
+func addCounts(sum, counts map[string]int64) {
+	for j, v := range counts {
+		sum[j] += v
+	}
+}
+
 // workerStats asks every live worker for its in-flight and read-ahead records (scatter-gather
 // on jetpool.ctl.stats). With no worker, the server's no-responders status
 // ends it at once; otherwise it ends statsQuiet after the last answer.
@@ -220,15 +227,9 @@ func workerStats(b *broker.Broker) (workerCounts, int) {
 			var s worker.Stats
 			if json.Unmarshal(m.Data, &s) == nil {
 				n++
-				for j, v := range s.InFlight {
-					ws.inFlight[j] += v
-				}
-				for j, v := range s.Storing {
-					ws.storing[j] += v
-				}
-				for j, v := range s.ReadAhead {
-					ws.readAhead[j] += v
-				}
+				addCounts(ws.inFlight, s.InFlight)
+				addCounts(ws.storing, s.Storing)
+				addCounts(ws.readAhead, s.ReadAhead)
 			}
 			quiet.Reset(statsQuiet)
 		case <-quiet.C:
