@@ -43,6 +43,15 @@ type Recovery struct {
 	Repairs    int       `json:"repairs,omitempty"`
 	Failures   []Failure `json:"failures,omitempty"`
 	Classes    []string  `json:"classes,omitempty"` // distinct classes seen
+	// Waits and Waited: the times the record was parked for its provider (a
+	// shared cooldown, an open circuit) without a call, and how long in all.
+	Waits  int           `json:"waits,omitempty"`
+	Waited time.Duration `json:"waited_ns,omitempty"`
+	// Lost is the deliveries that ended with no word from any worker (a
+	// process killed or hung: AckWait ran out), after which it ran again;
+	// HandBacks the deliveries stopping workers handed back.
+	Lost      int `json:"lost,omitempty"`
+	HandBacks int `json:"hand_backs,omitempty"`
 }
 
 // Usage is tokens spent on the record, all attempts.
@@ -155,6 +164,24 @@ func (b *Broker) HasOK(ctx context.Context, job, action, record string) (*Result
 		return nil, fmt.Errorf("result %s: %w", m.Subject, err)
 	}
 	return &r, nil
+}
+
+// LastOutcome returns the last result of any outcome stored for record and
+// action (a wildcard last-by-subject lookup: one request), with its stream
+// sequence; nil when there is none. A redelivered record reads it before it
+// calls: an ok means the answer is already paid for, a failure of the same
+// replay generation means its outcome was decided (a worker stopped between
+// storing it and acking), one of an earlier generation is being replayed.
+func (b *Broker) LastOutcome(ctx context.Context, job, action, record string) (*Result, uint64, error) {
+	m, err := b.LastMsg(ctx, StreamResults, ResultSubject(job, action, "*", record))
+	if err != nil || m == nil {
+		return nil, 0, err
+	}
+	var r Result
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, 0, fmt.Errorf("result %s: %w", m.Subject, err)
+	}
+	return &r, m.Sequence, nil
 }
 
 // EachResult calls fn for every result of a job (ordered consumer; constant memory).

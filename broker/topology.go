@@ -194,9 +194,9 @@ func (b *Broker) ConsumerConfig(job string, maxDeliver int) jetstream.ConsumerCo
 		FilterSubject: WorkFilter(job),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       aw,
-		// MaxDeliver is the exec layer's deliveries plus an allowance for
-		// crashed workers; beyond it the MAX_DELIVERIES advisory catches
-		// the record as a poison pill.
+		// MaxDeliver is -1 (unlimited) for jobs dispatched by this version:
+		// jetpool enforces the record's budget itself (RecordState). Jobs of
+		// older versions keep theirs, and the MAX_DELIVERIES catcher.
 		MaxDeliver:    maxDeliver,
 		MaxAckPending: map_,
 		// BackOff applies only to AckWait timeouts (a crashed or hung

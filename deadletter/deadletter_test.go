@@ -186,19 +186,19 @@ func TestReplayCrashAfterPublish(t *testing.T) {
 	require.Len(t, testenv.Results(t, b, job), 3)
 }
 
-// A DLQ publish that fails leaves the work message to be redelivered: never lost.
+// A DLQ publish that fails is written again until it lands, the record
+// held (and kept alive) meanwhile: never lost, never called again.
 func TestDeadLetterPublishFailureLosesNothing(t *testing.T) {
 	t.Parallel()
-	b := testenv.Broker(t)
+	b := testenv.Broker(t, testenv.Options{AckWait: 2 * time.Second})
 	ctx := context.Background()
 	wf := testenv.Workflow(t, wfYAML)
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 2), dispatcher.Options{})
 	require.NoError(t, b.JS.DeleteStream(ctx, broker.StreamDLQ))
 	f := newFailing("r1")
-	testenv.Pool(t, b, worker.Config{Concurrency: 2, NewProvider: f.New})
-	// r1 fails permanently but its dead letter cannot be written: the work
-	// message stays and is delivered again.
-	testenv.Eventually(t, 10*time.Second, func() bool { return f.Calls("r1") >= 2 }, "r1 redelivered")
+	pool := testenv.Pool(t, b, worker.Config{Concurrency: 2, NewProvider: f.New})
+	testenv.Eventually(t, 10*time.Second, func() bool { return pool.Snapshot().Held == 1 }, "r1 held: its dead letter cannot be written")
+	require.Equal(t, "dead letter", pool.Faults()[0].Write)
 	n, err := b.Count(ctx, broker.StreamWork, broker.WorkFilter(res.Job.ID))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "r1 is still in the work stream")
@@ -209,11 +209,12 @@ func TestDeadLetterPublishFailureLosesNothing(t *testing.T) {
 	es := mustList(t, b, deadletter.Filter{Job: job.ID})
 	require.Len(t, es, 1)
 	require.Equal(t, "r1", es[0].Record)
-	require.GreaterOrEqual(t, es[0].Deliveries, 2)
+	require.Equal(t, 1, f.Calls("r1"), "called once: the dead letter was written again, not the call")
 }
 
 // Two pools on one consumer, a record that kills whichever worker takes it:
-// the MAX_DELIVERIES advisory moves it to the DLQ exactly once.
+// jetpool's own budget (retry.LostDeliveriesMax, counted in the record's
+// state, no server advisory) moves it to the DLQ exactly once.
 func TestPoisonRecordCaughtOnce(t *testing.T) {
 	t.Parallel()
 	b := testenv.Broker(t, testenv.Options{AckWait: time.Second})
@@ -223,11 +224,6 @@ func TestPoisonRecordCaughtOnce(t *testing.T) {
 	die := func(_, _, record string) bool { return record == "r4" }
 	testenv.Pool(t, b, worker.Config{Concurrency: 2, DieOn: die})
 	testenv.Pool(t, b2, worker.Config{Concurrency: 2, DieOn: die})
-	for _, bb := range []*broker.Broker{b, b2} {
-		c := &deadletter.Catcher{B: bb, Log: testenv.Logger(t)}
-		require.NoError(t, c.Start(context.Background()))
-		t.Cleanup(c.Stop)
-	}
 	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
 	require.EqualValues(t, 4, p.OK)
 	require.EqualValues(t, 1, p.ByReason["max_deliveries"])
@@ -235,11 +231,33 @@ func TestPoisonRecordCaughtOnce(t *testing.T) {
 	require.Len(t, es, 1, "exactly one dead letter")
 	require.Equal(t, "r4", es[0].Record)
 	require.Equal(t, retry.ReasonMaxDeliveries, es[0].Reason)
-	require.Equal(t, job.MaxDeliver, es[0].Deliveries)
-	require.Contains(t, es[0].Error, "no worker acked or nak'ed it")
+	require.Equal(t, retry.LostDeliveriesMax+2, es[0].Deliveries, "caught on the delivery after its allowance")
+	require.Contains(t, es[0].Error, "no word from any worker")
 	n, err := b.Count(context.Background(), broker.StreamWork, broker.WorkFilter(job.ID))
 	require.NoError(t, err)
 	require.Zero(t, n, "removed from the work stream")
+}
+
+// A job dispatched by an older version has a consumer with MaxDeliver: the
+// MAX_DELIVERIES advisory catcher still moves its poison records to the DLQ
+// exactly once.
+func TestCatcherForOlderJobs(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t, testenv.Options{AckWait: time.Second})
+	wf := testenv.Workflow(t, wfYAML)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
+	_, err := b.EnsureConsumer(context.Background(), res.Job.ID, 2)
+	require.NoError(t, err)
+	testenv.Pool(t, b, worker.Config{Concurrency: 2, DieOn: func(_, _, record string) bool { return record == "r2" }})
+	c := &deadletter.Catcher{B: b, Log: testenv.Logger(t)}
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(c.Stop)
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 2, p.OK)
+	require.EqualValues(t, 1, p.ByReason["max_deliveries"])
+	es := mustList(t, b, deadletter.Filter{Job: job.ID})
+	require.Len(t, es, 1)
+	require.Contains(t, es[0].Error, "no worker acked or nak'ed it")
 }
 
 func mustList(t *testing.T, b *broker.Broker, f deadletter.Filter) []*deadletter.Entry {

@@ -27,10 +27,6 @@ const MaxPendingDefault = 4096
 // MaxReportedErrors is how many bad lines are listed before "and N more".
 const MaxReportedErrors = 20
 
-// CrashAllowance is how many deliveries beyond the exec layer's a record may
-// use when workers crash or hang before it counts as a poison pill.
-const CrashAllowance = 3
-
 // Options of a dispatch.
 type Options struct {
 	Input      string
@@ -208,11 +204,13 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if err != nil {
 		return nil, err
 	}
-	maxDeliver := 1
-	for _, a := range wf.Actions {
-		maxDeliver = max(maxDeliver, a.Retry.Deliveries())
-	}
-	maxDeliver += CrashAllowance
+	// No MaxDeliver: jetpool enforces each record's delivery budget itself
+	// (worker/decide.go, retry.LostDeliveriesMax), counting in the record's
+	// state what JetStream cannot tell apart (a retry, a wait, a hand-back,
+	// a delivery lost with a process). A server-side limit would drop a
+	// record out of the work stream into an advisory, which a full store
+	// cannot keep, and which nothing then counts.
+	maxDeliver := -1
 	actions := make([]string, len(wf.Actions))
 	for i, a := range wf.Actions {
 		actions[i] = a.Name

@@ -26,6 +26,19 @@ const (
 	MaxDeliveriesMax        = 20
 	RedeliverBackoffDefault = 1500 * time.Millisecond
 	OnExhaustedDefault      = ReturnLast
+	// MaxWaitDefault bounds how long, in all, a record may wait for its
+	// provider (a shared cooldown, an open circuit) without a call before it
+	// is dead-lettered with ReasonMaxWait. Waiting is not an attempt, so it
+	// is bounded apart from them, retry on or off. It outlasts a capped
+	// Retry-After (10 min) and a few doubled circuit cooldowns.
+	MaxWaitDefault = 30 * time.Minute
+	// LostDeliveriesMax is how many of a record's deliveries may end with no
+	// word from any worker (the process was killed or hung each time, and
+	// AckWait ran out) before it is a poison record: dead-lettered with
+	// ReasonMaxDeliveries before it runs again. jetpool counts them itself
+	// (broker.RecordState), not through the server's MaxDeliver advisories,
+	// which a full store cannot keep.
+	LostDeliveriesMax = 3
 )
 
 // Policy is the retry configuration of one action, both layers.
@@ -42,6 +55,9 @@ type Policy struct {
 	OnExhausted      OnExhausted
 	MaxDeliveries    int           // exec layer deliveries; MaxDeliveriesDefault
 	RedeliverBackoff time.Duration // exec base delay; RedeliverBackoffDefault
+	// MaxWait bounds the record's waits for its provider, in all
+	// (MaxWaitDefault, also when retry is off).
+	MaxWait time.Duration
 }
 
 // Reason is why a record ended in the dead-letter stream.
@@ -59,11 +75,18 @@ const (
 	ReasonBatchNotReturned Reason = "batch_not_returned"
 	ReasonJobFailed        Reason = "job_failed"
 	ReasonMaxCalls         Reason = "max_calls"
+	// ReasonMaxWait: the record waited for its provider (a shared cooldown,
+	// an open circuit) past max_wait; the diagnostic says whether any call
+	// was made.
+	ReasonMaxWait Reason = "max_wait"
+	// ReasonTooLarge: the record, or the answer to store for it, is larger
+	// than the server accepts (max_payload), so it can never be stored.
+	ReasonTooLarge Reason = "too_large"
 )
 
 // Reasons lists every reason.
 var Reasons = []Reason{ReasonPermanent, ReasonExhausted, ReasonContextOverflow, ReasonSchemaViolation,
-	ReasonProgrammingError, ReasonBadInput, ReasonMaxDeliveries, ReasonBatchNotReturned, ReasonJobFailed, ReasonMaxCalls}
+	ReasonProgrammingError, ReasonBadInput, ReasonMaxDeliveries, ReasonBatchNotReturned, ReasonJobFailed, ReasonMaxCalls, ReasonMaxWait, ReasonTooLarge}
 
 // Clock abstracts time for the session loop so tests can use a fake.
 type Clock interface {

@@ -27,6 +27,7 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 // session delays.
 func (p Policy) WithDefaults() Policy {
 	p.OnExhausted = cmp.Or(p.OnExhausted, OnExhaustedDefault)
+	p.MaxWait = cmp.Or(p.MaxWait, MaxWaitDefault)
 	if !p.Enabled {
 		p.MaxAttempts, p.MaxDeliveries = 1, 1
 		return p
@@ -73,6 +74,9 @@ func (p Policy) Validate() error {
 	}
 	if p.RedeliverBackoff < 0 {
 		bad("redeliver.backoff", "%s must not be negative", p.RedeliverBackoff)
+	}
+	if p.MaxWait < 0 {
+		bad("max_wait", "%s must not be negative", p.MaxWait)
 	}
 	return errors.Join(errs...)
 }
@@ -150,3 +154,7 @@ func doubling(base time.Duration, n int, limit time.Duration) time.Duration {
 	}
 	return min(d, limit)
 }
+
+// WaitLimit is how long in all the record may wait for its provider
+// (MaxWait, MaxWaitDefault when unset).
+func (p Policy) WaitLimit() time.Duration { return cmp.Or(p.MaxWait, MaxWaitDefault) }

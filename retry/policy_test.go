@@ -21,6 +21,7 @@ func TestWithDefaults(t *testing.T) {
 		OnExhausted:      ReturnLast,
 		MaxDeliveries:    MaxDeliveriesDefault,
 		RedeliverBackoff: RedeliverBackoffDefault,
+		MaxWait:          MaxWaitDefault,
 	}, p)
 
 	// Set fields are kept; the budget follows the schedule.

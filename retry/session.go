@@ -71,7 +71,22 @@ type Outcome struct {
 	// timeout: Canceled stays false and Err is a network TimeoutError, which
 	// the exec layer treats like any other transient failure.
 	Canceled bool
+	// NotCalled is set when the session ended because a call could not go
+	// at all (an error wrapped in *NotCalled: a provider in a shared
+	// cooldown or with an open circuit, for longer than a worker holds a
+	// slot). It is not an attempt and is not in Attempts; Err is the last
+	// real failure, if any.
+	NotCalled error
 }
+
+// NotCalled wraps an error that ended an attempt before any request reached
+// the provider: waiting is not an attempt (an attempt is a call), so the
+// session makes no further call and reports it in Outcome.NotCalled, and the
+// caller decides how the record waits.
+type NotCalled struct{ Err error }
+
+func (e *NotCalled) Error() string { return "no call was made: " + e.Err.Error() }
+func (e *NotCalled) Unwrap() error { return e.Err }
 
 // Run calls call up to Policy.Attempts() times, until it succeeds or fails
 // with an error that is not Retryable. attempt is 1-based and continues
@@ -112,6 +127,11 @@ func (s *Session) Run(ctx context.Context, call func(ctx context.Context, attemp
 		}
 		attempt := s.PriorAttempts + n
 		err := safeCall(ctx, call, attempt)
+		var nc *NotCalled
+		if errors.As(err, &nc) {
+			out.NotCalled = nc.Err
+			return out
+		}
 		out.Calls++
 		if err == nil {
 			out.Err = nil

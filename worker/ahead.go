@@ -22,8 +22,7 @@ import (
 //
 // A slot coming free takes the oldest buffered record (readAhead.take);
 // Stop hands the buffer back at once (Nak, no delay); a buffered record
-// still waiting after a heartbeat interval (the pool stalled) gets
-// InProgress like a record being worked, so its AckWait never runs out.
+// is kept alive like every message the pool holds (heartbeat.go).
 
 // aheadMax bounds the records a pool reads ahead: Concurrency/4, at most
 // FetchBatchMax.
@@ -134,22 +133,6 @@ func (a *readAhead) target(max int) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return min(int(a.rate*(a.rtt+FetchGatherWait).Seconds()*2), max)
-}
-
-// stale returns the buffered records that have waited a heartbeat interval
-// of their job (jobRunner.heartbeatEvery) by now, and counts them as waiting
-// from now (their InProgress is being sent).
-func (a *readAhead) stale(now time.Time) []task {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []task
-	for i := range a.tasks {
-		if now.Sub(a.tasks[i].at) >= a.tasks[i].jr.heartbeatEvery() {
-			out = append(out, a.tasks[i].task)
-			a.tasks[i].at = now
-		}
-	}
-	return out
 }
 
 // counts is the records buffered, by job.

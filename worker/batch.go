@@ -57,30 +57,39 @@ func (jr *jobRunner) stopBatcher() {
 }
 
 // enqueueBatch hands a batch-mode delivery to the job's batcher, which acks
-// it once its batch is recorded durably.
-func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery) {
+// it once its batch is recorded durably (and keeps it alive until then).
+func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery, release func()) {
 	jr.mu.Lock()
 	bt := jr.batcher
 	jr.mu.Unlock()
+	later := func() {
+		// Back in a second, spending nothing of the record's budget.
+		jr.complete(ctx, d, outcome{kind: outcomePark, state: d.nextState(nil), delay: time.Second}, release)
+	}
 	if bt == nil {
-		_ = d.msg.NakWithDelay(time.Second)
+		later()
 		return
+	}
+	fail := func(e *retry.Error) {
+		jr.complete(ctx, d, deadLetterOutcome(jr.decision(d), e, retry.ReasonProgrammingError, retry.Diagnose(e, nil, d.delivery()), nil, nil), release)
 	}
 	req, rerr := batchRequest(d)
 	if rerr != nil {
-		jr.finishFailed(ctx, d, rerr, nil, retry.ReasonProgrammingError, retry.Diagnose(rerr, nil, d.n), 0, provider.Usage{})
+		fail(rerr)
 		return
 	}
+	jr.p.beats.release(d.msg) // the batcher keeps it alive now
 	err := bt.Add(ctx, batch.Pending{Msg: d.msg, Action: d.action, Request: req,
 		Item: batch.Item{ID: d.env.ID, Data: d.msg.Data(), Replays: d.replays, Deliveries: d.n}})
 	switch {
 	case errors.Is(err, batch.ErrNoClient):
-		e := &retry.Error{Class: retry.ClassProgramming, TypeName: "BatchModeError", Message: err.Error(),
-			Provider: d.action.Provider, Model: d.action.Model}
-		jr.finishFailed(ctx, d, e, nil, retry.ReasonProgrammingError, retry.Diagnose(e, nil, d.n), 0, provider.Usage{})
+		jr.p.beats.hold(d.msg, jr.heartbeatEvery(), time.Now())
+		fail(&retry.Error{Class: retry.ClassProgramming, TypeName: "BatchModeError", Message: err.Error(),
+			Provider: d.action.Provider, Model: d.action.Model})
 	case err != nil:
 		jr.p.log.Warn().Str("job", d.job).Str("record", d.env.ID).Err(err).Msg("batcher refused the record; handing it back")
-		_ = d.msg.NakWithDelay(time.Second)
+		jr.p.beats.hold(d.msg, jr.heartbeatEvery(), time.Now())
+		later()
 	}
 }
 
@@ -110,7 +119,11 @@ func (h batchHandler) delivery(a *workflow.Action, it *batch.Item) (*delivery, e
 		return nil, fmt.Errorf("batch item %s: %w", it.ID, err)
 	}
 	_, idx := h.jr.wf.Action(a.Name)
-	return &delivery{job: h.jr.id, action: a, index: idx, env: &env, replays: it.Replays, n: max(it.Deliveries, 1)}, nil
+	d := &delivery{job: h.jr.id, action: a, index: idx, env: &env, replays: it.Replays, n: max(it.Deliveries, 1)}
+	if idx+1 < len(h.jr.wf.Actions) {
+		d.next = h.jr.wf.Actions[idx+1].Name
+	}
+	return d, nil
 }
 
 func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch.Item, resp provider.Response) error {
@@ -147,8 +160,14 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 		}
 		output = v
 	}
-	if err := jr.forward(ctx, d, output); err != nil {
-		return err
+	if d.next != "" {
+		f, err := brokerStore{jr.p}.forward(d, output)
+		if err == nil {
+			err = f.wait(ctx)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	res := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: output, Action: a.Name, Job: d.job,
@@ -189,7 +208,9 @@ func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.It
 	jr.p.cfg.Metrics.Record(d.job, a.Name, string(reason), final.Class)
 	jr.p.log.Info().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("reason", string(reason)).Msg(diag)
 	if reason != retry.ReasonJobFailed && exhaustedPolicy(a, reason, final) == retry.Raise {
-		jr.raise(ctx, d, diag)
+		if err := (brokerStore{jr.p}).failJob(ctx, d, diag); err != nil {
+			jr.p.log.Error().Err(err).Str("job", d.job).Msg("could not mark the job failed")
+		}
 	}
 	return nil
 }
@@ -211,7 +232,7 @@ func (h batchHandler) Online(ctx context.Context, a *workflow.Action, it *batch.
 	// session counts them against max_calls, numbers its attempts after
 	// them and lists them in a diagnostic.
 	if len(it.Attempts) > 0 {
-		if err := jr.putAttempts(ctx, d, it.Attempts); err != nil {
+		if err := jr.p.b.SaveState(ctx, d.job, a.Name, d.env.ID, &broker.RecordState{Replays: d.replays, Attempts: it.Attempts}); err != nil {
 			return err
 		}
 	}

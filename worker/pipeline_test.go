@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/provider"
@@ -168,15 +169,11 @@ func TestWorkerKilledMidCall(t *testing.T) {
 	require.EqualValues(t, 10, p.OK)
 	results := testenv.Results(t, b, job)
 	require.Len(t, results, 10)
-	redelivered := 0
-	for id := range results {
-		up, err := b.HasOK(context.Background(), job.ID, "upper", id)
-		require.NoError(t, err)
-		if up.Recovery.Deliveries > 1 {
-			redelivered++
-		}
+	require.Equal(t, 3, hang.Total(), "A took three records and died with them")
+	for id, r := range results {
+		require.Equal(t, 2, counter.Calls(id), "%s: B ran both actions, A's three records after their AckWait", id)
+		require.Equal(t, 1, r.Recovery.Deliveries, "%s: a delivery lost with a process is not the record's retry", id)
 	}
-	require.Equal(t, 3, redelivered, "A's three in-flight records came back after AckWait")
 	once.Do(func() { close(release) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -242,35 +239,41 @@ func (p *gatedProvider) Call(ctx context.Context, req provider.Request) (provide
 	return p.Provider.Call(ctx, req)
 }
 
-// A result that cannot be stored leaves its record unacked: the slot goes on
-// to the next record, but the work message stays until a result is stored.
+// A result that cannot be stored is held, and written again until it
+// lands: the work message stays (kept alive) meanwhile, and the model is
+// never called again for it; the pool pulls nothing more while it holds
+// answers it cannot store.
 func TestResultStoreFailureLosesNothing(t *testing.T) {
 	t.Parallel()
+	const n, ackWait = 20, 2 * time.Second
 	ctx := context.Background()
-	b := testenv.Broker(t)
+	b := testenv.Broker(t, testenv.Options{AckWait: ackWait})
 	wf := testenv.Workflow(t, pipelineWorkflow)
-	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 4), dispatcher.Options{})
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{})
 	require.NoError(t, b.JS.DeleteStream(ctx, broker.StreamResults))
 	counter := testenv.NewCounter()
-	testenv.Pool(t, b, worker.Config{Concurrency: 2, NewProvider: counter.New})
-	// Every record's first action is called, its result refused, and the
-	// record handed back (NakWithDelay): it is called again.
-	testenv.Eventually(t, 20*time.Second, func() bool {
-		for i := 1; i <= 4; i++ {
-			if counter.Calls(fmt.Sprintf("r%d", i)) < 2 {
-				return false
-			}
-		}
-		return true
-	}, "every record called twice")
-	// (The next action's messages were published before the result write.)
-	n, err := b.Count(ctx, broker.StreamWork, broker.WorkSubject(res.Job.ID, "upper"))
+	pool := testenv.Pool(t, b, worker.Config{Concurrency: 2, NewProvider: counter.New})
+	testenv.Eventually(t, 20*time.Second, func() bool { return len(pool.Faults()) > 0 && pool.Snapshot().Held > 0 }, "answers held, the fault reported")
+	// Three AckWaits pass with the store down: the held records are kept
+	// alive, not redelivered, and hardly anything more is pulled: at most
+	// what the slots and the completer's room (Concurrency each) hold.
+	since := pool.Faults()[0].Since
+	testenv.Eventually(t, 20*time.Second, func() bool { return time.Since(since) > 3*ackWait }, "three AckWaits of the fault")
+	paid := counter.Total()
+	require.LessOrEqual(t, paid, 4, "pulling paused")
+	cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(res.Job.ID))
 	require.NoError(t, err)
-	require.EqualValues(t, 4, n, "no record left the work stream without a result")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.NumRedelivered, "no held record ran out its AckWait")
 	require.NoError(t, b.Ensure(ctx)) // the results stream comes back
-	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
-	require.EqualValues(t, 4, p.OK)
-	require.Len(t, testenv.Results(t, b, job), 4)
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 60*time.Second)
+	require.EqualValues(t, n, p.OK)
+	require.Len(t, testenv.Results(t, b, job), n)
+	for i := 1; i <= n; i++ {
+		require.Equal(t, 2, counter.Calls(fmt.Sprintf("r%d", i)), "r%d: each action called once", i)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(pool.Faults()) == 0 }, "the fault ends")
 }
 
 // JobDone ends the pull that waits on a finished job at once (IdlePoll:
@@ -358,10 +361,11 @@ func TestPoolPullsConnection(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return b.Server().NumClients() == before }, "Stop closes it")
 }
 
-// A record whose next action cannot be published (here it would exceed the
-// server's max payload) is handed back and run again, and holds nothing up:
-// with concurrency 1 the records after it still run through both actions.
-func TestForwardFailureHandsBack(t *testing.T) {
+// A record whose next action's message can never be published (with its
+// answer it is over the server's max payload) is dead-lettered as too_large
+// — not handed back to be paid for again — and holds nothing up: with
+// concurrency 1 the records after it still run through both actions.
+func TestForwardTooLargeDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := testenv.Broker(t)
 	wf := testenv.Workflow(t, `
@@ -378,10 +382,17 @@ actions:
 	big := strings.Repeat("x", 4<<20+512<<10) // the record and its echo: 9 MiB, over 8
 	input := testenv.WriteFile(t, "records.jsonl",
 		fmt.Sprintf("{\"id\":\"big\",\"text\":%q}\n{\"id\":\"r1\",\"text\":\"a\"}\n{\"id\":\"r2\",\"text\":\"b\"}\n", big))
-	testenv.Dispatch(t, b, wf, input, dispatcher.Options{})
+	res := testenv.Dispatch(t, b, wf, input, dispatcher.Options{})
 	counter := testenv.NewCounter()
 	testenv.Pool(t, b, worker.Config{Concurrency: 1, NewProvider: counter.New})
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		return counter.Calls("big") >= 2 && counter.Calls("r1") == 2 && counter.Calls("r2") == 2
-	}, "big handed back and run again; r1 and r2 through both actions")
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 2, p.OK)
+	require.Equal(t, map[string]int64{"too_large": 1}, p.ByReason)
+	require.Equal(t, 1, counter.Calls("big"), "paid once: never handed back to be paid again")
+	require.Equal(t, 2, counter.Calls("r1"))
+	require.Equal(t, 2, counter.Calls("r2"))
+	dl, err := deadletter.List(context.Background(), b, deadletter.Filter{Job: job.ID})
+	require.NoError(t, err)
+	require.Len(t, dl, 1)
+	require.Contains(t, dl[0].Error, "max_payload")
 }

@@ -6,7 +6,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/jetpool/jetpool/batch"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/ratelimit"
@@ -121,16 +119,15 @@ type Pool struct {
 	handled  atomic.Int64
 	inFlight atomic.Int64
 
-	// writes bounds the records whose slot was handed on while their
-	// result is being stored (handle.go); commits holds them for
-	// commitLoop.
-	writes  chan struct{}
-	commits chan committing
+	// done owns every record's outcome after its session (complete.go);
+	// beats keeps every message the pool holds alive (heartbeat.go).
+	done  *completer
+	beats *beats
 
 	// ahead holds records pulled beyond the free slots (worker/ahead.go);
-	// finished counts the slots handed on, for its rate.
-	ahead    *readAhead
-	finished atomic.Int64
+	// finishedCount counts the slots handed on, for its rate.
+	ahead         *readAhead
+	finishedCount atomic.Int64
 
 	// Handlers: long-lived goroutines fed by tasks (see run).
 	tasks    chan task
@@ -189,7 +186,7 @@ func (p *Pool) handleTask(t task) {
 	release := func() {
 		if !released {
 			released = true
-			p.finished.Add(1)
+			p.finishedCount.Add(1)
 			if next, ok := p.ahead.take(); ok {
 				// The slot goes to the oldest record read ahead.
 				t.jr.inFlight.Add(-1)
@@ -211,28 +208,6 @@ func (p *Pool) handleTask(t task) {
 		}
 	}()
 	handedOver = t.jr.handle(p.hctx, t.msg, release)
-}
-
-// commitLoop acks the records handed over by handlers once their results
-// are stored, in the order they were published (the order the store acks
-// them). A handler so waits for no store ack: at zero latency that wait
-// (a park and a wake-up a record) cost about a tenth of the pool's CPU. A
-// result whose ack is lost holds the records behind it for at most
-// broker.ResultAckTimeout (their acks are in by then); a record with
-// attempts saved by earlier deliveries holds them for the purge of those.
-func (p *Pool) commitLoop() {
-	defer p.handlers.Done()
-	for {
-		select {
-		case c := <-p.commits:
-			c.jr.commit(p.hctx, c)
-			c.jr.storing.Add(-1)
-			<-p.writes
-			p.inflight.Done()
-		case <-p.quit: // after every record in flight is done
-			return
-		}
-	}
 }
 
 // New makes a pool over b.
@@ -260,12 +235,13 @@ func New(b *broker.Broker, cfg Config) *Pool {
 		cfg.Heartbeat = aw / 3
 	}
 	host, _ := os.Hostname()
-	return &Pool{
+	p := &Pool{
 		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
 		jobs: map[string]*jobRunner{}, id: fmt.Sprintf("%s-%d", host, os.Getpid()),
-		tasks: make(chan task), quit: make(chan struct{}), writes: make(chan struct{}, cfg.Concurrency),
-		commits: make(chan committing, cfg.Concurrency), ahead: newReadAhead(),
+		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
 	}
+	p.done = newCompleter(brokerStore{p}, p.beats, cfg.Log, cfg.Metrics, cfg.Concurrency)
+	return p
 }
 
 // Calls is the number of model calls this pool has made.
@@ -337,8 +313,10 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("watch jobs: %w", err)
 	}
 	p.started = true
-	p.handlers.Add(1)
-	go p.commitLoop()
+	p.handlers.Add(3)
+	go func() { defer p.handlers.Done(); p.done.commitLoop(p.quit) }()
+	go func() { defer p.handlers.Done(); p.done.heldLoop(p.hctx) }()
+	go func() { defer p.handlers.Done(); p.beats.run(p.hctx) }()
 	p.ctlSub, err = p.b.NC.Subscribe(broker.SubjectControl, p.answerStats)
 	if err != nil {
 		p.log.Warn().Err(err).Msg("stats responder not started")
@@ -400,9 +378,7 @@ func (p *Pool) onJob(j *broker.Job) {
 		p.log.Error().Str("job", j.ID).Err(err).Msg("job's workflow is unusable; not serving it")
 		return
 	}
-	jr := &jobRunner{p: p, id: j.ID, wf: wf, workPrefix: broker.WorkSubject(j.ID, ""), providers: map[string]provider.Provider{}}
-	jr.done, jr.endJob = context.WithCancel(context.Background())
-	jr.setJob(j)
+	jr := newJobRunner(p, j, wf)
 	p.jobs[j.ID] = jr
 	jr.startBatcher(p.runCtx) // worker/batch.go
 	p.loops.Add(1)
@@ -452,8 +428,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	// Records read ahead were never started: back to the stream at once,
 	// for other workers (a pull still running hands its own back).
 	for _, t := range p.ahead.close() {
-		_ = t.msg.Nak()
-		p.inflight.Done()
+		p.handBackUnstarted(t)
 	}
 	p.loops.Wait()
 	done := make(chan struct{})
@@ -472,7 +447,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 		jr.endJob()
 	}
 	p.mu.Unlock()
-	p.stopH()
+	p.stopH() // the heartbeats and the held writes' retries end
 	close(p.quit)
 	p.handlers.Wait()
 	p.b.NC.RemoveStatusListener(p.mainClosed)
@@ -495,12 +470,16 @@ type Stats struct {
 	ReadAhead map[string]int64 `json:"read_ahead,omitempty"`
 	Calls     int64            `json:"calls"`
 	Handled   int64            `json:"handled"`
+	// Held is the records whose writes the store refused, held and tried
+	// again; Faults says which writes fail and why.
+	Held   int            `json:"held,omitempty"`
+	Faults []StorageFault `json:"storage_faults,omitempty"`
 }
 
 // Snapshot returns the pool's stats.
 func (p *Pool) Snapshot() Stats {
 	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
-		Storing: map[string]int64{}, ReadAhead: p.ahead.counts()}
+		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Held: p.done.heldCount(), Faults: p.done.faults.list()}
 	p.mu.Lock()
 	for id, jr := range p.jobs {
 		if n := jr.inFlight.Load(); n > 0 {
@@ -519,240 +498,8 @@ func (p *Pool) answerStats(m *nats.Msg) {
 	_ = m.Respond(data)
 }
 
-// jobRunner pulls one job's records.
-type jobRunner struct {
-	p          *Pool
-	id         string
-	wf         *workflow.Workflow
-	workPrefix string // "jetpool.work.<job>."
-
-	mu        sync.Mutex
-	job       *broker.Job
-	providers map[string]provider.Provider
-	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
-	heartbeat atomic.Int64                  // InProgress interval: a third of the consumer's AckWait
-	inFlight  atomic.Int64
-	storing   atomic.Int64 // records with the committer: called, result being stored
-	// replicated: the job's consumer has followers (a cluster, R3). A
-	// delivery count is then no proof of a first delivery: deliveries the
-	// leader made just before it was lost may not have reached the new
-	// leader, which delivers those messages again as first deliveries. So
-	// every delivery looks its result up (no Jetpool-First-Run skip).
-	replicated atomic.Bool
-	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
-	// done ends when the pool's caller says the job has nothing left to
-	// deliver (JobDone): its pulls end then, not at their expiry.
-	done   context.Context
-	endJob context.CancelFunc
-}
-
-func (jr *jobRunner) setJob(j *broker.Job) {
-	jr.mu.Lock()
-	jr.job = j
-	jr.mu.Unlock()
-}
-
-func (jr *jobRunner) current() *broker.Job {
-	jr.mu.Lock()
-	defer jr.mu.Unlock()
-	return jr.job
-}
-
-func (jr *jobRunner) provider(name string) (provider.Provider, error) {
-	jr.mu.Lock()
-	defer jr.mu.Unlock()
-	if pr, ok := jr.providers[name]; ok {
-		return pr, nil
-	}
-	cfg, ok := jr.wf.Providers[name]
-	if !ok {
-		return nil, fmt.Errorf("unknown provider %q", name)
-	}
-	pr, err := jr.p.cfg.NewProvider(cfg)
-	if err != nil {
-		return nil, err
-	}
-	jr.providers[name] = pr
-	return pr, nil
-}
-
-func (jr *jobRunner) fetchLoop(ctx context.Context) {
-	p := jr.p
-	var cons jetstream.Consumer
-	idle := false
-	pause := func(d time.Duration) bool { return (retry.SystemClock{}).Sleep(ctx, d) == nil }
-	// hb is when to keep records read ahead alive (heartbeatAhead): it
-	// wakes a loop waiting for a slot, and a busy loop checks it after
-	// each pull.
-	hb := time.NewTicker(jr.heartbeatEvery() / 2)
-	defer hb.Stop()
-	for ctx.Err() == nil {
-		if cons == nil {
-			c, err := p.pulls.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
-			if err != nil {
-				if ctx.Err() == nil {
-					p.log.Debug().Str("job", jr.id).Err(err).Msg("job consumer not ready")
-				}
-				if !pause(time.Second) {
-					return
-				}
-				continue
-			}
-			cons = c
-			// Heartbeats follow the consumer's own AckWait (set by whoever
-			// dispatched the job), not this process's setting: a worker
-			// configured with a longer AckWait must not let a long call's
-			// delivery expire and be paid for twice.
-			if aw := c.CachedInfo().Config.AckWait; aw > 0 {
-				jr.heartbeat.Store(int64(min(aw/3, p.cfg.Heartbeat)))
-			}
-			ci := c.CachedInfo().Cluster
-			jr.replicated.Store(ci != nil && len(ci.Replicas) > 0)
-			hb.Reset(jr.heartbeatEvery() / 2)
-		}
-		// Every provider of the job has an open circuit: pull nothing until
-		// a probe is due (other jobs' providers go on).
-		if jr.circuitOpen() {
-			if !pause(IdlePollMax) {
-				return
-			}
-			continue
-		}
-		// Take one slot (waiting for it), or room in the read-ahead when a
-		// slot took a record from it, then whatever else is free.
-		n, extra := 0, 0
-		for n == 0 && extra == 0 {
-			select {
-			case p.sem <- struct{}{}:
-				n = 1
-			case <-p.ahead.low:
-				if !idle {
-					extra = p.ahead.reserve(p.aheadTarget(), FetchBatchMax)
-				}
-			case <-hb.C:
-				p.heartbeatAhead()
-			case <-ctx.Done():
-				return
-			}
-		}
-	more:
-		for n+extra < FetchBatchMax {
-			select {
-			case p.sem <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		// A slot that came free while the buffer had a record (the slot
-		// was released just as the record was put) starts that record.
-		for n > 0 {
-			t, ok := p.ahead.take()
-			if !ok {
-				break
-			}
-			p.start(t)
-			n--
-		}
-		if n == 0 && extra == 0 {
-			continue
-		}
-		// Every pull is a request (and a subscription) of its own: when the
-		// pool is busy, wait a moment for a few more slots to come free so
-		// one pull serves several records, instead of one pull per record.
-		if want := min(p.cfg.Concurrency/8, FetchGather); !idle && n > 0 && n < want {
-			gather := time.NewTimer(FetchGatherWait)
-		wait:
-			for n < want {
-				select {
-				case p.sem <- struct{}{}:
-					n++
-				case <-gather.C:
-					break wait
-				case <-ctx.Done():
-					break wait
-				}
-			}
-			gather.Stop()
-		}
-		// Beyond the free slots, only what the read-ahead has room for.
-		if !idle && extra == 0 {
-			extra = p.ahead.reserve(p.aheadTarget(), FetchBatchMax-n)
-		}
-		var batch jetstream.MessageBatch
-		var err error
-		endPull := func() {}
-		began := time.Now()
-		if idle {
-			// Nothing came last time: long-poll with a single slot, so a
-			// record (or a delayed redelivery) is picked up the moment it
-			// is due while the other slots stay free for other jobs.
-			for range n - 1 {
-				<-p.sem
-			}
-			n = 1
-			// JobDone ends the pull; Stop lets it expire (see Stop). With
-			// a deadline of 10/9 IdlePoll, the server ends the pull after
-			// IdlePoll, a ninth before the client stops listening.
-			pctx, cancel := context.WithTimeout(jr.done, p.cfg.IdlePoll*10/9)
-			batch, err = cons.Fetch(1, jetstream.FetchContext(pctx))
-			endPull = cancel
-		} else {
-			batch, err = cons.FetchNoWait(n + extra)
-		}
-		got, slotted := 0, 0
-		if err == nil {
-			for msg := range batch.Messages() {
-				got++
-				p.inflight.Add(1)
-				t := task{jr: jr, msg: msg}
-				if slotted < n {
-					slotted++
-					p.start(t)
-					continue
-				}
-				if !p.ahead.put(t, time.Now()) {
-					// Stopping: never started, so back at once.
-					_ = msg.Nak()
-					p.inflight.Done()
-				}
-			}
-			err = batch.Error()
-		}
-		endPull()
-		for range n - slotted {
-			<-p.sem
-		}
-		p.ahead.unreserve(extra - (got - slotted))
-		now, rtt := time.Now(), time.Duration(0)
-		if !idle {
-			rtt = now.Sub(began)
-		}
-		p.ahead.observe(now, p.finished.Load(), rtt)
-		// A loop that never waits for a slot sees its tick here.
-		select {
-		case <-hb.C:
-			p.heartbeatAhead()
-		default:
-		}
-		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
-			err = nil // an idle pull that found nothing
-		}
-		if err != nil && ctx.Err() == nil {
-			p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-				cons = nil
-			}
-		}
-		idle = got == 0
-		if idle && err != nil && ctx.Err() == nil {
-			// A broken connection or a missing consumer: do not spin.
-			if !pause(IdlePollMax) {
-				return
-			}
-		}
-	}
-}
+// Faults is the kinds of write the store refuses now (none: empty).
+func (p *Pool) Faults() []StorageFault { return p.done.faults.list() }
 
 // start gives t a slot the caller has taken.
 func (p *Pool) start(t task) {
@@ -773,19 +520,24 @@ func (p *Pool) aheadTarget() int {
 	return p.ahead.target(aheadMax(p.cfg.Concurrency))
 }
 
-// heartbeatAhead sends InProgress for the records read ahead that have
-// waited a heartbeat interval: the pool stalled (its calls grew slow)
-// after they were pulled, and their AckWait must not run out.
-func (p *Pool) heartbeatAhead() {
-	for _, t := range p.ahead.stale(time.Now()) {
-		_ = t.msg.InProgress()
+// handBackUnstarted returns a record pulled but never started (read ahead
+// when the pool stops) at once, its state counting the delivery as handed
+// back, so that it is not taken for one lost with a process.
+func (p *Pool) handBackUnstarted(t task) {
+	defer p.inflight.Done()
+	defer p.beats.release(t.msg)
+	if d, err := t.jr.parse(t.msg); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), parkOnStopFor)
+		var lerr error
+		if d.n > 1 {
+			d.state, lerr = p.b.LoadState(ctx, d.job, d.action.Name, d.env.ID, d.replays)
+		}
+		if lerr == nil {
+			st := d.nextState(nil)
+			st.HandBacks++
+			_ = p.b.SaveState(ctx, d.job, d.action.Name, d.env.ID, st)
+		}
+		cancel()
 	}
-}
-
-// heartbeatEvery is the InProgress interval for this job's deliveries.
-func (jr *jobRunner) heartbeatEvery() time.Duration {
-	if hb := time.Duration(jr.heartbeat.Load()); hb > 0 {
-		return hb
-	}
-	return jr.p.cfg.Heartbeat
+	_ = t.msg.Nak()
 }

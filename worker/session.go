@@ -21,22 +21,37 @@ type history struct{ msgs []provider.Message }
 func (h *history) Len() int       { return len(h.msgs) }
 func (h *history) Truncate(n int) { h.msgs = h.msgs[:n] }
 
-// sessionRun is what one delivery's session produced.
-type sessionRun struct {
-	outcome retry.Outcome
-	output  any
-	model   string
-	usage   provider.Usage
-	calls   int    // calls made in this delivery
-	repairs int    // repair calls made for the record, earlier deliveries included
-	diag    string // set when the session ends the record itself (e.g. repair exhausted)
-	// explain, when set, writes the diagnostic from every attempt of the
-	// record (earlier deliveries' and the 429s the limiter absorbed, which
-	// are added after the session); it takes precedence over diag.
-	explain func(all []retry.Attempt) string
-	// reason, when set, overrides the exec layer's decision: the session
-	// ended the record itself (retry.ReasonMaxCalls).
+// sessionEnd is how one delivery's session ended: the one value decide
+// reads (river's JobSnooze / JobCancel, asynq's SkipRetry).
+type sessionEnd struct {
+	output any    // the answer, checked (ok only)
+	text   string // the last answer's text, when the model answered (kept by return_last)
+	model  string
+	usage  provider.Usage
+	// err is the last failure (nil: ok); attempts are this delivery's calls
+	// that failed or whose answer failed the expectation.
+	err      *retry.Error
+	attempts []retry.Attempt
+	calls    int // calls made in this delivery
+	repairs  int // repair calls made for the record, earlier deliveries included
+	handOver bool
+	canceled bool
+	// wait is set when a call could not go at all (retry.NotCalled): the
+	// provider is in a shared cooldown or its circuit is open for longer
+	// than a worker holds a slot.
+	wait *waitFor
+	// reason, when set, is the session ending the record itself
+	// (retry.ReasonMaxCalls, a template or configuration error): it is
+	// dead-lettered with it, whatever the retry layers would do.
 	reason retry.Reason
+	// explain, when set, writes the diagnostic from every attempt of the
+	// record (earlier deliveries' included).
+	explain func(all []retry.Attempt) string
+}
+
+// failed ends a session before any call, with a permanent error.
+func failed(reason retry.Reason, class retry.Class, typeName, msg string) *sessionEnd {
+	return &sessionEnd{err: &retry.Error{Class: class, TypeName: typeName, Message: msg}, reason: reason}
 }
 
 // OutputMaxLen is the longest a model's last output may be in a
@@ -94,45 +109,41 @@ func render(a *workflow.Action, d *delivery) (string, error) {
 // each round's retry budget is shrunk to the calls left, and a record that
 // reaches the cap while a layer would still have gone on ends with reason
 // max_calls.
-func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
+func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 	a := d.action
-	run := &sessionRun{model: a.Model, repairs: repairsOf(d.prior, false)}
 	prompt, err := render(a, d)
 	if err != nil {
-		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error()}}
-		return run
+		return failed(retry.ReasonProgrammingError, retry.ClassProgramming, "TemplateError", err.Error())
 	}
 	pr, err := jr.provider(a.Provider)
 	if err != nil {
-		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "ProviderError", Message: err.Error()}}
-		return run
+		return failed(retry.ReasonProgrammingError, retry.ClassProgramming, "ProviderError", err.Error())
 	}
 	chk, err := checkerFor(a.Expect)
 	if err != nil {
 		// The workflow was validated before dispatch: a schema that does
 		// not compile here is a bug, not the model's fault.
-		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "SchemaError", Message: err.Error()}}
-		return run
+		return failed(retry.ReasonProgrammingError, retry.ClassProgramming, "SchemaError", err.Error())
 	}
-	// Attempts are numbered after every earlier attempt (as the limiter's
-	// absorb log numbers them); max_calls counts only calls that were
-	// answered, not 429s the limiter absorbed, which cost nothing.
-	prior, priorCalls := len(d.prior), billed(d.prior)
+	run := &sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}
+	// Attempts are numbered after every earlier attempt; every one of them
+	// was a call, and counts against max_calls.
+	prior := len(d.prior())
+	priorCalls := billed(d.prior())
 	if a.MaxCalls > 0 && priorCalls >= a.MaxCalls {
 		// A redelivery after a crash gets here (the cap was spent by
 		// deliveries that saved their attempts but did not finish), and a
 		// batch straggler sent online whose rounds spent it.
-		last := d.prior[len(d.prior)-1]
-		run.outcome = retry.Outcome{Err: &retry.Error{Class: last.Class, TypeName: "MaxCallsError",
-			Message: fmt.Sprintf("max_calls %d spent by earlier deliveries", a.MaxCalls)}}
+		last := d.prior()[len(d.prior())-1]
+		run.err = &retry.Error{Class: last.Class, TypeName: "MaxCallsError",
+			Message: fmt.Sprintf("max_calls %d spent by earlier deliveries", a.MaxCalls)}
 		run.reason = retry.ReasonMaxCalls
-		run.explain = maxCallsDiag(a.MaxCalls, d.n, "")
+		run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
 		return run
 	}
 
 	h := &history{msgs: []provider.Message{{Role: "user", Content: prompt}}}
 	repairs := 0 // this delivery's
-	var out retry.Outcome
 	for {
 		pol := a.Retry
 		if left := a.MaxCalls - priorCalls - run.calls; a.MaxCalls > 0 && pol.Attempts() > left {
@@ -142,7 +153,7 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 			Policy:        pol,
 			Clock:         jr.p.cfg.Clock,
 			History:       h,
-			Delivery:      d.n,
+			Delivery:      d.delivery(),
 			PriorAttempts: prior + run.calls,
 		}
 		var resp provider.Response
@@ -151,18 +162,25 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 			resp, err = jr.ask(ctx, d, pr, h, run, chk != nil)
 			return err
 		})
-		out.Attempts = append(out.Attempts, o.Attempts...)
-		out.Calls += o.Calls
-		out.Err, out.HandOver, out.Canceled = o.Err, o.HandOver, o.Canceled
-		if o.Err != nil || o.Canceled {
-			// A transport error: the retry layers decide, unless the cap
-			// is what stopped them.
-			if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.n) {
-				run.reason = retry.ReasonMaxCalls
-				run.explain = maxCallsDiag(a.MaxCalls, d.n, "")
+		run.attempts = append(run.attempts, o.Attempts...)
+		if o.NotCalled != nil {
+			run.wait = asWait(o.NotCalled, a.Provider)
+			if o.Err != nil {
+				run.err = o.Err
 			}
 			break
 		}
+		run.err, run.handOver, run.canceled = o.Err, o.HandOver, o.Canceled
+		if o.Err != nil || o.Canceled {
+			// A transport error: the retry layers decide, unless the cap
+			// is what stopped them.
+			if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.delivery()) {
+				run.reason = retry.ReasonMaxCalls
+				run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
+			}
+			break
+		}
+		run.text = resp.Text
 		if chk == nil {
 			run.output = resp.Text
 			break
@@ -174,33 +192,32 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 		}
 		viol := asViolation(err, resp.Text)
 		final := schemaViolation(a, viol, run.model)
-		out.Err = final
-		out.Attempts = append(out.Attempts, retry.Attempt{N: prior + run.calls, Delivery: max(d.n, 1),
+		run.err = final
+		run.attempts = append(run.attempts, retry.Attempt{N: prior + run.calls, Delivery: d.delivery(),
 			Class: retry.ClassSchemaViolation, Error: final.Error(), At: jr.p.cfg.Clock.Now()})
 		if repairs >= a.Expect.RepairAttempts {
 			text := resp.Text
 			run.explain = func(all []retry.Attempt) string {
-				return retry.Diagnose(final, all, d.n) + "; last output: " + clipOutput(text)
+				return retry.Diagnose(final, all, d.delivery()) + "; last output: " + clipOutput(text)
 			}
 			break
 		}
 		if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls {
 			run.reason = retry.ReasonMaxCalls
-			run.explain = maxCallsDiag(a.MaxCalls, d.n, resp.Text)
+			run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), resp.Text)
 			break
 		}
 		h.msgs = append(h.msgs, provider.Message{Role: "user", Content: viol.Correction()})
 		repairs++
 		run.repairs++
 	}
-	run.outcome = out
 	return run
 }
 
 // ask makes one model request with the history as it stands and, when it
 // succeeds, appends the assistant's turn to it. A streamed answer grows in
 // the history as it arrives; if the stream breaks, the session pops it.
-func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider, h *history, run *sessionRun, checked bool) (provider.Response, error) {
+func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider, h *history, run *sessionEnd, checked bool) (provider.Response, error) {
 	a := d.action
 	req := provider.Request{
 		Model: a.Model, System: a.System, Messages: h.msgs, Params: a.Params, JSON: a.JSON,
@@ -219,8 +236,11 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 			h.msgs[idx].Content = partial.String()
 		}
 	}
-	run.calls++
 	resp, err := jr.call(ctx, a.Provider, pr, req)
+	var nc *retry.NotCalled
+	if !errors.As(err, &nc) {
+		run.calls++
+	}
 	if err != nil {
 		return resp, err
 	}

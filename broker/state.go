@@ -1,0 +1,109 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/retry"
+)
+
+// RecordState is what one delivery of a record's action passes on to the
+// next: the calls it made, the deliveries those spent, the waits, and an
+// answer that was paid for but could not be stored. It is kept in the KV
+// bucket JETPOOL_ATTEMPTS, one entry per record and action
+// (StateKey), only while a record needs one: from its first redelivery by
+// jetpool (a retry, a wait, a hand-back at a stop) until its final outcome.
+//
+// A record's deliveries are counted twice: by JetStream (every delivery,
+// NumDelivered) and here. Every delivery jetpool hands back itself is
+// counted in Handled; the difference is the deliveries that ended with no
+// word from any worker (a process killed or hung: AckWait ran out), which
+// jetpool bounds itself (docs/durability.md), so no record depends on the
+// server's MaxDeliver advisories.
+type RecordState struct {
+	// Replays is the replay generation the state belongs to: a state of an
+	// earlier generation is ignored (LoadState returns none).
+	Replays int `json:"replays"`
+	// Attempts are the record's calls so far that did not end it, in order.
+	Attempts []retry.Attempt `json:"attempts,omitempty"`
+	// Deliveries is the exec layer's budget spent: deliveries that made calls
+	// and were redelivered.
+	Deliveries int `json:"deliveries,omitempty"`
+	// Handled is the deliveries a worker handed back and accounted for here
+	// (retried, parked, handed back at a stop).
+	Handled int `json:"handled,omitempty"`
+	// Lost is the deliveries that ended with no word from any worker (the
+	// process was killed or hung, and AckWait ran out), counted when the
+	// next delivery hands the record back.
+	Lost int `json:"lost,omitempty"`
+	// HandBacks is the deliveries a stopping worker handed back.
+	HandBacks int `json:"hand_backs,omitempty"`
+	// Waits and Waited are the times the record was parked for a provider
+	// (a shared cooldown, an open circuit) without a call, and how long in all.
+	Waits  int           `json:"waits,omitempty"`
+	Waited time.Duration `json:"waited,omitempty"`
+	// Answer is a paid answer whose result a worker could not store before
+	// it had to stop: the next delivery stores it instead of calling again.
+	Answer *Result `json:"answer,omitempty"`
+}
+
+// StateKey is the JETPOOL_ATTEMPTS key of a record's action.
+func StateKey(job, action, record string) string {
+	return job + "." + action + "." + RecordToken(record)
+}
+
+// LoadState reads the state of a record's action in replay generation
+// replays; nil when there is none (or only one of an earlier generation).
+func (b *Broker) LoadState(ctx context.Context, job, action, record string, replays int) (*RecordState, error) {
+	kv, err := b.KV(ctx, BucketAttempts)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, StateKey(job, action, record))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state of %s/%s/%s: %w", job, action, record, err)
+	}
+	var st RecordState
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		// A state that cannot be read is no state: its deliveries count as
+		// unaccounted, which the crash allowance bounds.
+		return nil, nil
+	}
+	if st.Replays != replays {
+		return nil, nil
+	}
+	return &st, nil
+}
+
+// SaveState writes the state of a record's action.
+func (b *Broker) SaveState(ctx context.Context, job, action, record string, st *RecordState) error {
+	kv, err := b.KV(ctx, BucketAttempts)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, StateKey(job, action, record), data); err != nil {
+		return fmt.Errorf("save state of %s/%s/%s: %w", job, action, record, err)
+	}
+	return nil
+}
+
+// ClearState removes the state of a record's action (its outcome is final).
+func (b *Broker) ClearState(ctx context.Context, job, action, record string) error {
+	kv, err := b.KV(ctx, BucketAttempts)
+	if err != nil {
+		return err
+	}
+	return kv.Purge(ctx, StateKey(job, action, record))
+}

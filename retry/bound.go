@@ -1,0 +1,62 @@
+package retry
+
+import "time"
+
+// Action is what, beyond its Policy, decides how many calls one record of
+// an action may cost and for how long: the repair rounds of an expectation,
+// provider batch rounds, max_calls, and the provider's caps on a
+// Retry-After and on one call.
+type Action struct {
+	Policy Policy
+	// Repairs is expect.repair.max_attempts: each repair is a round of its
+	// own, with the session's attempts.
+	Repairs int
+	// BatchRounds is how many provider batch rounds a batch-mode action may
+	// spend before it goes online (0 for an online action).
+	BatchRounds int
+	// MaxCalls caps every call of the record's action (0: no cap).
+	MaxCalls int
+	// RetryAfterMax caps what a provider may ask a record to wait between
+	// two calls; CallTimeout bounds one call.
+	RetryAfterMax time.Duration
+	CallTimeout   time.Duration
+}
+
+// Bound is the worst case of one record of an action: a hard bound that
+// every retry layer keeps (DESIGN.md §9), printed by `jetpool validate`.
+type Bound struct {
+	// Calls is the most calls the record's action can make: attempts ×
+	// (1 + repairs) × deliveries, plus batch rounds, capped by max_calls.
+	Calls int
+	// Uncapped is Calls before max_calls (equal when no cap applies).
+	Uncapped int
+	// Waiting is the longest the record can spend between its calls: every
+	// session's waits (each no longer than its budget: a longer Retry-After
+	// hands the record to the exec layer), every redelivery delay (at least
+	// the provider's capped Retry-After), and MaxWait for the provider.
+	Waiting time.Duration
+	// Total is Waiting plus every call taking its whole timeout.
+	Total time.Duration
+}
+
+// Bound computes the worst case of a; see Bound.
+func (a Action) Bound() Bound {
+	p := a.Policy.WithDefaults()
+	rounds := 1 + max(a.Repairs, 0)
+	perDelivery := p.Attempts() * rounds
+	b := Bound{Uncapped: perDelivery*p.Deliveries() + max(a.BatchRounds, 0)}
+	b.Calls = b.Uncapped
+	if a.MaxCalls > 0 && a.MaxCalls < b.Calls {
+		b.Calls = a.MaxCalls
+	}
+	// One round's session waits are bounded by its budget, or by its own
+	// schedule jittered up by a fifth, whichever is longer.
+	session := max(p.SessionBudget(), p.scheduledDelays()*6/5)
+	b.Waiting = session * time.Duration(rounds*p.Deliveries())
+	for d := 1; d < p.Deliveries(); d++ {
+		b.Waiting += min(max(p.RedeliverDelay(d, 0), a.RetryAfterMax), RedeliverDelayMax)
+	}
+	b.Waiting += p.WaitLimit()
+	b.Total = b.Waiting + time.Duration(b.Calls)*a.CallTimeout
+	return b
+}

@@ -1,0 +1,132 @@
+package worker
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// delivery is one work message being handled.
+type delivery struct {
+	msg     jetstream.Msg
+	job     string
+	action  *workflow.Action
+	index   int
+	env     *broker.Envelope
+	replays int
+	n       int // JetStream's delivery count: every delivery, whatever ended it
+	mode    string
+	// firstRun: the publisher knew no result of this action could exist
+	// for the record yet (broker.HeaderFirstRun), and the job's consumer is
+	// not replicated (jobRunner.replicated).
+	firstRun bool
+	// state is what earlier deliveries passed on (broker.RecordState);
+	// nil when there were none, or none needed one.
+	state *broker.RecordState
+	// stale is the sequence of a failed result of an earlier replay
+	// generation, which this delivery's result replaces.
+	stale uint64
+	// next is the action after this one ("" for the last).
+	next string
+}
+
+// unpaid reports whether this is the first delivery of a first-run message:
+// the one run of the action for the record, so no result can exist yet.
+func (d *delivery) unpaid() bool { return d.firstRun && d.n == 1 }
+
+// prior is the attempts of earlier deliveries.
+func (d *delivery) prior() []retry.Attempt {
+	if d.state == nil {
+		return nil
+	}
+	return d.state.Attempts
+}
+
+// delivery is the exec layer's number of this delivery, 1-based: the
+// deliveries that made calls before it, plus one. Deliveries spent waiting
+// (parked for a provider), handed back at a stop or lost with a process are
+// not the record's retries and do not count here (RecordState).
+func (d *delivery) delivery() int {
+	if d.state == nil {
+		return 1
+	}
+	return d.state.Deliveries + 1
+}
+
+// unaccounted is the earlier deliveries of the record that ended with no
+// word from a worker (killed, hung: AckWait ran out), as far as its state
+// knows: JetStream's count minus what jetpool handed back itself.
+func (d *delivery) unaccounted() int {
+	handled := 0
+	if d.state != nil {
+		handled = d.state.Handled
+	}
+	return max(d.n-1-handled, 0)
+}
+
+// nextState is the state to pass on when this delivery hands the record
+// back: the earlier state, this delivery counted as handled, and its
+// attempts added.
+func (d *delivery) nextState(attempts []retry.Attempt) *broker.RecordState {
+	st := &broker.RecordState{Replays: d.replays}
+	if d.state != nil {
+		*st = *d.state
+		st.Attempts = append([]retry.Attempt(nil), d.state.Attempts...)
+	}
+	st.Replays = d.replays
+	st.Attempts = append(st.Attempts, attempts...)
+	// Every delivery so far is now accounted for: the earlier ones the
+	// state did not know were lost with a process.
+	st.Lost += d.unaccounted()
+	st.Handled = d.n
+	st.Answer = nil
+	return st
+}
+
+// lost is the deliveries of the record lost with a process so far,
+// this delivery's predecessors included.
+func (d *delivery) lost() int {
+	n := d.unaccounted()
+	if d.state != nil {
+		n += d.state.Lost
+	}
+	return n
+}
+
+// parse reads a work message of the job.
+func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
+	action, ok := strings.CutPrefix(msg.Subject(), jr.workPrefix)
+	if !ok || action == "" || strings.IndexByte(action, '.') >= 0 {
+		return nil, fmt.Errorf("unexpected subject %s", msg.Subject())
+	}
+	a, idx := jr.wf.Action(action)
+	if a == nil {
+		return nil, fmt.Errorf("the workflow has no action %q", action)
+	}
+	env, err := broker.ParseEnvelope(msg.Data())
+	if err != nil {
+		return nil, fmt.Errorf("malformed work message: %w", err)
+	}
+	if env.ID == "" {
+		return nil, fmt.Errorf("work message without a record id")
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(meta.NumDelivered)}
+	if idx+1 < len(jr.wf.Actions) {
+		d.next = jr.wf.Actions[idx+1].Name
+	}
+	h := msg.Headers()
+	d.replays, _ = strconv.Atoi(h.Get(broker.HeaderReplays))
+	d.mode = h.Get(broker.HeaderMode)
+	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0 && !jr.replicated.Load()
+	return d, nil
+}

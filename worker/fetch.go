@@ -1,0 +1,240 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/retry"
+)
+
+// grant is what one pull may fill: slots taken for it (each a record to
+// start at once) and room promised in the read-ahead (records to buffer).
+type grant struct{ slots, ahead int }
+
+func (g grant) empty() bool { return g.slots == 0 && g.ahead == 0 }
+
+// fetchLoop pulls the job's records while the pool runs, one step at a
+// time: bind the job's consumer; wait while its work cannot go on (every
+// provider's circuit open, or records held after failed writes); take the
+// free slots and read-ahead room (grant); pull and hand each record to a
+// slot or the read-ahead (pull); give back what the pull did not fill.
+func (jr *jobRunner) fetchLoop(ctx context.Context) {
+	var cons jetstream.Consumer
+	idle := false
+	for ctx.Err() == nil {
+		if cons == nil {
+			if cons = jr.bind(ctx); cons == nil {
+				continue
+			}
+		}
+		if jr.mustWait(ctx) {
+			continue
+		}
+		g, ok := jr.grant(ctx, idle)
+		if !ok {
+			return
+		}
+		if g.empty() {
+			continue
+		}
+		got, err := jr.pull(ctx, cons, g, idle)
+		idle = got == 0
+		if err != nil && ctx.Err() == nil {
+			jr.p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
+			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				cons = nil
+			}
+			if idle {
+				// A broken connection or a missing consumer: do not spin.
+				jr.pause(ctx, IdlePollMax)
+			}
+		}
+	}
+}
+
+// pause sleeps d or until ctx is done.
+func (jr *jobRunner) pause(ctx context.Context, d time.Duration) {
+	_ = (retry.SystemClock{}).Sleep(ctx, d)
+}
+
+// bind looks the job's consumer up (nil, after a pause, while it is not
+// there yet) and takes its settings: heartbeats follow the consumer's own
+// AckWait (set by whoever dispatched the job), not this process's setting,
+// so that a worker configured with a longer AckWait does not let a long
+// call's delivery expire and be paid for twice.
+func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
+	p := jr.p
+	c, err := p.pulls.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Debug().Str("job", jr.id).Err(err).Msg("job consumer not ready")
+		}
+		jr.pause(ctx, time.Second)
+		return nil
+	}
+	if aw := c.CachedInfo().Config.AckWait; aw > 0 {
+		jr.heartbeat.Store(int64(min(aw/3, p.cfg.Heartbeat)))
+	}
+	ci := c.CachedInfo().Cluster
+	jr.replicated.Store(ci != nil && len(ci.Replicas) > 0)
+	return c
+}
+
+// mustWait pauses the job's pulls, and reports so, while its records could
+// not go on: every provider of the job has an open circuit (pull nothing
+// until a probe is due; other jobs' providers go on), or the completer
+// holds records whose writes the store refuses (take no more work until
+// they land: a full disk or a lost quorum must not burn calls).
+func (jr *jobRunner) mustWait(ctx context.Context) bool {
+	switch {
+	case jr.circuitOpen():
+		jr.pause(ctx, IdlePollMax)
+		return true
+	case jr.p.done.heldCount() > 0:
+		jr.pause(ctx, heldRetryMin)
+		return true
+	}
+	return false
+}
+
+// grant takes one slot (waiting for it), or room in the read-ahead once a
+// slot took a record from it, then whatever else is free; a free slot
+// starts a record already read ahead. A busy pool waits a moment for a
+// few more slots, so that one pull serves several records. ok is false
+// when ctx is done.
+func (jr *jobRunner) grant(ctx context.Context, idle bool) (g grant, ok bool) {
+	p := jr.p
+	for g.empty() {
+		select {
+		case p.sem <- struct{}{}:
+			g.slots = 1
+		case <-p.ahead.low:
+			if !idle {
+				g.ahead = p.ahead.reserve(p.aheadTarget(), FetchBatchMax)
+			}
+		case <-ctx.Done():
+			return g, false
+		}
+	}
+	g.slots += p.freeSlots(FetchBatchMax - g.slots - g.ahead)
+	// A slot that came free while the buffer had a record (the slot was
+	// released just as the record was put) starts that record.
+	for g.slots > 0 {
+		t, ok := p.ahead.take()
+		if !ok {
+			break
+		}
+		p.start(t)
+		g.slots--
+	}
+	if g.empty() {
+		return g, true
+	}
+	// Every pull is a request (and a subscription) of its own.
+	if want := min(p.cfg.Concurrency/8, FetchGather); !idle && g.slots > 0 && g.slots < want {
+		g.slots += p.gatherSlots(ctx, want-g.slots, FetchGatherWait)
+	}
+	// Beyond the free slots, only what the read-ahead has room for.
+	if !idle && g.ahead == 0 {
+		g.ahead = p.ahead.reserve(p.aheadTarget(), FetchBatchMax-g.slots)
+	}
+	return g, true
+}
+
+// pull fetches what g may fill and hands each record to a slot, then to
+// the read-ahead; the slots and room it did not fill are given back. An
+// idle job is long-polled with a single slot, so a record (or a delayed
+// redelivery) is picked up the moment it is due while the other slots stay
+// free for other jobs.
+func (jr *jobRunner) pull(ctx context.Context, cons jetstream.Consumer, g grant, idle bool) (got int, err error) {
+	p := jr.p
+	var batch jetstream.MessageBatch
+	began := time.Now()
+	if idle {
+		p.giveSlots(g.slots - 1)
+		g.slots = 1
+		// JobDone ends the pull; Stop lets it expire (see Stop). With a
+		// deadline of 10/9 IdlePoll, the server ends the pull after
+		// IdlePoll, a ninth before the client stops listening.
+		pctx, cancel := context.WithTimeout(jr.done, p.cfg.IdlePoll*10/9)
+		defer cancel()
+		batch, err = cons.Fetch(1, jetstream.FetchContext(pctx))
+	} else {
+		batch, err = cons.FetchNoWait(g.slots + g.ahead)
+	}
+	slotted := 0
+	if err == nil {
+		every := jr.heartbeatEvery()
+		for msg := range batch.Messages() {
+			got++
+			p.inflight.Add(1)
+			p.beats.hold(msg, every, time.Now())
+			t := task{jr: jr, msg: msg}
+			if slotted < g.slots {
+				slotted++
+				p.start(t)
+				continue
+			}
+			if !p.ahead.put(t, time.Now()) {
+				// Stopping: never started, so back at once.
+				p.handBackUnstarted(t)
+			}
+		}
+		err = batch.Error()
+	}
+	p.giveSlots(g.slots - slotted)
+	p.ahead.unreserve(g.ahead - (got - slotted))
+	rtt := time.Duration(0)
+	if !idle {
+		rtt = time.Since(began)
+	}
+	p.ahead.observe(time.Now(), p.finishedCount.Load(), rtt)
+	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
+		err = nil // an idle pull that found nothing
+	}
+	return got, err
+}
+
+// freeSlots takes up to n slots that are free now.
+func (p *Pool) freeSlots(n int) int {
+	got := 0
+	for got < n {
+		select {
+		case p.sem <- struct{}{}:
+			got++
+		default:
+			return got
+		}
+	}
+	return got
+}
+
+// gatherSlots waits up to wait for up to n more slots to come free.
+func (p *Pool) gatherSlots(ctx context.Context, n int, wait time.Duration) int {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	got := 0
+	for got < n {
+		select {
+		case p.sem <- struct{}{}:
+			got++
+		case <-t.C:
+			return got
+		case <-ctx.Done():
+			return got
+		}
+	}
+	return got
+}
+
+// giveSlots hands n slots back.
+func (p *Pool) giveSlots(n int) {
+	for range n {
+		<-p.sem
+	}
+}

@@ -1,0 +1,88 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetpool/jetpool/batch"
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/ratelimit"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// jobRunner serves one job in a pool: its fetch loop (fetch.go), the
+// handling of its records (handle.go), its providers and limiters.
+type jobRunner struct {
+	p          *Pool
+	id         string
+	wf         *workflow.Workflow
+	workPrefix string // "jetpool.work.<job>."
+
+	mu        sync.Mutex
+	job       *broker.Job
+	providers map[string]provider.Provider
+	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
+	heartbeat atomic.Int64                  // InProgress interval: a third of the consumer's AckWait
+	inFlight  atomic.Int64
+	storing   atomic.Int64 // records the completer took over: their writes are landing
+	// replicated: the job's consumer has followers (a cluster, R3). A
+	// delivery count is then no proof of a first delivery: deliveries the
+	// leader made just before it was lost may not have reached the new
+	// leader, which delivers those messages again as first deliveries. So
+	// every delivery looks its result up (no Jetpool-First-Run skip).
+	replicated atomic.Bool
+	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
+	// done ends when the pool's caller says the job has nothing left to
+	// deliver (JobDone): its pulls end then, not at their expiry.
+	done   context.Context
+	endJob context.CancelFunc
+}
+
+func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {
+	jr := &jobRunner{p: p, id: j.ID, wf: wf, workPrefix: broker.WorkSubject(j.ID, ""), providers: map[string]provider.Provider{}}
+	jr.done, jr.endJob = context.WithCancel(context.Background())
+	jr.setJob(j)
+	return jr
+}
+
+func (jr *jobRunner) setJob(j *broker.Job) {
+	jr.mu.Lock()
+	jr.job = j
+	jr.mu.Unlock()
+}
+
+func (jr *jobRunner) current() *broker.Job {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	return jr.job
+}
+
+func (jr *jobRunner) provider(name string) (provider.Provider, error) {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	if pr, ok := jr.providers[name]; ok {
+		return pr, nil
+	}
+	cfg, ok := jr.wf.Providers[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown provider %q", name)
+	}
+	pr, err := jr.p.cfg.NewProvider(cfg)
+	if err != nil {
+		return nil, err
+	}
+	jr.providers[name] = pr
+	return pr, nil
+}
+
+// heartbeatEvery is the InProgress interval for this job's deliveries.
+func (jr *jobRunner) heartbeatEvery() time.Duration {
+	if hb := time.Duration(jr.heartbeat.Load()); hb > 0 {
+		return hb
+	}
+	return jr.p.cfg.Heartbeat
+}

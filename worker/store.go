@@ -1,0 +1,94 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/deadletter"
+)
+
+// brokerStore is the completer's store: the pool's broker.
+type brokerStore struct{ p *Pool }
+
+type pubFuture struct{ f jetstream.PubAckFuture }
+
+func (f pubFuture) wait(ctx context.Context) error { return broker.AwaitResult(ctx, f.f) }
+
+func (s brokerStore) publishResult(r *broker.Result) (future, error) {
+	f, err := s.p.b.PublishResult(r)
+	if err != nil {
+		return nil, err
+	}
+	return pubFuture{f}, nil
+}
+
+// forward publishes the record to the next action, with this action's
+// output, without waiting for the store.
+func (s brokerStore) forward(d *delivery, output any) (future, error) {
+	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, RawRecord: d.env.RawRecord, Line: d.env.Line,
+		Outputs: make(map[string]any, len(d.env.Outputs)+1)}
+	for k, v := range d.env.Outputs {
+		env.Outputs[k] = v
+	}
+	env.Outputs[d.action.Name] = output
+	m, err := broker.NewWorkMsg(d.job, d.next, env, d.replays)
+	if err != nil {
+		return nil, err
+	}
+	if d.unpaid() {
+		// The one run of this action for the record: this is the one
+		// publish of the next action's message.
+		m.Header.Set(broker.HeaderFirstRun, "1")
+	}
+	f, err := s.p.b.JS.PublishMsgAsync(m)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s: %w", m.Subject, err)
+	}
+	return pubFuture{f}, nil
+}
+
+func (s brokerStore) deadLetter(ctx context.Context, e *deadletter.Entry) error {
+	return deadletter.Publish(ctx, s.p.b, e)
+}
+
+func (s brokerStore) writeResult(ctx context.Context, r *broker.Result) error {
+	return s.p.b.WriteResult(ctx, r)
+}
+
+func (s brokerStore) saveState(ctx context.Context, d *delivery, st *broker.RecordState) error {
+	return s.p.b.SaveState(ctx, d.job, d.action.Name, d.env.ID, st)
+}
+
+func (s brokerStore) clearState(ctx context.Context, d *delivery) error {
+	return s.p.b.ClearState(ctx, d.job, d.action.Name, d.env.ID)
+}
+
+func (s brokerStore) deleteResult(ctx context.Context, seq uint64) error {
+	return s.p.b.DeleteMsg(ctx, broker.StreamResults, seq)
+}
+
+// failJob fails the job (on_exhausted: raise): workers stop running its
+// records; what is queued is dead-lettered with reason job_failed.
+func (s brokerStore) failJob(ctx context.Context, d *delivery, diag string) error {
+	j, err := s.p.b.UpdateJob(ctx, d.job, func(j *broker.Job) bool {
+		if j.Status == broker.JobFailed {
+			return false
+		}
+		j.Status = broker.JobFailed
+		j.Reason = fmt.Sprintf("action %s, record %s: %s", d.action.Name, d.env.ID, diag)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	s.p.mu.Lock()
+	jr := s.p.jobs[d.job]
+	s.p.mu.Unlock()
+	if jr != nil {
+		jr.setJob(j)
+	}
+	return nil
+}
