@@ -33,6 +33,16 @@ type Job struct {
 	MaxDeliver int       `json:"max_deliver"`
 	Created    time.Time `json:"created"`
 	Updated    time.Time `json:"updated"`
+	// Replay is set by `jetpool retry` before it republishes a job's dead
+	// letters, and cleared when the job completes: a retry killed half way
+	// is found and finished by the next one.
+	Replay *ReplayMark `json:"replay,omitempty"`
+}
+
+// ReplayMark is a replay of a job's dead letters that has not finished.
+type ReplayMark struct {
+	At      time.Time `json:"at"`
+	Records int       `json:"records"` // dead letters it set out to replay
 }
 
 // ErrJobNotFound is returned by GetJob when the job does not exist.
@@ -124,4 +134,20 @@ func (b *Broker) ListJobs(ctx context.Context) ([]*Job, error) {
 		jobs = append(jobs, j)
 	}
 	return jobs, nil
+}
+
+// CompleteJob marks a job completed, once every record has its final
+// result (unless it failed, or is marked already); a replay mark goes with
+// it: the replay is finished.
+func (b *Broker) CompleteJob(ctx context.Context, id string) (*Job, error) {
+	return b.UpdateJob(ctx, id, func(j *Job) bool {
+		if j.Status == JobFailed || (j.Status == JobCompleted && j.Replay == nil) {
+			return false
+		}
+		if j.Status != JobFailed {
+			j.Status = JobCompleted
+		}
+		j.Replay = nil
+		return true
+	})
 }

@@ -225,6 +225,33 @@ func (b *Broker) EachResult(ctx context.Context, job string, fn func(*Result) er
 	return nil
 }
 
+// EachFinal calls fn with every result of a job and final reports whether
+// it is the record's one final result in an export: its ok at the last
+// action, or a failure that no ok supersedes. A record has one final result
+// whatever the order its outcomes were stored in: a worker that stopped
+// between storing a failure and acking it leaves the failure, and the
+// redelivery finds it (worker/handle.go) — but should an ok at the last
+// action also exist, the ok is the record's line and the failure is not
+// (one lookup a failed result; failures are few).
+func (b *Broker) EachFinal(ctx context.Context, j *Job, fn func(r *Result, final bool) error) error {
+	last := ""
+	if len(j.Actions) > 0 {
+		last = j.Actions[len(j.Actions)-1]
+	}
+	return b.EachResult(ctx, j.ID, func(r *Result) error {
+		switch {
+		case r.Status == StatusOK:
+			return fn(r, r.Action == last)
+		default:
+			ok, err := b.HasOK(ctx, j.ID, last, r.ID)
+			if err != nil {
+				return err
+			}
+			return fn(r, ok == nil)
+		}
+	})
+}
+
 // Counts are a job's exact result counts, computed by the server.
 type Counts struct {
 	Total    int64            `json:"total"`     // records dispatched

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +23,49 @@ import (
 // once the dispatcher or an operator has set the topology up. A create or
 // update it is refused fails with the server's permissions error.
 func (b *Broker) Ensure(ctx context.Context) error {
+	// A cluster started a few seconds ago (compose, Kubernetes) may not
+	// answer yet while it elects its meta leader and places streams: wait
+	// for it, within a bound, and say what is awaited.
+	began := time.Now()
+	said := time.Time{}
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
+		err := b.ensure(ctx)
+		if err == nil || ctx.Err() != nil || !notReady(err) {
+			return err
+		}
+		if time.Since(began)+delay > ensureWait {
+			return fmt.Errorf("JetStream not ready after %s: %w", ensureWait.Round(time.Second), err)
+		}
+		if time.Since(said) > 5*time.Second {
+			said = time.Now()
+			b.Log.Warn().Err(err).Str("url", redact(b.url)).Dur("giving_up_in", (ensureWait - time.Since(began)).Round(time.Second)).
+				Msg("waiting for JetStream: the cluster may still be electing its leaders or placing streams")
+		}
+		if err := (retry.SystemClock{}).Sleep(ctx, delay); err != nil {
+			return err
+		}
+	}
+}
+
+// ensureWait bounds Ensure's wait for a JetStream that does not answer yet.
+var ensureWait = 60 * time.Second
+
+// notReady reports whether err is JetStream not answering yet, or not yet
+// able to place what is asked (a cluster still forming), rather than an
+// answer: a refused request, a permissions error.
+func notReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10005, 10008, 10009: // no suitable peers yet, temporarily unavailable, cannot handle the request
+			return true
+		}
+	}
+	return unanswered(err) ||
+		strings.Contains(err.Error(), "no suitable peers") || strings.Contains(err.Error(), "temporarily unavailable")
+}
+
+func (b *Broker) ensure(ctx context.Context) error {
 	r := b.Cfg.Replicas
 	if r < 1 {
 		r = 1

@@ -3,6 +3,7 @@ package deadletter
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/retry"
@@ -43,6 +44,10 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 	if err != nil {
 		return res, err
 	}
+	perJob := map[string]int{}
+	for _, e := range entries {
+		perJob[e.Job]++
+	}
 	for _, e := range entries {
 		res.Matched++
 		env, err := e.Envelope()
@@ -61,12 +66,15 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 		}
 		if !res.Jobs[e.Job] {
 			// A job that failed (on_exhausted: raise) or completed runs
-			// again once replayed.
+			// again once replayed; the mark says a replay is under way
+			// before anything is republished, so that a replay killed half
+			// way is found and finished by the next (Unfinished).
+			n := perJob[e.Job]
 			if _, err := b.UpdateJob(ctx, e.Job, func(j *broker.Job) bool {
-				if j.Status != broker.JobFailed && j.Status != broker.JobCompleted {
-					return false
+				if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
+					j.Status, j.Reason = broker.JobRunning, ""
 				}
-				j.Status, j.Reason = broker.JobRunning, ""
+				j.Replay = &broker.ReplayMark{At: time.Now().UTC(), Records: n}
 				return true
 			}); err != nil {
 				return res, fmt.Errorf("job %s: %w", e.Job, err)
@@ -125,4 +133,49 @@ func ValidReason(r string) bool {
 		}
 	}
 	return false
+}
+
+// UnfinishedReplay is a job whose last replay has records not yet
+// finished: in the work stream, or waiting for redelivery.
+type UnfinishedReplay struct {
+	Job     string
+	At      time.Time // when the replay began
+	Records int       // dead letters it replayed
+	Left    int64     // the job's records still queued, in flight or waiting
+}
+
+// Unfinished lists the jobs (job, or every job when "") with a replay not
+// finished: a `jetpool retry` killed after it republished, or one whose
+// records no worker has run yet. Cheap: the jobs bucket and one consumer
+// info a job with a replay mark.
+func Unfinished(ctx context.Context, b *broker.Broker, job string) ([]UnfinishedReplay, error) {
+	var jobs []*broker.Job
+	if job != "" {
+		j, _, err := b.GetJob(ctx, job)
+		if err != nil {
+			return nil, err
+		}
+		jobs = []*broker.Job{j}
+	} else {
+		var err error
+		if jobs, err = b.ListJobs(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var out []UnfinishedReplay
+	for _, j := range jobs {
+		if j.Replay == nil {
+			continue
+		}
+		p, err := b.Backlog(ctx, j.ID)
+		if err != nil {
+			return nil, err
+		}
+		left := int64(p.Queued) + int64(p.AckPending)
+		if left == 0 && j.Status != broker.JobRunning {
+			continue
+		}
+		out = append(out, UnfinishedReplay{Job: j.ID, At: j.Replay.At, Records: j.Replay.Records, Left: left})
+	}
+	return out, nil
 }

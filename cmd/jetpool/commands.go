@@ -165,11 +165,10 @@ func cmdResults(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "%d results (%d ok, %d failed) written to %s\n", s.records, s.ok, s.failed, *out)
 		return nil
 	}
-	last := job.Actions[len(job.Actions)-1]
 	enc := json.NewEncoder(e.stdout)
 	enc.SetEscapeHTML(false)
-	return b.EachResult(ctx, job.ID, func(r *broker.Result) error {
-		if r.Status == broker.StatusFailed || r.Action == last {
+	return b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
+		if final {
 			return enc.Encode(r)
 		}
 		return nil

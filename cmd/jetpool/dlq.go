@@ -237,6 +237,26 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A replay that was killed after it republished left records in the
+	// work stream and none in the DLQ: found by its mark, and finished here.
+	unfinished, err := deadletter.Unfinished(ctx, b, f.Job)
+	if err != nil {
+		return err
+	}
+	for _, u := range unfinished {
+		if res.Jobs[u.Job] {
+			continue
+		}
+		verb := "working them now"
+		if *dry {
+			verb = "a retry without --dry-run works them"
+		} else if !b.Embedded() {
+			verb = "workers will run them"
+		}
+		fmt.Fprintf(e.stderr, "job %s: a replay of %s at %s is not finished: %d records are still queued or waiting; %s\n",
+			u.Job, plural(int64(u.Records), "dead letter"), u.At.Local().Format(time.DateTime), u.Left, verb)
+		res.Jobs[u.Job] = true
+	}
 	if *dry {
 		fmt.Fprintf(e.stdout, "dry run: %s would be replayed; nothing changed\n", plural(int64(res.Matched-res.Skipped), "dead letter"))
 		return nil
@@ -246,7 +266,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, ", %d skipped", res.Skipped)
 	}
 	fmt.Fprintln(e.stderr)
-	if res.Replayed == 0 {
+	if len(res.Jobs) == 0 {
 		return nil
 	}
 	if !b.Embedded() && !*wait {

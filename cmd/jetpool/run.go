@@ -191,14 +191,10 @@ func waitJobEvery(ctx context.Context, e *env, b *broker.Broker, jobID string, p
 		st.Counts = counts
 		bar.update(st.Done, job.Total, st)
 		if st.Drained() && st.Finished(job) {
-			if job.Status != broker.JobFailed && job.Status != broker.JobCompleted {
-				job, _ = b.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
-					if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
-						return false
-					}
-					j.Status = broker.JobCompleted
-					return true
-				})
+			if job.Status != broker.JobFailed && (job.Status != broker.JobCompleted || job.Replay != nil) {
+				if j, err := b.CompleteJob(ctx, jobID); err == nil {
+					job = j
+				}
 			}
 			return job, nil
 		}

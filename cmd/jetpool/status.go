@@ -32,6 +32,17 @@ type jobStatus struct {
 	Created    time.Time        `json:"created"`
 	Workers    int              `json:"workers"`
 	Batches    []batchStatus    `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+	// Replay is an unfinished replay of the job's dead letters (jetpool retry).
+	Replay *broker.ReplayMark `json:"replay,omitempty"`
+	// StorageFaults are the writes the workers' store refuses now: their
+	// records are held (counted in storing) and written again.
+	StorageFaults []workerFault `json:"storage_faults,omitempty"`
+}
+
+// workerFault is a storage fault one worker reports.
+type workerFault struct {
+	Worker string `json:"worker"`
+	worker.StorageFault
 }
 
 // batchStatus is one outstanding provider batch (JETPOOL_BATCHES).
@@ -88,6 +99,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		s.Workers = workers
+		s.StorageFaults = ws.faults
 		out = append(out, s)
 	}
 	if *asJSON {
@@ -119,6 +131,16 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		if s.Reason != "" {
 			fmt.Fprintf(e.stdout, "%s failed: %s\n", s.Job, s.Reason)
 		}
+		if r := s.Replay; r != nil {
+			fmt.Fprintf(e.stdout, "%s: a replay of %s at %s is not finished ('jetpool retry --job %s' finishes it on the embedded server)\n",
+				s.Job, plural(int64(r.Records), "dead letter"), r.At.Local().Format(time.DateTime), s.Job)
+		}
+	}
+	if len(out) > 0 {
+		for _, f := range out[0].StorageFaults {
+			fmt.Fprintf(e.stdout, "storage fault: worker %s: %s writes to %s failing since %s (%d failures): %s\n  %s; its records are held, not called again\n",
+				f.Worker, f.Write, f.Stream, f.Since.Local().Format(time.TimeOnly), f.Failures, f.Error, f.Hint)
+		}
 	}
 	printBatches(e, out)
 	printLimits(ctx, e, b) // status_limits.go: cooldowns and open circuits
@@ -129,7 +151,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 // statusOf is job j's status; info is its consumer's (nil: none, or
 // unreadable).
 func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (jobStatus, error) {
-	s := jobStatus{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created}
+	s := jobStatus{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay}
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
 		return s, err
@@ -166,13 +188,7 @@ func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstr
 	// first status that sees it finished records that it completed.
 	p := broker.Progress{Counts: c, Queued: s.Queued, AckPending: int(s.InFlight + s.Storing + s.Waiting)}
 	if backlog && j.Status == broker.JobRunning && p.Finished(j) {
-		if nj, err := b.UpdateJob(ctx, j.ID, func(j *broker.Job) bool {
-			if j.Status != broker.JobRunning {
-				return false
-			}
-			j.Status = broker.JobCompleted
-			return true
-		}); err == nil {
+		if nj, err := b.CompleteJob(ctx, j.ID); err == nil {
 			s.Status = nj.Status
 		} else {
 			s.Status = broker.JobCompleted
@@ -188,8 +204,12 @@ const (
 	statsQuiet = 50 * time.Millisecond
 )
 
-// workerCounts is what the live workers answered, by job.
-type workerCounts struct{ inFlight, storing, readAhead map[string]int64 }
+// workerCounts is what the live workers answered, by job, and the storage
+// faults they report.
+type workerCounts struct {
+	inFlight, storing, readAhead map[string]int64
+	faults                       []workerFault
+}
 
 // addCounts adds a worker's counts by job to the sums.
 func addCounts(sum, counts map[string]int64) {
@@ -230,6 +250,9 @@ func workerStats(b *broker.Broker) (workerCounts, int) {
 				addCounts(ws.inFlight, s.InFlight)
 				addCounts(ws.storing, s.Storing)
 				addCounts(ws.readAhead, s.ReadAhead)
+				for _, f := range s.Faults {
+					ws.faults = append(ws.faults, workerFault{Worker: s.Worker, StorageFault: f})
+				}
 			}
 			quiet.Reset(statsQuiet)
 		case <-quiet.C:

@@ -48,20 +48,15 @@ func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output st
 		defer tmp.Close()
 		w = bufio.NewWriterSize(tmp, 1<<20)
 	}
-	last := ""
-	if len(job.Actions) > 0 {
-		last = job.Actions[len(job.Actions)-1]
-	}
 	enc := json.NewEncoder(io.Discard)
 	if w != nil {
 		enc = json.NewEncoder(w)
 		enc.SetEscapeHTML(false)
 	}
-	err := b.EachResult(ctx, job.ID, func(r *broker.Result) error {
+	err := b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
 		s.calls += int64(r.Recovery.Attempts)
 		s.tokensIn += int64(r.Usage.InputTokens)
 		s.tokensOut += int64(r.Usage.OutputTokens)
-		final := r.Status == broker.StatusFailed || r.Action == last
 		if !final {
 			return nil
 		}
