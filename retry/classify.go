@@ -568,7 +568,7 @@ func transientText(text string) (Class, bool) {
 // textClass classifies an error by its words alone (step 8 of Classify):
 // text is "TypeName: message" and msg the message, both lower-cased.
 func textClass(text, msg string) (Class, bool) {
-	if c, ok := statusClass(statusInText(msg)); ok {
+	if c, ok := statusInText(msg); ok {
 		return c, true
 	}
 	if c, ok := typeNameInText(text); ok {
@@ -589,12 +589,15 @@ func textClass(text, msg string) (Class, bool) {
 var (
 	// statusText is an HTTP status in words: after a word that introduces
 	// one ("Error 429", "error code: 500", "status=503", `"code": 429`,
-	// "HTTP/1.1 502", "upstream returned 5xx"), or leading the message as
-	// the SDKs print it ("500 status code (no body)", "429 Rate limit
-	// reached…", "503 UNAVAILABLE. {…}"). The word after the number is
-	// captured so that a count ("error: 500 tokens") is not taken for one.
-	statusText = regexp.MustCompile(`(?:^\s*|\b(?:error|error_?code|status|status_?code|http|code|returned|received|got|response)["']?\s*[:=#(\[]?\s*["']?(?:code\s*[:=]?\s*)?|\bhttp/\d(?:\.\d)?\s+)` +
-		`([1-5](?:\d\d|xx))\b(?:\s*([a-z%]+))?`)
+	// "HTTP/1.1 502", "upstream returned 5xx", "got a 502"), leading the
+	// message as the SDKs print it ("500 status code (no body)", "429 Rate
+	// limit reached…", "503 UNAVAILABLE. {…}"), or followed by "error",
+	// "status" or "response" ("a 503 error"). Group 1 is the introduction,
+	// 2 the number, 3 the word after it, so that a count ("error: 500
+	// tokens") is not taken for a status.
+	statusText = regexp.MustCompile(`(^\s*|\b(?:error|error_?code|status|status_?code|http|code|returned|received|got|response|with)` +
+		`(?:\s+(?:an?|the))?["']?\s*[:=#(\[]?\s*["']?(?:code\s*[:=]?\s*)?|\bhttp/\d(?:\.\d)?\s+)?` +
+		`\b([1-5](?:\d\d|xx))\b(?:\s*([a-z%]+))?`)
 	// countUnits are the words that make a number a count, not a status.
 	countUnits = map[string]bool{"tokens": true, "token": true, "characters": true, "chars": true,
 		"bytes": true, "kb": true, "mb": true, "ms": true, "s": true, "sec": true, "seconds": true,
@@ -602,23 +605,32 @@ var (
 		"images": true, "files": true, "results": true, "%": true}
 )
 
-// statusInText is the first HTTP status in msg (lower-cased) by statusText,
-// 0 when there is none. "5xx" reads as 500; "4xx" says too little (0).
-func statusInText(msg string) int {
-	for _, m := range statusText.FindAllStringSubmatch(msg, -1) {
-		if countUnits[m[2]] {
+// statusInText is the class of the first status in msg (lower-cased), by
+// statusText, that decides one (see statusClass). "5xx" reads as a server
+// error; "4xx" says too little.
+func statusInText(msg string) (Class, bool) {
+	for _, m := range statusText.FindAllStringSubmatchIndex(msg, -1) {
+		num := msg[m[4]:m[5]]
+		next := ""
+		if m[6] >= 0 {
+			next = msg[m[6]:m[7]]
+		}
+		introduced := m[2] >= 0
+		if countUnits[next] || (!introduced && next != "error" && next != "status" && next != "response") {
 			continue
 		}
-		if strings.HasSuffix(m[1], "xx") {
-			if m[1] == "5xx" {
-				return 500
-			}
-			continue
+		if num == "5xx" {
+			return ClassServer, true
 		}
-		n, _ := strconv.Atoi(m[1])
-		return n
+		n, err := strconv.Atoi(num)
+		if err != nil {
+			continue // 4xx
+		}
+		if c, ok := statusClass(n); ok {
+			return c, true
+		}
 	}
-	return 0
+	return ClassNone, false
 }
 
 // typeNameText is a type name inside a message: an SDK's or gateway's
