@@ -103,7 +103,6 @@ func suiteCases() []suiteCase {
 	oaiHuge, antHuge, gemHuge := new(atomic.Int64), new(atomic.Int64), new(atomic.Int64)
 	oaiHugeS, antHugeS, gemHugeS := new(atomic.Int64), new(atomic.Int64), new(atomic.Int64)
 	wireOnly := cell{skip: "wire-only: the sim has no HTTP layer"}
-	wireText := cell{skip: "wire-only: the sim's faults are structured, it has no stream to carry words"}
 	h := providertest.Header
 
 	return []suiteCase{{
@@ -271,42 +270,18 @@ func suiteCases() []suiteCase {
 		// Errors inside a 200 stream often carry only words (a gateway's, an
 		// SDK wrapper's): they are classified and retried like their
 		// structured forms (retry.Classify, step 8).
-		name:   "rate limit in words inside a 200 stream",
-		stream: true,
-		cells: map[string]cell{
-			"openai":    {serve: textInStream(provider.KindOpenAI, "Error 429"), want: want{err: inWords(retry.ClassRateLimit, "Error 429")}},
-			"anthropic": {serve: textInStream(provider.KindAnthropic, "Too many tokens, please wait before trying again."), want: want{err: inWords(retry.ClassRateLimit, "Too many tokens")}},
-			"gemini":    {serve: textInStream(provider.KindGemini, "error code 429"), want: want{err: inWords(retry.ClassRateLimit, "error code 429")}},
-			"sim":       wireText,
-		},
+		name: "rate limit in words inside a 200 stream", stream: true,
+		cells: inWords(retry.ClassRateLimit, "Error 429", "Too many tokens, please wait before trying again.", "error code 429"),
 	}, {
-		name:   "server error in words inside a 200 stream",
-		stream: true,
-		cells: map[string]cell{
-			"openai":    {serve: textInStream(provider.KindOpenAI, "upstream returned 5xx"), want: want{err: inWords(retry.ClassServer, "upstream returned 5xx")}},
-			"anthropic": {serve: textInStream(provider.KindAnthropic, "error code 500"), want: want{err: inWords(retry.ClassServer, "error code 500")}},
-			"gemini":    {serve: textInStream(provider.KindGemini, "500 status code (no body)"), want: want{err: inWords(retry.ClassServer, "500 status code")}},
-			"sim":       wireText,
-		},
+		name: "server error in words inside a 200 stream", stream: true,
+		cells: inWords(retry.ClassServer, "upstream returned 5xx", "error code 500", "500 status code (no body)"),
 	}, {
-		name:   "network error in words inside a 200 stream",
-		stream: true,
-		cells: map[string]cell{
-			"openai":    {serve: textInStream(provider.KindOpenAI, "The socket connection was closed unexpectedly"), want: want{err: inWords(retry.ClassNetwork, "socket connection was closed")}},
-			"anthropic": {serve: textInStream(provider.KindAnthropic, "request cancelled"), want: want{err: inWords(retry.ClassNetwork, "request cancelled")}},
-			"gemini": {serve: textInStream(provider.KindGemini, "peer closed connection without sending complete message body (incomplete chunked read)"),
-				want: want{err: inWords(retry.ClassNetwork, "peer closed connection")}},
-			"sim": wireText,
-		},
+		name: "network error in words inside a 200 stream", stream: true,
+		cells: inWords(retry.ClassNetwork, "The socket connection was closed unexpectedly", "request cancelled",
+			"peer closed connection without sending complete message body (incomplete chunked read)"),
 	}, {
-		name:   "invalid api key in words beats a status in words",
-		stream: true,
-		cells: map[string]cell{
-			"openai":    {serve: textInStream(provider.KindOpenAI, "Error 500: invalid api key"), want: want{err: inWords(retry.ClassAuth, "invalid api key")}},
-			"anthropic": {serve: textInStream(provider.KindAnthropic, "Error 500: invalid api key"), want: want{err: inWords(retry.ClassAuth, "invalid api key")}},
-			"gemini":    {serve: textInStream(provider.KindGemini, "Error 500: invalid api key"), want: want{err: inWords(retry.ClassAuth, "invalid api key")}},
-			"sim":       wireText,
-		},
+		name: "invalid api key in words beats a status in words", stream: true,
+		cells: inWords(retry.ClassAuth, "Error 500: invalid api key", "Error 500: invalid api key", "Error 500: invalid api key"),
 	}, {
 		// SSE garbage says what was wrong, with the first bytes quoted, and
 		// is classified by its words (provider.badStream).
@@ -393,9 +368,14 @@ func textInStream(kind, msg string) providertest.SSE {
 		fmt.Sprintf("data: {\"error\":{\"message\":%s}}\n\n", q))}
 }
 
-// inWords is the error an error event of words alone must come back as.
-func inWords(c retry.Class, msg string) *wantErr {
-	return &wantErr{class: c, typeName: c.TypeName(), msg: msg}
+// inWords are the cells of a case whose 200 stream carries an error event
+// of words alone, one text per wire format, that must come back as class c.
+func inWords(c retry.Class, openai, anthropic, gemini string) map[string]cell {
+	cells := map[string]cell{"sim": {skip: "wire-only: the sim's faults are structured, it has no stream to carry words"}}
+	for kind, msg := range map[string]string{provider.KindOpenAI: openai, provider.KindAnthropic: anthropic, provider.KindGemini: gemini} {
+		cells[kind] = cell{serve: textInStream(kind, msg), want: want{err: &wantErr{class: c, typeName: c.TypeName(), msg: msg}}}
+	}
+	return cells
 }
 
 // sameWire is a case that every wire adapter serves the same way.
