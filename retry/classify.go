@@ -201,17 +201,18 @@ var providerSignals = map[string]Class{
 	"throttling_error":     ClassRateLimit, // LiteLLM proxy's own RPM/TPM limits
 	"throttlingexception":  ClassRateLimit, // AWS Bedrock
 
-	"overloaded_error":      ClassServer,
-	"api_error":             ClassServer,
-	"server_error":          ClassServer,
-	"internal_error":        ClassServer,
-	"internal_server_error": ClassServer,
-	"internal":              ClassServer,
-	"unavailable":           ClassServer,
-	"service_unavailable":   ClassServer,
-	"deadline_exceeded":     ClassServer,
-	"timeout_error":         ClassServer, // Anthropic 504
-	"aborted":               ClassServer,
+	"overloaded_error":    ClassServer,
+	"api_error":           ClassServer,
+	"server_error":        ClassServer,
+	"internal_error":      ClassServer,
+	"internal":            ClassServer,
+	"unavailable":         ClassServer,
+	"service_unavailable": ClassServer,
+	"deadline_exceeded":   ClassServer,
+	"timeout_error":       ClassServer, // Anthropic 504
+	"aborted":             ClassServer,
+
+	"internal_server_error": ClassServer, // a gateway's spelling
 
 	"invalid_request_error":    ClassInvalidRequest,
 	"invalid_argument":         ClassInvalidRequest,
