@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -182,7 +181,7 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 			Usage *anthropicUsage `json:"usage"`
 		}
 		if err := json.Unmarshal(ev.data, &data); err != nil {
-			return Response{}, p.streamBroken(ctx, fmt.Errorf("bad stream event: %w", err), req.Model, key)
+			return Response{}, p.streamBroken(ctx, badEvent(ev.data, err), req.Model, key)
 		}
 		switch cmp.Or(ev.event, data.Type) {
 		case "message_start":

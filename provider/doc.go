@@ -53,9 +53,20 @@
 // NetworkError for a body cut short. A stream that breaks mid-flight is a
 // NetworkError with an empty message (DESIGN.md §3). A 2xx body that ends in
 // "unexpected end of JSON input" is a truncated body, so network, not a schema
-// problem. A body beyond [MaxBodyBytes] (or an error body beyond
-// [MaxErrorBodyBytes], which is just cut) is a ResponseTooLargeError of class
-// server.
+// problem. A body beyond [MaxBodyBytes] is a ResponseTooLargeError of class
+// invalid_request: the size of an answer follows from its request, so a retry
+// would download (and pay for) the same body again; an error body beyond
+// [MaxErrorBodyBytes] is just cut.
+//
+// An error event inside a 200 stream is normalised like an HTTP error; when
+// it carries only words (no status, no type) retry.Classify reads them. A
+// stream that is garbage says what was wrong, with its first bytes quoted: a
+// body that is not SSE at all ("response is not an SSE stream: …"; a JSON
+// error body sent with a 200 is read as that error) and an event that does
+// not decode ("stream event does not decode: …") are classified by their
+// words, and are unknown (InvalidResponseError) when the words say nothing;
+// an event cut by the end of the stream is a NetworkError ("stream ended
+// inside an event: …"). llama.cpp's "error: {…}" stream lines are errors.
 //
 // # insufficient_quota
 //

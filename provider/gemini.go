@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -228,7 +227,7 @@ func (p *gemini) stream(ctx context.Context, body io.Reader, req Request, key st
 		}
 		var chunk geminiResponse
 		if err := json.Unmarshal(ev.data, &chunk); err != nil {
-			return Response{}, p.streamBroken(ctx, fmt.Errorf("bad stream chunk: %w", err), req.Model, key)
+			return Response{}, p.streamBroken(ctx, badEvent(ev.data, err), req.Model, key)
 		}
 		if hasError(chunk.Error) {
 			return Response{}, p.inBandError(ev.data, req.Model, key)

@@ -232,10 +232,14 @@ func (c *client) transportError(ctx context.Context, err error, model, key, when
 	e.Err = err
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		// Not transient in any useful way, not the caller's fault either: the
-		// endpoint misbehaves like a 5xx would.
-		e.Class, e.TypeName = retry.ClassServer, "ResponseTooLargeError"
-		e.Message = fmt.Sprintf("response body exceeds %d MiB", MaxBodyBytes>>20)
+		// Permanent for this request: the size of an answer follows from the
+		// request (its max_tokens, n, the output it asks for), so sending it
+		// again downloads the same 32 MiB again, and pays for it again, on
+		// every attempt of both layers. It fails at once, and can be replayed
+		// (jetpool retry --class invalid_request) once the request or the
+		// endpoint is fixed.
+		e.Class, e.TypeName = retry.ClassInvalidRequest, "ResponseTooLargeError"
+		e.Message = fmt.Sprintf("response body exceeds %d MiB, the most jetpool reads of one answer", MaxBodyBytes>>20)
 	case context.Cause(ctx) == errRequestTimeout:
 		e.TypeName = "APITimeoutError"
 		e.Message = fmt.Sprintf("request timed out after %s", cmp.Or(c.cfg.Timeout, TimeoutDefault))
@@ -258,13 +262,50 @@ func (c *client) transportError(ctx context.Context, err error, model, key, when
 
 // streamBroken is the error of a stream that broke mid-flight: a network
 // error with an empty message (DESIGN.md §3), unless the cause is ours to name
-// (our timeout, the caller's cancellation, the size cap).
+// (our timeout, the caller's cancellation, the size cap) or the stream was
+// garbage (see badStream).
 func (c *client) streamBroken(ctx context.Context, err error, model, key string) *retry.Error {
-	if errors.Is(err, errBodyTooLarge) || ctx.Err() != nil {
+	var bad *badStreamError
+	switch {
+	case errors.Is(err, errBodyTooLarge) || ctx.Err() != nil:
 		return c.transportError(ctx, err, model, key, "reading stream")
+	case errors.As(err, &bad):
+		return c.badStream(bad, model, key)
 	}
 	return &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
 		Provider: c.cfg.Name, Model: model, Err: err}
+}
+
+// badStream is the error of a stream that is not what it should be, named
+// with its first bytes, quoted and clipped:
+//
+//   - an event cut short (its JSON stops where the stream did) is a network
+//     error, like any stream that broke mid-flight;
+//   - a body that is not SSE but is a JSON error (a gateway that answered a
+//     stream request with {"error": …} and a 200) is that error;
+//   - anything else is classified by its words, as an error event's text is
+//     (retry.Classify): an HTML "502 Bad Gateway" page is a server error, a
+//     plain "Error 429" a rate limit; garbage that says nothing known is an
+//     InvalidResponseError of class unknown, like a 2xx body that is not
+//     JSON (decodeBody): the session layer does not retry it, the exec layer
+//     does.
+func (c *client) badStream(bad *badStreamError, model, key string) *retry.Error {
+	if bad.cut() {
+		return &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
+			Message:  c.redact("stream ended inside an event: "+quoteHead(bad.data), key),
+			Provider: c.cfg.Name, Model: model, Err: bad.err}
+	}
+	if bad.err == nil && parseAPIError(bad.data) != (apiError{}) {
+		return c.inBandError(bad.data, model, key)
+	}
+	// Err is the decoding error alone: the data may echo what the message redacts.
+	e := &retry.Error{Message: bodyPrefix(bad.data), Provider: c.cfg.Name, Model: model, Err: bad.err}
+	c.finish(e, key)
+	if e.Class == retry.ClassUnknown {
+		e.TypeName = "InvalidResponseError"
+	}
+	e.Message = c.redact(bad.Error(), key)
+	return e
 }
 
 // readBody reads a successful, non-streamed body under MaxBodyBytes.

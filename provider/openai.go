@@ -171,9 +171,9 @@ func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key st
 		}
 		var chunk openAIResponse
 		if err := json.Unmarshal(ev.data, &chunk); err != nil {
-			return Response{}, p.streamBroken(ctx, fmt.Errorf("bad stream chunk: %w", err), req.Model, key)
+			return Response{}, p.streamBroken(ctx, badEvent(ev.data, err), req.Model, key)
 		}
-		if len(chunk.Error) > 0 && string(chunk.Error) != "null" {
+		if ev.event == "error" || (len(chunk.Error) > 0 && string(chunk.Error) != "null") {
 			return Response{}, p.inBandError(ev.data, req.Model, key)
 		}
 		if chunk.Model != "" {

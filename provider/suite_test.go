@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -266,15 +267,72 @@ func suiteCases() []suiteCase {
 			"sim":       {sim: &provider.SimConfig{Latency: time.Hour}, want: want{err: &wantErr{class: retry.ClassNetwork, msg: "deadline exceeded"}}},
 		},
 	}, {
+		// Errors inside a 200 stream often carry only words (a gateway's, an
+		// SDK wrapper's): they are classified and retried like their
+		// structured forms (retry.Classify, step 8).
+		name: "rate limit in words inside a 200 stream", stream: true,
+		cells: inWords(retry.ClassRateLimit, "Error 429", "Too many tokens, please wait before trying again.", "error code 429"),
+	}, {
+		name: "server error in words inside a 200 stream", stream: true,
+		cells: inWords(retry.ClassServer, "upstream returned 5xx", "error code 500", "500 status code (no body)"),
+	}, {
+		name: "network error in words inside a 200 stream", stream: true,
+		cells: inWords(retry.ClassNetwork, "The socket connection was closed unexpectedly", "request cancelled",
+			"peer closed connection without sending complete message body (incomplete chunked read)"),
+	}, {
+		name: "invalid api key in words beats a status in words", stream: true,
+		cells: inWords(retry.ClassAuth, "Error 500: invalid api key", "Error 500: invalid api key", "Error 500: invalid api key"),
+	}, {
+		// SSE garbage says what was wrong, with the first bytes quoted, and
+		// is classified by its words (provider.badStream).
+		name:   "a 200 stream that is an HTML page, not SSE",
+		stream: true,
+		cells: sameWire(providertest.SSE{Events: []string{"<html><head><title>502 Bad Gateway</title></head>\n<body>502 Bad Gateway</body></html>\n"}},
+			want{err: &wantErr{class: retry.ClassServer, typeName: "ServerError", msg: `response is not an SSE stream: "<html><head><title>502 Bad Gateway`}}),
+	}, {
+		name:   "a 200 stream that is a JSON error, not SSE",
+		stream: true,
+		cells: sameWire(providertest.SSE{Events: []string{`{"error":{"message":"Rate limit exceeded: free-models-per-min","code":429}}`}},
+			want{err: &wantErr{class: retry.ClassRateLimit, typeName: "RateLimitError", status: 429, msg: "Rate limit exceeded"}}),
+	}, {
+		name:   "a 200 stream of words that say nothing known",
+		stream: true,
+		cells: sameWire(providertest.SSE{Events: []string{"Hello! The service you asked for lives elsewhere now.\n"}},
+			want{err: &wantErr{class: retry.ClassUnknown, typeName: "InvalidResponseError", msg: `response is not an SSE stream: "Hello! The service`}}),
+	}, {
+		name:   "an event that does not decode",
+		stream: true,
+		cells: map[string]cell{
+			"openai": {serve: providertest.SSE{Events: append(providertest.OpenAIStream("gpt-4o-mini", deltas, 12, 5)[:2], "data: {oops\n\n")},
+				want: want{err: &wantErr{class: retry.ClassUnknown, typeName: "InvalidResponseError", msg: `stream event does not decode: invalid character 'o'`}}},
+			"anthropic": {serve: providertest.SSE{Events: append(providertest.AnthropicStream("claude-sonnet-4-5", deltas, 12, 5)[:3], "event: content_block_delta\ndata: {oops\n\n")},
+				want: want{err: &wantErr{class: retry.ClassUnknown, typeName: "InvalidResponseError", msg: `stream event does not decode: invalid character 'o'`}}},
+			"gemini": {serve: providertest.SSE{Events: append(providertest.GeminiStream("gemini-2.5-flash", deltas, 12, 5)[:1], "data: {oops\r\n\r\n")},
+				want: want{err: &wantErr{class: retry.ClassUnknown, typeName: "InvalidResponseError", msg: `stream event does not decode: invalid character 'o'`}}},
+			"sim": wireOnly,
+		},
+	}, {
+		name:   "an event cut by the end of the stream",
+		stream: true,
+		cells: map[string]cell{
+			"openai": {serve: providertest.SSE{Events: append(providertest.OpenAIStream("gpt-4o-mini", deltas, 12, 5)[:2], `data: {"id":"chatcmpl-abc123","object":"chat.co`)},
+				want: want{err: &wantErr{class: retry.ClassNetwork, typeName: "NetworkError", msg: `stream ended inside an event: "{\"id\":\"chatcmpl-abc123\"`}}},
+			"anthropic": {serve: providertest.SSE{Events: append(providertest.AnthropicStream("claude-sonnet-4-5", deltas, 12, 5)[:3], "event: content_block_delta\ndata: {\"type\":\"content_bl")},
+				want: want{err: &wantErr{class: retry.ClassNetwork, typeName: "NetworkError", msg: `stream ended inside an event: "{\"type\":\"content_bl"`}}},
+			"gemini": {serve: providertest.SSE{Events: append(providertest.GeminiStream("gemini-2.5-flash", deltas, 12, 5)[:1], `data: {"candidates":[{"content":`)},
+				want: want{err: &wantErr{class: retry.ClassNetwork, typeName: "NetworkError", msg: `stream ended inside an event: "{\"candidates\"`}}},
+			"sim": wireOnly,
+		},
+	}, {
 		name:    "huge body",
 		timeout: time.Minute, // 32 MiB under -race, several at once
 		cells: map[string]cell{
 			"openai": {serve: providertest.Huge{Prefix: `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"`, Written: oaiHuge},
-				want: want{bounded: oaiHuge, err: &wantErr{class: retry.ClassServer, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
+				want: want{bounded: oaiHuge, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"anthropic": {serve: providertest.Huge{Prefix: `{"type":"message","content":[{"type":"text","text":"`, Written: antHuge},
-				want: want{bounded: antHuge, err: &wantErr{class: retry.ClassServer, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
+				want: want{bounded: antHuge, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"gemini": {serve: providertest.Huge{Prefix: `{"candidates":[{"content":{"parts":[{"text":"`, Written: gemHuge},
-				want: want{bounded: gemHuge, err: &wantErr{class: retry.ClassServer, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
+				want: want{bounded: gemHuge, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"sim": wireOnly,
 		},
 	}, {
@@ -283,14 +341,48 @@ func suiteCases() []suiteCase {
 		timeout: time.Minute,
 		cells: map[string]cell{
 			"openai": {serve: providertest.Huge{ContentType: "text/event-stream", Prefix: `data: {"choices":[{"index":0,"delta":{"content":"`, Written: oaiHugeS},
-				want: want{bounded: oaiHugeS, err: &wantErr{class: retry.ClassServer, typeName: "ResponseTooLargeError"}}},
+				want: want{bounded: oaiHugeS, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"anthropic": {serve: providertest.Huge{ContentType: "text/event-stream", Prefix: "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"", Written: antHugeS},
-				want: want{bounded: antHugeS, err: &wantErr{class: retry.ClassServer, typeName: "ResponseTooLargeError"}}},
+				want: want{bounded: antHugeS, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"gemini": {serve: providertest.Huge{ContentType: "text/event-stream", Prefix: `data: {"candidates":[{"content":{"parts":[{"text":"`, Written: gemHugeS},
-				want: want{bounded: gemHugeS, err: &wantErr{class: retry.ClassServer, typeName: "ResponseTooLargeError"}}},
+				want: want{bounded: gemHugeS, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"sim": wireOnly,
 		},
 	}}
+}
+
+// textInStream is a 200 stream of kind's wire format that starts an answer
+// and then carries an error event whose only content is msg: no status, no
+// type, as a gateway passes an upstream error on.
+func textInStream(kind, msg string) providertest.SSE {
+	q, _ := json.Marshal(msg)
+	switch kind {
+	case provider.KindAnthropic:
+		return providertest.SSE{Events: append(providertest.AnthropicStream("claude-sonnet-4-5", deltas, 12, 5)[:4],
+			fmt.Sprintf("event: error\ndata: {\"type\":\"error\",\"error\":{\"message\":%s}}\n\n", q))}
+	case provider.KindGemini:
+		return providertest.SSE{Events: append(providertest.GeminiStream("gemini-2.5-flash", deltas, 12, 5)[:1],
+			fmt.Sprintf("data: {\"error\":{\"message\":%s}}\r\n\r\n", q))}
+	}
+	return providertest.SSE{Events: append(providertest.OpenAIStream("gpt-4o-mini", deltas, 12, 5)[:2],
+		fmt.Sprintf("data: {\"error\":{\"message\":%s}}\n\n", q))}
+}
+
+// inWords are the cells of a case whose 200 stream carries an error event
+// of words alone, one text per wire format, that must come back as class c.
+func inWords(c retry.Class, openai, anthropic, gemini string) map[string]cell {
+	cells := map[string]cell{"sim": {skip: "wire-only: the sim's faults are structured, it has no stream to carry words"}}
+	for kind, msg := range map[string]string{provider.KindOpenAI: openai, provider.KindAnthropic: anthropic, provider.KindGemini: gemini} {
+		cells[kind] = cell{serve: textInStream(kind, msg), want: want{err: &wantErr{class: c, typeName: c.TypeName(), msg: msg}}}
+	}
+	return cells
+}
+
+// sameWire is a case that every wire adapter serves the same way.
+func sameWire(serve http.Handler, w want) map[string]cell {
+	c := cell{serve: serve, want: w}
+	return map[string]cell{"openai": c, "anthropic": c, "gemini": c,
+		"sim": {skip: "wire-only: the sim has no HTTP layer"}}
 }
 
 // anthropicRateLimit is Anthropic's 429 with its rate-limit headers, reset
@@ -460,6 +552,14 @@ func requireError(t *testing.T, err error, w wantErr, name, model string) {
 		require.LessOrEqual(t, len(e.Message), 2*provider.MaxMessageLen)
 	}
 	require.Contains(t, e.Message, w.msg)
+	// What the layers do with it: the session layer retries the transient
+	// classes only; neither layer retries a permanent one (a body over the
+	// cap is never downloaded again).
+	require.Equal(t, e.Class.Transient(), retry.Retryable(e), "session retry of %s", e.Class)
+	if e.Class.Permanent() {
+		d := retry.Policy{Enabled: true}.Decide(retry.Outcome{Err: e}, 1)
+		require.Equal(t, retry.VerdictDeadLetter, d.Verdict, "a permanent class is dead-lettered at once")
+	}
 	require.Equal(t, w.retryAfter, e.RetryAfter, "RetryAfter")
 	require.InDelta(t, w.reset, e.Reset, float64(resetSlack), "Reset")
 	// What the retry layers will see.

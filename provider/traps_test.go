@@ -114,6 +114,40 @@ func TestTraps(t *testing.T) {
 			`data: {"id":"gen-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}],"error":{"code":502,"message":"Provider returned error"}}` + "\n\n"}},
 		want: wantErr{class: retry.ClassServer, status: 502, msg: "Provider returned error"},
 	}, {
+		name:   "llama.cpp error: line inside a 200 stream",
+		kind:   provider.KindOpenAI,
+		stream: true,
+		serve: providertest.SSE{Events: append(providertest.OpenAIStream("gpt-4o-mini", deltas, 12, 5)[:2],
+			`error: {"code":500,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}`+"\n\n")},
+		want: wantErr{class: retry.ClassContextOverflow, status: 500, ptype: "exceed_context_size_error", msg: "exceeds the available context size"},
+	}, {
+		name:   "an event: error a compatible server sends after a 200",
+		kind:   provider.KindOpenAI,
+		stream: true,
+		serve: providertest.SSE{Events: append(providertest.OpenAIStream("gpt-4o-mini", deltas, 12, 5)[:2],
+			"event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"The model crashed mid-answer\"}\n\n")},
+		want: wantErr{class: retry.ClassServer, pcode: "server_error", msg: "The model crashed mid-answer"},
+	}, {
+		name:   "OpenAI Batch's enqueued token limit as an in-band error is a rate limit",
+		kind:   provider.KindOpenAI,
+		stream: true,
+		serve: providertest.SSE{Events: []string{"data: " + providertest.OpenAIError(
+			"Enqueued token limit reached for gpt-4o in organization org-abc. Limit: 90,000 enqueued tokens. Please try again once some in_progress batches have been completed.",
+			"invalid_request_error", "token_limit_exceeded") + "\n\n"}},
+		want: wantErr{class: retry.ClassRateLimit, typeName: "RateLimitError", pcode: "token_limit_exceeded", msg: "Enqueued token limit"},
+	}, {
+		name:   "a stream that opens with a BOM is still SSE",
+		kind:   provider.KindOpenAI,
+		stream: true,
+		serve: providertest.SSE{Events: append([]string{"\ufeff: keep-alive\n\n"},
+			"data: "+providertest.OpenAIError("Slow down", "rate_limit_error", "")+"\n\n")},
+		want: wantErr{class: retry.ClassRateLimit, ptype: "rate_limit_error", msg: "Slow down"},
+	}, {
+		name:  "a LiteLLM proxy's numeric code as a string",
+		kind:  provider.KindOpenAI,
+		serve: providertest.Reply{Status: 200, Body: `{"error":{"message":"No deployments available for selected model, Try again in 60 seconds. Passed model=gpt-4o","type":"None","param":"None","code":"429"}}`},
+		want:  wantErr{class: retry.ClassRateLimit, typeName: "RateLimitError", pcode: "429", msg: "No deployments available"},
+	}, {
 		name:  "Gemini OpenAI-compatible endpoint: bad key as an array body",
 		kind:  provider.KindOpenAI,
 		serve: providertest.Reply{Status: 400, Body: `[{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT"}}]`},
@@ -158,6 +192,13 @@ func TestTraps(t *testing.T) {
 		stream: true,
 		serve:  providertest.SSE{Events: providertest.AnthropicStream("claude-sonnet-4-5", deltas, 12, 5)[:6]},
 		want:   wantErr{class: retry.ClassNetwork, typeName: "NetworkError", emptyMsg: true},
+	}, {
+		name:   "Anthropic error event whose data is words, not JSON",
+		kind:   provider.KindAnthropic,
+		stream: true,
+		serve: providertest.SSE{Events: append(providertest.AnthropicStream("claude-sonnet-4-5", deltas, 12, 5)[:4],
+			"event: error\ndata: Error 429\n\n")},
+		want: wantErr{class: retry.ClassRateLimit, typeName: "RateLimitError", msg: `stream event does not decode: invalid character 'E' looking for beginning of value: "Error 429"`},
 	}, {
 		name:  "Anthropic credit balance too low",
 		kind:  provider.KindAnthropic,

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -23,17 +25,28 @@ import (
 //  3. the permanent markers of DESIGN.md §1 in "TypeName: message";
 //  4. the HTTP status (status wins over the provider type otherwise: a 429
 //     whose type says invalid_request_error is a rate limit, a 400 whose code
-//     mentions server_error is an invalid request);
+//     mentions server_error is an invalid request), or a numeric provider
+//     code standing in for it (a LiteLLM proxy's "code": "429"); see
+//     statusClass for the 4xx that decide nothing;
 //  5. the provider type/code alone (errors inside a 200 stream have no status);
 //  6. a well-known TypeName ("RateLimitError", "APIConnectionError", …);
 //  7. the Go error types of the underlying error (net, syscall, io, tls, x509);
-//  8. the transient message patterns of DESIGN.md §1, case-insensitive;
-//  9. a few permanent message patterns (unknown model, …).
+//  8. the message as text, for errors that reach us with no structure (an
+//     error event inside a 200 stream, a gateway or SDK that passed the
+//     provider's error on as a string): a status in the words ("Error 429",
+//     "error code 500", "upstream returned 5xx", "500 status code (no body)"),
+//     then an SDK's or gateway's type name in the words
+//     ("litellm.RateLimitError: …", "ThrottlingException: …"), then
+//     request-size refusals ("Request too large for …"), then the transient
+//     message patterns of DESIGN.md §1, case-insensitive, then a few
+//     permanent message patterns (unknown model, …).
 //
 // An error with an empty message and no structured signal is a stream that
 // dropped before any error body arrived: ClassNetwork. A non-empty message
 // that matches nothing is ClassUnknown. Classify ignores e.Class; it returns
-// ClassNone only for a nil e.
+// ClassNone only for a nil e. docs/retry.md has the decision table and the
+// classifier measured on a corpus of real error bodies, structured and as
+// bare text.
 func Classify(e *Error) Class {
 	if e == nil {
 		return ClassNone
@@ -57,8 +70,8 @@ func Classify(e *Error) Class {
 	if c, ok := markerClass(text); ok {
 		return c
 	}
-	// 4. HTTP status.
-	if c, ok := statusClass(e.Status); ok {
+	// 4. HTTP status, or a numeric code standing in for it.
+	if c, ok := statusClass(cmp.Or(e.Status, codeStatus(code))); ok {
 		return c
 	}
 	// 5. Provider type/code alone (no decisive status).
@@ -76,15 +89,11 @@ func Classify(e *Error) Class {
 	if c, ok := goClass(e.Err, e); ok {
 		return c
 	}
-	// 8. Transient message patterns.
-	if c, ok := transientText(text); ok {
+	// 8. The words alone.
+	if c, ok := textClass(text, strings.ToLower(e.Message)); ok {
 		return c
 	}
-	// 9. Permanent message patterns beyond the markers.
-	if invalidRequestText.MatchString(text) {
-		return ClassInvalidRequest
-	}
-	if strings.TrimSpace(e.Message) == "" {
+	if strings.TrimSpace(e.Message) == "" && e.Status == 0 {
 		return ClassNetwork
 	}
 	return ClassUnknown
@@ -122,8 +131,9 @@ var (
 	// llama.cpp "exceeds the available context size" / "Context size has been
 	// exceeded", Ollama "input length exceeds the context length", Bedrock
 	// "Input is too long", Gemini "The input token count (…) exceeds the maximum
-	// number of tokens allowed", Cohere "too many tokens: … in the prompt".
-	overflowText = regexp.MustCompile(`prompt is too long|context_length_exceeded|` +
+	// number of tokens allowed", Cohere "too many tokens: … in the prompt",
+	// LiteLLM "ContextWindowExceededError".
+	overflowText = regexp.MustCompile(`prompt is too long|context_length_exceeded|contextwindowexceeded|` +
 		`exceed_context_size|maximum context length|context window|` +
 		`context (?:length|size|limit)\b[^.]{0,40}\b(?:exceed|too)|` +
 		`exceeds? (?:the |its |maximum |max )*(?:available )?context (?:length|size|limit)|` +
@@ -172,6 +182,8 @@ var permanentSignals = map[string]Class{
 	"invalid_authentication":     ClassAuth,
 	"unauthorized":               ClassAuth,
 	"forbidden":                  ClassAuth,
+	// A LiteLLM proxy's spend cap on a key or team: someone must raise it.
+	"budget_exceeded": ClassAuth,
 }
 
 // providerSignals are provider types/codes consulted when the status does
@@ -182,6 +194,12 @@ var providerSignals = map[string]Class{
 	"resource_exhausted":  ClassRateLimit,
 	"capacity_exceeded":   ClassRateLimit, // Groq flex tier (498)
 	"too_many_requests":   ClassRateLimit,
+	// OpenAI Batch: "Enqueued token limit reached for gpt-4o in organization
+	// …": the organisation's queue of batch tokens is full; it drains as
+	// earlier batches finish, so it is a rate limit, not a bad request.
+	"token_limit_exceeded": ClassRateLimit,
+	"throttling_error":     ClassRateLimit, // LiteLLM proxy's own RPM/TPM limits
+	"throttlingexception":  ClassRateLimit, // AWS Bedrock
 
 	"overloaded_error":    ClassServer,
 	"api_error":           ClassServer,
@@ -194,11 +212,14 @@ var providerSignals = map[string]Class{
 	"timeout_error":       ClassServer, // Anthropic 504
 	"aborted":             ClassServer,
 
+	"internal_server_error": ClassServer, // a gateway's spelling
+
 	"invalid_request_error":    ClassInvalidRequest,
 	"invalid_argument":         ClassInvalidRequest,
 	"failed_precondition":      ClassInvalidRequest,
 	"out_of_range":             ClassInvalidRequest,
 	"model_not_found":          ClassInvalidRequest,
+	"model_decommissioned":     ClassInvalidRequest, // Groq
 	"not_found":                ClassInvalidRequest,
 	"not_found_error":          ClassInvalidRequest,
 	"request_too_large":        ClassInvalidRequest,
@@ -209,30 +230,59 @@ var providerSignals = map[string]Class{
 	"content_policy_violation": ClassInvalidRequest,
 }
 
-// statusClass maps an HTTP status. 1xx–3xx (and 0) decide nothing.
+// statusClass maps an HTTP status. 1xx–3xx (and 0) decide nothing, and
+// neither does a 4xx outside the lists below: it is left to the provider's
+// type, the Go error and the words, and ends ClassUnknown when they say
+// nothing either — the session layer does not retry it, the exec layer does
+// (a few deliveries, with backoff), so a gateway's unfamiliar 4xx neither
+// loses a record that a later call would have served nor costs more than
+// max_deliveries calls. Only a status that says "this request, as written,
+// will be refused again" is permanent; docs/retry.md has the table.
 func statusClass(status int) (Class, bool) {
-	switch {
-	case status == 429:
+	switch status {
+	case 429, // too many requests
+		498: // Groq: flex tier capacity exceeded; "add jittered backoff and retries"
 		return ClassRateLimit, true
-	case status == 498: // Groq: flex tier capacity exceeded; "add jittered backoff and retries"
-		return ClassRateLimit, true
-	case status == 401 || status == 403:
+	case 401, 403,
+		402, // payment required (OpenRouter credits): billing, see permanentSignals
+		407: // proxy authentication required: a proxy's credentials
 		return ClassAuth, true
-	case status == 402: // payment required (OpenRouter credits): billing, see permanentSignals
-		return ClassAuth, true
-	case status == 408: // request timeout
+	case 408, // request timeout
+		421, // misdirected request: the client may retry on another connection
+		425, // too early: sent in TLS early data; retry after the handshake
+		499: // client closed request (Groq, nginx): our side gave up
 		return ClassNetwork, true
-	case status == 499: // client closed request (Groq, nginx): our side gave up
-		return ClassNetwork, true
-	case status == 409:
+	case 409:
 		// Conflict: OpenAI's and Anthropic's SDKs retry it (lock contention).
 		return ClassServer, true
-	case status >= 500 && status <= 599: // 500 502 503 504, 520-524 (Cloudflare), 529 overloaded
-		return ClassServer, true
-	case status >= 400 && status <= 499:
+	case 400, // bad request
+		404, // not found: a model or an endpoint that does not exist
+		405, // method not allowed: a wrong base_url
+		410, // gone: a retired model or endpoint
+		413, // content too large
+		414, // URI too long
+		415, // unsupported media type
+		422, // unprocessable content: failed validation
+		431: // request header fields too large
 		return ClassInvalidRequest, true
 	}
+	if status >= 500 && status <= 599 { // 500 502 503 504, 520-524 (Cloudflare), 529 overloaded
+		return ClassServer, true
+	}
 	return ClassNone, false
+}
+
+// codeStatus is a provider code that is a bare HTTP status ("429", as a
+// LiteLLM proxy sends it), 0 otherwise.
+func codeStatus(code string) int {
+	if len(code) != 3 {
+		return 0
+	}
+	n, err := strconv.Atoi(code)
+	if err != nil || n < 100 || n > 599 {
+		return 0
+	}
+	return n
 }
 
 // typeNames are type names that already say the class: ours (Class.TypeName,
@@ -263,6 +313,22 @@ var typeNames = map[string]Class{
 	"schemaviolationerror":     ClassSchemaViolation,
 	"programmingerror":         ClassProgramming,
 	"panicerror":               ClassProgramming,
+	// LiteLLM's (litellm.InternalServerError, litellm.Timeout, …), also as
+	// they appear inside a message.
+	"badgatewayerror":             ClassServer,
+	"contextwindowexceedederror":  ClassContextOverflow,
+	"contentpolicyviolationerror": ClassInvalidRequest,
+	// AWS Bedrock's exception names.
+	"throttlingexception":         ClassRateLimit,
+	"serviceunavailableexception": ClassServer,
+	"internalserverexception":     ClassServer,
+	"modelnotreadyexception":      ClassServer,
+	"modelstreamerrorexception":   ClassServer,
+	"validationexception":         ClassInvalidRequest,
+	"resourcenotfoundexception":   ClassInvalidRequest,
+	"accessdeniedexception":       ClassAuth,
+	"unrecognizedclientexception": ClassAuth,
+	"expiredtokenexception":       ClassAuth,
 }
 
 // --- Go error types ---------------------------------------------------------
@@ -405,6 +471,26 @@ var markers = []struct {
 	{"credit balance is too low", ClassAuth},
 	{"billing_hard_limit_reached", ClassAuth},
 	{"insufficient_quota", ClassAuth},
+	// Found by the corpus (corpus_test.go): Anthropic's bad key and 403,
+	// OpenAI's missing key, Gemini's expired key, OpenAI's region block, and
+	// spend caps that a person must lift — Anthropic's "You have reached your
+	// specified API usage limits. You will regain access on 2026-09-01",
+	// OpenRouter's credits, a LiteLLM proxy's budget, an empty prepaid balance.
+	{"invalid x-api-key", ClassAuth},
+	{"authentication_error", ClassAuth},
+	{"provide an api key", ClassAuth},
+	{"api key expired", ClassAuth},
+	{"does not have permission", ClassAuth},
+	{"doesn't have permission", ClassAuth},
+	{"permission_denied", ClassAuth},
+	{"unregistered callers", ClassAuth},
+	{"invalid authentication credentials", ClassAuth},
+	{"country, region, or territory not supported", ClassAuth},
+	{"reached your specified api usage limits", ClassAuth},
+	{"insufficient credits", ClassAuth},
+	{"requires more credits", ClassAuth},
+	{"budget has been exceeded", ClassAuth},
+	{"insufficient balance", ClassAuth}, // Zhipu's 429 code 1113: "Insufficient balance or no resource package"
 }
 
 // markerClass reports the class of the first permanent marker in text
@@ -421,24 +507,49 @@ func markerClass(text string) (Class, bool) {
 var (
 	rateLimitText = regexp.MustCompile(`\brate.?limit|too many requests|resource.?exhausted|` +
 		`resource has been exhausted|quota|\b(?:tpm|rpm|tpd|rpd)\b|tokens per (?:min|day)|requests per (?:min|day)|` +
-		`capacity_exceeded`)
+		`capacity_exceeded|capacity exceeded|throttl(?:ed|ing)|` +
+		// Bedrock: "Too many tokens, please wait before trying again."
+		`too many tokens,? (?:please|wait|try)|wait before (?:trying|retrying)|` +
+		// OpenAI Batch's enqueued-token limit; a LiteLLM router cooling its
+		// deployments down ("No deployments available for selected model,
+		// Try again in 60 seconds"); Cloudflare's rate limit, "error code: 1015".
+		`token_limit_exceeded|enqueued token limit|no deployments available|error code:? 1015\b`)
 	serverText = regexp.MustCompile(`overloaded|service unavailable|service_unavailable|` +
 		`temporarily unavailable|currently unavailable|internal server error|internal error|` +
 		`bad gateway|gateway timeout|server.?error|over capacity|high demand|` +
-		`no healthy upstream|\b50[234]\b|\b529\b`)
-	networkText = regexp.MustCompile(`connection (?:error|refused|reset|closed|aborted|lost|timed out)|` +
+		`no healthy upstream|server had an error|server (?:is )?busy|deadline expired|try again later|` +
+		`loading model|model is (?:currently )?loading|engine ?dead|engine loop|enginecore encountered|` +
+		`unable to process (?:your|the) request`)
+	networkText = regexp.MustCompile(`connection (?:was |has been |is )?(?:error|refused|reset|closed|aborted|lost|timed out|terminated|dropped)|` +
 		`broken pipe|timeout|\btimed out\b|deadline exceeded|no such host|\bdns\b|\btls\b|x509|handshake|` +
 		`unexpected eof|\beof\b|unexpected end of json input|` +
 		`stream (?:dropped|closed|ended|error|disconnected|interrupted)|other side closed|fetch failed|` +
 		`\bterminated\b|reset before headers|goaway|socket hang up|` +
 		`\be(?:connreset|connrefused|connaborted|timedout|pipe|notfound|hostunreach|netunreach)\b|` +
 		`network|premature close|incomplete chunked|closed idle connection|` +
-		`use of closed network connection|\b(?:dial|read|write) tcp\b|request canceled|context canceled`)
+		`use of closed network connection|\b(?:dial|read|write) tcp\b|` +
+		// Bun: "The socket connection was closed unexpectedly"; httpx:
+		// "peer closed connection without sending complete message body",
+		// "Server disconnected without sending a response"; urllib3:
+		// "Remote end closed connection without response".
+		`closed unexpectedly|peer closed connection|server disconnected|remote end closed|remotedisconnected|` +
+		`socket disconnected|\b(?:request|context|operation|call|stream)\s+(?:was\s+|has been\s+)?(?:cancell?ed|aborted)\b`)
+
+	// requestTooLargeText is a request refused for its size, checked before
+	// the transient patterns: OpenAI's 429 and Groq's 413 "Request too large
+	// for … on tokens per min (TPM)" name a per-minute limit, but no wait lets
+	// a request larger than the whole minute's budget through.
+	requestTooLargeText = regexp.MustCompile(`request too large|request_too_large|request entity too large|` +
+		`payload too large|request exceeds the maximum allowed`)
 
 	// invalidRequestText: permanent shapes seen without a status (an SDK
 	// that dropped it, a proxy's plain-text body).
 	invalidRequestText = regexp.MustCompile(`model[^.]{0,80}(?:not found|does not exist)|` +
-		`model_not_found|unknown model|no such model|invalid model`)
+		`model_not_found|unknown model|no such model|invalid model|decommissioned|no endpoints found|` +
+		`invalid[_ ]argument|invalid json payload|location is not supported|roles must alternate|` +
+		`must be (?:between|less than|greater than|one of|at most|at least)|` +
+		`unsupported parameter|unrecognized request argument|invalid (?:value|type) for|does not support|` +
+		`\binvalid '|unsupported image|content (?:management |filtering )?policy`)
 )
 
 // transientText classifies text (lower-cased) by DESIGN.md §1's transient
@@ -451,6 +562,88 @@ func transientText(text string) (Class, bool) {
 		return ClassServer, true
 	case networkText.MatchString(text):
 		return ClassNetwork, true
+	}
+	return ClassNone, false
+}
+
+// textClass classifies an error by its words alone (step 8 of Classify):
+// text is "TypeName: message" and msg the message, both lower-cased.
+func textClass(text, msg string) (Class, bool) {
+	if c, ok := statusInText(msg); ok {
+		return c, true
+	}
+	if c, ok := typeNameInText(text); ok {
+		return c, true
+	}
+	if requestTooLargeText.MatchString(text) {
+		return ClassInvalidRequest, true
+	}
+	if c, ok := transientText(text); ok {
+		return c, true
+	}
+	if invalidRequestText.MatchString(text) || maxTokensParam.MatchString(text) {
+		return ClassInvalidRequest, true
+	}
+	return ClassNone, false
+}
+
+var (
+	// statusText is an HTTP status in words: after a word that introduces
+	// one ("Error 429", "error code: 500", "status=503", `"code": 429`,
+	// "HTTP/1.1 502", "upstream returned 5xx", "got a 502"), leading the
+	// message as the SDKs print it ("500 status code (no body)", "429 Rate
+	// limit reached…", "503 UNAVAILABLE. {…}"), or followed by "error",
+	// "status" or "response" ("a 503 error"). Group 1 is the introduction,
+	// 2 the number, 3 the word after it, so that a count ("error: 500
+	// tokens") is not taken for a status.
+	statusText = regexp.MustCompile(`(^\s*|\b(?:error|error_?code|status|status_?code|http|code|returned|received|got|response|with)` +
+		`(?:\s+(?:an?|the))?["']?\s*[:=#(\[]?\s*["']?(?:code\s*[:=]?\s*)?|\bhttp/\d(?:\.\d)?\s+)?` +
+		`\b([1-5](?:\d\d|xx))\b(?:\s*([a-z%]+))?`)
+	// countUnits are the words that make a number a count, not a status.
+	countUnits = map[string]bool{"tokens": true, "token": true, "characters": true, "chars": true,
+		"bytes": true, "kb": true, "mb": true, "ms": true, "s": true, "sec": true, "seconds": true,
+		"minutes": true, "words": true, "items": true, "messages": true, "lines": true, "requests": true,
+		"images": true, "files": true, "results": true, "%": true}
+)
+
+// statusInText is the class of the first status in msg (lower-cased), by
+// statusText, that decides one (see statusClass). "5xx" reads as a server
+// error; "4xx" says too little.
+func statusInText(msg string) (Class, bool) {
+	for _, m := range statusText.FindAllStringSubmatchIndex(msg, -1) {
+		num := msg[m[4]:m[5]]
+		next := ""
+		if m[6] >= 0 {
+			next = msg[m[6]:m[7]]
+		}
+		introduced := m[2] >= 0
+		if countUnits[next] || (!introduced && next != "error" && next != "status" && next != "response") {
+			continue
+		}
+		if num == "5xx" {
+			return ClassServer, true
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil {
+			continue // 4xx
+		}
+		if c, ok := statusClass(n); ok {
+			return c, true
+		}
+	}
+	return ClassNone, false
+}
+
+// typeNameText is a type name inside a message: an SDK's or gateway's
+// exception name ("litellm.RateLimitError: …", "ThrottlingException: …").
+var typeNameText = regexp.MustCompile(`\b[a-z]+(?:error|exception)\b`)
+
+// typeNameInText is the class of the first well-known type name in text.
+func typeNameInText(text string) (Class, bool) {
+	for _, name := range typeNameText.FindAllString(text, -1) {
+		if c, ok := typeNames[name]; ok {
+			return c, true
+		}
 	}
 	return ClassNone, false
 }
