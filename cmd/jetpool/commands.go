@@ -15,7 +15,6 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
-	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
 )
@@ -240,22 +239,8 @@ func age(t time.Time) string {
 }
 
 func checkFilter(f deadletter.Filter) error {
-	if f.Reason != "" && !deadletter.ValidReason(f.Reason) {
-		return usageErr("--reason %q: want one of %v", f.Reason, retry.Reasons)
-	}
-	if f.Class != "" {
-		ok := false
-		for _, c := range retry.Classes {
-			if string(c) == f.Class {
-				ok = true
-			}
-		}
-		if !ok {
-			return usageErr("--class %q: want one of %v", f.Class, retry.Classes)
-		}
-	}
-	if f.Job != "" && !broker.ValidName(f.Job) {
-		return usageErr("--job %q is not a valid job id", f.Job)
+	if err := f.Check(); err != nil {
+		return usageErr("--%v", err)
 	}
 	return nil
 }
