@@ -85,8 +85,12 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	conc := fs.Int("concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long in-flight calls may finish before they are handed back")
 	jobs := fs.String("job", "", "serve only this job")
+	dash := newUIFlags(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := dash.check(); err != nil {
 		return err
 	}
 	if len(pos) > 0 {
@@ -120,6 +124,11 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 		return configErr(err)
 	}
 	defer stopMetrics()
+	stopUI, err := dash.serve(e, b)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
 	e.log.Info().Int("concurrency", n).Msg("worker started")
 	<-ctx.Done()
 	writeHeapProfile()
@@ -181,8 +190,12 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	port := fs.Int("port", 4222, "client port")
 	httpPort := fs.Int("http-port", 8222, "monitoring port (0: off)")
 	host := fs.String("host", "127.0.0.1", "listen address (loopback by default; NATS auth is off here)")
+	dash := newUIFlags(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := dash.check(); err != nil {
 		return err
 	}
 	if len(pos) > 0 {
@@ -208,6 +221,11 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	if *httpPort > 0 {
 		fmt.Fprintf(e.stdout, "  monitoring: http://%s\n", net.JoinHostPort(*host, strconv.Itoa(*httpPort)))
 	}
+	stopUI, err := dash.serve(e, b)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
 	<-ctx.Done()
 	fmt.Fprintln(e.stdout, "jetpool server stopping")
 	return nil
