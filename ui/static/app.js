@@ -77,7 +77,7 @@
   function table(head, rows, empty) {
     if (!rows.length) return el('p', { class: 'muted' }, empty || 'None.');
     return el('table', {},
-      el('thead', {}, el('tr', {}, head.map((h) => el('th', { class: h.endsWith(' ') ? 'num' : '' }, h.trim())))),
+      el('thead', {}, el('tr', {}, head.filter((h) => h !== null).map((h) => el('th', { class: h.endsWith(' ') ? 'num' : '' }, h.trim())))),
       el('tbody', {}, rows));
   }
 
@@ -170,11 +170,11 @@
     h.push([now, done]);
     h = h.filter(([t]) => now - t <= 60000);
     S.samples.set(st.job, h);
+    const running = st.status === 'running' || st.status === 'dispatching';
     let r = st.records_per_second;
     const [t0, d0] = h[0];
-    if (now - t0 >= 4000) r = (done - d0) / ((now - t0) / 1000);
+    if (running && now - t0 >= 4000) r = (done - d0) / ((now - t0) / 1000);
     const left = Math.max(st.total - done, 0);
-    const running = st.status === 'running' || st.status === 'dispatching';
     return { rate: r, eta: !running ? '-' : left === 0 ? 'finishing' : r > 0 ? dur(left / r) : 'stalled' };
   }
 
@@ -189,6 +189,7 @@
     const put = slot(root);
     return async () => {
       const v = await api('api/jobs');
+      const withCost = v.jobs.some((st) => costOf(st) !== null);
       const rows = v.jobs.map((st) => {
         const e = eta(st);
         return el('tr', {},
@@ -197,10 +198,10 @@
           cell([bar(st.succeeded, st.failed, st.total), el('div', { class: 'bar-label' },
             `${num(st.succeeded + st.failed)} of ${num(st.total)}`)]),
           ncell(st.succeeded), ncell(st.failed), ncell(st.queued), ncell(st.in_flight), ncell(st.waiting_for_redelivery),
-          ncell(rate(e.rate)), ncell(e.eta), cell(costOf(st) || '', 'num'), cell(ago(st.created), 'muted'));
+          ncell(rate(e.rate)), ncell(e.eta), withCost ? cell(costOf(st) || '', 'num') : null, cell(ago(st.created), 'muted'));
       });
       put(el('p', { class: 'muted' }, `${v.workers} worker${v.workers === 1 ? '' : 's'} answered · ${v.jobs.length} job${v.jobs.length === 1 ? '' : 's'}`),
-        table(['Job', 'Status', 'Progress', 'Succeeded ', 'Failed ', 'Queued ', 'In flight ', 'Waiting ', 'Rate ', 'ETA ', 'Cost ', 'Created'],
+        table(['Job', 'Status', 'Progress', 'Succeeded ', 'Failed ', 'Queued ', 'In flight ', 'Waiting ', 'Rate ', 'ETA ', withCost ? 'Cost so far ' : null, 'Created'],
           rows, 'No jobs yet: `jetpool run` or `jetpool dispatch` one.'));
     };
   }
@@ -215,7 +216,7 @@
       const st = v.status;
       const e = eta(st);
       const c = costOf(st);
-      const card = (k, val, cls) => el('div', { class: 'card' }, el('div', { class: 'k' }, k), el('div', { class: 'v ' + (cls || '') }, val));
+      const card = (k, val) => el('div', { class: 'card', id: 'card-' + k.replaceAll(' ', '-') }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, val));
       const dlq = (o) => '#/dlq?' + q(Object.assign({ job: id }, o));
       const byReason = Object.entries(st.dead_lettered_by_reason || {}).sort((a, b) => b[1] - a[1]);
       const byClass = Object.entries(v.dead_letters.by_class || {}).sort((a, b) => b[1] - a[1]);
@@ -269,16 +270,17 @@
       if (fresh) { after = 0; list.replaceChildren(); }
       try {
         const v = await api('api/jobs/' + encodeURIComponent(job) + '/results?' + q({ outcome: form.elements.outcome.value, after: after || '', limit: 50 }));
+        const withCost = v.results.some((m) => costOf(m.data) !== null);
         const rows = v.results.map((m) => {
           const r = m.data;
           return el('tr', {},
             cell(el('a', { href: '#/record/' + encodeURIComponent(job) + '/' + encodeURIComponent(r.id) }, r.id), 'mono'),
             cell(r.action, 'mono'), cell(badge(r.status === 'ok' ? 'ok' : (r.reason || 'failed'), r.status)),
             ncell(r.recovery ? r.recovery.attempts : 0), ncell(r.recovery ? r.recovery.deliveries : 0),
-            cell(costOf(r) || '', 'num'), cell(short(r.error ? r.error.message : typeof r.output === 'string' ? r.output : JSON.stringify(r.output ?? ''), 90)),
+            withCost ? cell(costOf(r) || '', 'num') : null, cell(short(r.error ? r.error.message : typeof r.output === 'string' ? r.output : JSON.stringify(r.output ?? ''), 90)),
             cell(ago(r.finished_at), 'muted'));
         });
-        if (fresh || !list.firstChild) list.replaceChildren(table(['Record', 'Action', 'Outcome', 'Attempts ', 'Deliveries ', 'Cost ', 'Output or error', 'Finished'], rows, 'No results yet.'));
+        if (fresh || !list.firstChild) list.replaceChildren(table(['Record', 'Action', 'Outcome', 'Attempts ', 'Deliveries ', withCost ? 'Cost ' : null, 'Output or error', 'Finished'], rows, 'No results yet.'));
         else list.querySelector('tbody')?.append(...rows);
         after = v.next || 0;
         more.hidden = !v.next;
