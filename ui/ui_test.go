@@ -579,3 +579,29 @@ func TestProviders(t *testing.T) {
 	require.Len(t, v.Workers, 1, "the pool answers")
 	require.NotEmpty(t, v.Workers[0].Worker)
 }
+
+// Mounted under a prefix (http.StripPrefix), the page, its assets and its
+// API answer there: the page's links are relative, and so are the
+// redirects of the sign-in.
+func TestMountedUnderPrefix(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, ui.Config{Token: "tok"})
+	h, err := ui.New(ui.Config{B: tb.b, Token: "tok", Log: testenv.Logger(t)})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/jetpool/", http.StripPrefix("/jetpool", h))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := newClient(t, srv.URL)
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/jetpool/", nil)
+	require.NoError(t, err)
+	res := c.do(req, nil)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.Equal(t, "login", res.Header.Get("Location"), "relative: /jetpool/login")
+	require.Equal(t, http.StatusOK, c.get("/jetpool/login", nil))
+	require.Equal(t, http.StatusOK, c.get("/jetpool/static/app.css", nil))
+	req, err = http.NewRequest(http.MethodGet, srv.URL+"/jetpool/api/jobs", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer tok")
+	require.Equal(t, http.StatusOK, c.do(req, nil).StatusCode)
+}
