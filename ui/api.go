@@ -139,14 +139,7 @@ type deadCounts struct {
 	Reasons map[string]int `json:"by_reason"`
 }
 
-func (h *Handler) apiJob(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := reqCtx(r)
-	defer cancel()
-	j, err := h.job(ctx, r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
+func (h *Handler) apiJob(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job) {
 	st, _, err := jobstatus.Read(ctx, h.cfg.B, []*broker.Job{j}, true)
 	if err != nil {
 		fail(w, err)
@@ -179,6 +172,21 @@ func (h *Handler) apiJob(w http.ResponseWriter, r *http.Request) {
 
 var errEnough = errors.New("enough")
 
+// jobHandler serves a request about the job its path names (an id that
+// cannot be one is a bad request; an unknown job, not found).
+func (h *Handler) jobHandler(fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := reqCtx(r)
+		defer cancel()
+		j, err := h.job(ctx, r)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		fn(ctx, w, r, j)
+	})
+}
+
 // job reads the job named by the request's path.
 func (h *Handler) job(ctx context.Context, r *http.Request) (*broker.Job, error) {
 	id := r.PathValue("job")
@@ -198,14 +206,7 @@ type resultsView struct {
 // apiResults lists a job's results, a page at a time: ?action= and
 // ?outcome= (ok, or a reason) narrow it, ?after=SEQ pages on, ?limit= sizes
 // it.
-func (h *Handler) apiResults(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := reqCtx(r)
-	defer cancel()
-	j, err := h.job(ctx, r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
+func (h *Handler) apiResults(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job) {
 	q := r.URL.Query()
 	action, outcome := q.Get("action"), q.Get("outcome")
 	if action != "" && !broker.ValidName(action) {
@@ -276,14 +277,7 @@ func newDeadLetter(e *deadletter.Entry) deadLetter {
 	return d
 }
 
-func (h *Handler) apiRecord(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := reqCtx(r)
-	defer cancel()
-	j, err := h.job(ctx, r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
+func (h *Handler) apiRecord(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job) {
 	id := r.PathValue("record")
 	page, _, err := h.cfg.B.Browse(ctx, broker.StreamResults, broker.RecordFilter(j.ID, id), 0, ListMax)
 	if err != nil {

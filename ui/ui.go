@@ -138,9 +138,9 @@ func (h *Handler) routes(files fs.FS) {
 
 	m.Handle("GET /api/session", h.authed(http.HandlerFunc(h.apiSession)))
 	m.Handle("GET /api/jobs", h.authed(http.HandlerFunc(h.apiJobs)))
-	m.Handle("GET /api/jobs/{job}", h.authed(http.HandlerFunc(h.apiJob)))
-	m.Handle("GET /api/jobs/{job}/results", h.authed(http.HandlerFunc(h.apiResults)))
-	m.Handle("GET /api/jobs/{job}/records/{record}", h.authed(http.HandlerFunc(h.apiRecord)))
+	m.Handle("GET /api/jobs/{job}", h.authed(h.jobHandler(h.apiJob)))
+	m.Handle("GET /api/jobs/{job}/results", h.authed(h.jobHandler(h.apiResults)))
+	m.Handle("GET /api/jobs/{job}/records/{record}", h.authed(h.jobHandler(h.apiRecord)))
 	m.Handle("GET /api/dlq", h.authed(http.HandlerFunc(h.apiDLQ)))
 	m.Handle("GET /api/dlq/{seq}", h.authed(http.HandlerFunc(h.apiDeadLetter)))
 	m.Handle("POST /api/dlq/replay", h.authed(h.mutating(h.apiReplay)))
