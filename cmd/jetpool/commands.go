@@ -15,7 +15,6 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
-	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
 )
@@ -86,8 +85,12 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	conc := fs.Int("concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long in-flight calls may finish before they are handed back")
 	jobs := fs.String("job", "", "serve only this job")
+	dash := newUIFlags(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := dash.check(); err != nil {
 		return err
 	}
 	if len(pos) > 0 {
@@ -121,6 +124,11 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 		return configErr(err)
 	}
 	defer stopMetrics()
+	stopUI, err := dash.serve(e, b)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
 	e.log.Info().Int("concurrency", n).Msg("worker started")
 	<-ctx.Done()
 	writeHeapProfile()
@@ -181,8 +189,12 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	port := fs.Int("port", 4222, "client port")
 	httpPort := fs.Int("http-port", 8222, "monitoring port (0: off)")
 	host := fs.String("host", "127.0.0.1", "listen address (loopback by default; NATS auth is off here)")
+	dash := newUIFlags(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := dash.check(); err != nil {
 		return err
 	}
 	if len(pos) > 0 {
@@ -208,6 +220,11 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	if *httpPort > 0 {
 		fmt.Fprintf(e.stdout, "  monitoring: http://%s\n", net.JoinHostPort(*host, strconv.Itoa(*httpPort)))
 	}
+	stopUI, err := dash.serve(e, b)
+	if err != nil {
+		return err
+	}
+	defer stopUI()
 	<-ctx.Done()
 	fmt.Fprintln(e.stdout, "jetpool server stopping")
 	return nil
@@ -239,22 +256,8 @@ func age(t time.Time) string {
 }
 
 func checkFilter(f deadletter.Filter) error {
-	if f.Reason != "" && !deadletter.ValidReason(f.Reason) {
-		return usageErr("--reason %q: want one of %v", f.Reason, retry.Reasons)
-	}
-	if f.Class != "" {
-		ok := false
-		for _, c := range retry.Classes {
-			if string(c) == f.Class {
-				ok = true
-			}
-		}
-		if !ok {
-			return usageErr("--class %q: want one of %v", f.Class, retry.Classes)
-		}
-	}
-	if f.Job != "" && !broker.ValidName(f.Job) {
-		return usageErr("--job %q is not a valid job id", f.Job)
+	if err := f.Check(); err != nil {
+		return usageErr("--%v", err)
 	}
 	return nil
 }

@@ -61,6 +61,7 @@ var commands = []command{
 	{"retry", "replay dead letters into the work stream", cmdRetry},
 	{"validate", "check a workflow and print each action's retry budget", cmdValidate},
 	{"server", "run the embedded NATS server on its own", cmdServer},
+	{"ui", "serve the web dashboard: jobs, records, dead letters, providers", cmdUI},
 	{"bench", "measure jetpool side by side with the raw JetStream engine", cmdBench},
 }
 

@@ -1,4 +1,4 @@
-package main
+package jobstatus
 
 import (
 	"context"
@@ -11,12 +11,16 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/worker"
 )
 
 // Of the records delivered and not acked, those the workers report as
 // read ahead (pulled, not started) count as queued, those in flight as in
 // flight, and those storing (called, result being stored) as storing; only
 // the rest wait for a redelivery.
+// simWorkflow is a one-action workflow on the sim provider.
+const simWorkflow = "providers:\n  sim: {kind: sim}\ndefaults:\n  provider: sim\nactions:\n  - name: a\n    prompt: \"{{ .text }}\"\n"
+
 func TestStatusCountsReadAheadAsQueued(t *testing.T) {
 	ctx := context.Background()
 	b := testenv.Broker(t, testenv.Options{AckWait: time.Minute})
@@ -37,23 +41,46 @@ func TestStatusCountsReadAheadAsQueued(t *testing.T) {
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 
-	s, err := statusOf(ctx, b, j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{},
+	s, err := of(ctx, b, j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{},
 		readAhead: map[string]int64{id: 2}}, false)
 	require.NoError(t, err)
 	require.EqualValues(t, 2+2, s.Queued, "two never delivered, two read ahead")
 	require.EqualValues(t, 1, s.InFlight)
 	require.EqualValues(t, 1, s.Waiting)
 
-	s, err = statusOf(ctx, b, j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{id: 1},
+	s, err = of(ctx, b, j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{id: 1},
 		readAhead: map[string]int64{id: 2}}, false)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.InFlight)
 	require.EqualValues(t, 1, s.Storing, "called, its result being stored")
 	require.Zero(t, s.Waiting)
 
-	s, err = statusOf(ctx, b, j, info, workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{}}, false)
+	s, err = of(ctx, b, j, info, workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{}}, false)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, s.Queued)
 	require.Zero(t, s.InFlight)
 	require.EqualValues(t, 4, s.Waiting, "no worker answered: all four wait for AckWait")
+}
+
+// Read gathers the live workers' answers: none without a pool (at once, by
+// the server's no-responders status), one with a pool.
+func TestReadGathersWorkers(t *testing.T) {
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
+	out, stats, err := Read(ctx, b, []*broker.Job{res.Job}, true)
+	require.NoError(t, err)
+	require.Empty(t, stats)
+	require.Len(t, out, 1)
+	require.EqualValues(t, 3, out[0].Total)
+
+	testenv.Pool(t, b, worker.Config{})
+	testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	out, stats, err = Read(ctx, b, []*broker.Job{res.Job}, true)
+	require.NoError(t, err)
+	require.Len(t, stats, 1, "the pool answers on jetpool.ctl.stats")
+	require.Equal(t, 1, out[0].Workers)
+	require.EqualValues(t, 3, out[0].Succeeded)
+	require.Equal(t, broker.JobCompleted, out[0].Status, "the first status that sees the job finished completes it")
 }

@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+)
+
+// chromium finds Debian's chromium (.ci/run installs it). Missing, the test
+// fails under CI and skips locally.
+func chromium(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "chromium not found in PATH (.ci/run installs Debian's chromium package)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// ScreenshotEnv, set to a path, makes TestDashboardInChromium save its
+// screenshot there (docs/ui.png is made so); else it goes to a temp dir.
+const ScreenshotEnv = "JETPOOL_UI_SCREENSHOT"
+
+// The README's quickstart and dead-letter story, in a real headless
+// Chromium on the dashboard: `jetpool run` works the quickstart on the
+// embedded server (its "invalid api key" records are dead-lettered);
+// `jetpool ui` serves that store, with the key fixed in its environment
+// (the worker's); the page shows the job and its dead letters; they are
+// replayed from the page, worked by the ui process (as `jetpool retry`
+// works them on the embedded server) and the job ends with all 200
+// records succeeded, which `jetpool status` confirms.
+func TestDashboardInChromium(t *testing.T) {
+	browser := chromium(t)
+	dir := t.TempDir()
+	env := map[string]string{"JETPOOL_DATA_DIR": filepath.Join(dir, "data"), "JETPOOL_LOG_LEVEL": "warn"}
+	run := jetpool(t, env, "run", "../examples/quickstart/workflow.yaml", "--input", "../examples/quickstart/records.jsonl",
+		"--output", filepath.Join(dir, "results.jsonl"), "--no-progress")
+	require.Zero(t, run.code, run.stderr)
+	m := regexp.MustCompile(`job (\S+) completed: 200 records, (\d+) succeeded, (\d+) failed`).FindStringSubmatch(run.stdout)
+	require.NotNil(t, m, run.stdout)
+	job := m[1]
+	failed, _ := strconv.Atoi(m[3])
+	require.Positive(t, failed, "the quickstart's auth faults dead-letter a few records")
+
+	uiEnv := map[string]string{"JETPOOL_SIM_KEY": "sk-sim-fixed"} // "fix the key"
+	for k, v := range env {
+		uiEnv[k] = v
+	}
+	ui := start(t, uiEnv, "ui", "--addr", "127.0.0.1:0")
+	url := ui.waitOutput(t, regexp.MustCompile(`jetpool ui on (http://\S+)`), 30*time.Second)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.NoFirstRun,
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	defer cancel()
+
+	card := func(name string) string { return `#card-` + name + ` .v` }
+	// waitText polls until the element's text is want (the page refreshes
+	// itself every two seconds).
+	waitText := func(sel, want string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			expr := fmt.Sprintf(`(document.querySelector(%q)?.textContent ?? '') === %q`, sel, want)
+			_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
+			return err
+		})
+	}
+
+	// The jobs page lists the job, completed.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.EmulateViewport(1400, 1000),
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="#/job/`+job+`"]`)),
+	))
+	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`main table tbody tr`)))
+	require.NoError(t, err)
+	require.Contains(t, text, "completed")
+
+	// The job's page: its counts, and its dead letters.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(url+"#/job/"+job),
+		waitText(card("succeeded"), strconv.Itoa(200-failed)),
+		waitText(card("failed"), strconv.Itoa(failed)),
+		waitText(card("dead-letters"), strconv.Itoa(failed)),
+		chromedp.WaitVisible(chromedp.CSS(`main table tbody tr`)),
+	))
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(t, err)
+	shot := os.Getenv(ScreenshotEnv)
+	if shot == "" {
+		shot = filepath.Join(t.TempDir(), "ui.png")
+	}
+	require.NoError(t, os.WriteFile(shot, png, 0o644))
+	t.Logf("screenshot: %s", shot)
+
+	// The dead letters, with their error, replayed from the page.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(url+"#/dlq?job="+job),
+		waitText(`#matched`, fmt.Sprintf("%d match", failed)),
+	))
+	rows, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('main table tbody tr').length`))
+	require.NoError(t, err)
+	require.Equal(t, failed, rows)
+	text, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`main table tbody`)))
+	require.NoError(t, err)
+	require.Contains(t, text, "failed permanently: AuthError: invalid api key")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#replay`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-replay`)),
+		chromedp.Click(chromedp.CSS(`#confirm-replay`)),
+		chromedp.WaitVisible(chromedp.CSS(`#replayed`)),
+	))
+	text, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#replayed`)))
+	require.NoError(t, err)
+	require.Contains(t, text, fmt.Sprintf("Replayed %d of %d", failed, failed))
+	require.Contains(t, text, "this process works them")
+
+	// Worked with the fixed key: every record succeeded, no dead letter left.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(url+"#/job/"+job),
+		waitText(card("succeeded"), "200"),
+		waitText(card("failed"), "0"),
+		waitText(card("dead-letters"), "0"),
+	))
+	require.NoError(t, chromedp.Cancel(bctx)) // close the browser
+
+	// The CLI beside the dashboard agrees: `jetpool status` reaches the
+	// store through the ui process's server.
+	st := jetpool(t, env, "status", job, "--json")
+	require.Zero(t, st.code, st.stderr)
+	var s struct {
+		Succeeded, Failed int
+	}
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &s), st.stdout)
+	require.Equal(t, 200, s.Succeeded)
+	require.Zero(t, s.Failed)
+
+	ui.signal(t, syscall.SIGTERM)
+	require.Zero(t, ui.wait(t, 30*time.Second), ui.stderr.String())
+}

@@ -1,0 +1,167 @@
+// Package jobstatus reads what `jetpool status` shows of a job — queued, in
+// flight, storing, waiting for redelivery, succeeded, failed, dead letters by
+// reason, outstanding provider batches — from the job's work consumer, its
+// results and the workers' answers on jetpool.ctl.stats. `jetpool status` and
+// the dashboard (ui/) both read it here, so they never disagree.
+package jobstatus
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/batch"
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/worker"
+)
+
+// Job is one job's status: `jetpool status --json`.
+type Job struct {
+	Job        string           `json:"job"`
+	Status     string           `json:"status"`
+	Reason     string           `json:"reason,omitempty"`
+	Total      int64            `json:"total"`
+	Queued     uint64           `json:"queued"`
+	InFlight   int64            `json:"in_flight"`
+	Storing    int64            `json:"storing"`
+	Waiting    int64            `json:"waiting_for_redelivery"`
+	Succeeded  int64            `json:"succeeded"`
+	Failed     int64            `json:"failed"`
+	DeadByReas map[string]int64 `json:"dead_lettered_by_reason,omitempty"`
+	Paused     bool             `json:"paused,omitempty"`
+	Rate       float64          `json:"records_per_second"`
+	Created    time.Time        `json:"created"`
+	Workers    int              `json:"workers"`
+	Batches    []Batch          `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+	// Replay is an unfinished replay of the job's dead letters (jetpool retry).
+	Replay *broker.ReplayMark `json:"replay,omitempty"`
+	// StorageFaults are the writes the workers' store refuses now: their
+	// records are held (counted in storing) and written again.
+	StorageFaults []WorkerFault `json:"storage_faults,omitempty"`
+}
+
+// WorkerFault is a storage fault one worker reports.
+type WorkerFault struct {
+	Worker string `json:"worker"`
+	worker.StorageFault
+}
+
+// Faults lists the storage faults the workers report.
+func Faults(stats []worker.Stats) []WorkerFault {
+	var out []WorkerFault
+	for _, s := range stats {
+		for _, f := range s.Faults {
+			out = append(out, WorkerFault{Worker: s.Worker, StorageFault: f})
+		}
+	}
+	return out
+}
+
+// Batch is one outstanding provider batch (JETPOOL_BATCHES).
+type Batch struct {
+	Action     string       `json:"action"`
+	Key        string       `json:"key"`
+	ProviderID string       `json:"provider_batch_id,omitempty"`
+	State      string       `json:"state"` // submitting, or the provider's word
+	Round      int          `json:"round"`
+	Counts     batch.Counts `json:"counts"`
+	Age        string       `json:"age"`
+	LastError  string       `json:"last_error,omitempty"`
+}
+
+// Read returns the status of each of jobs (with byReason, failures split by
+// reason) and the answers of the live workers.
+func Read(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byReason bool) ([]Job, []worker.Stats, error) {
+	// The backlogs first, then the workers' counts at once: the closer
+	// together, the less a busy job's records move between the two.
+	infos := map[string]*jetstream.ConsumerInfo{}
+	for _, j := range jobs {
+		if cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(j.ID)); err == nil {
+			infos[j.ID] = cons.CachedInfo() // the lookup's own answer
+		}
+	}
+	stats, _ := worker.Gather(b) // no answer: no worker counts
+	ws := sumCounts(stats)
+	out := make([]Job, 0, len(jobs))
+	for _, j := range jobs {
+		s, err := of(ctx, b, j, infos[j.ID], ws, byReason)
+		if err != nil {
+			return nil, stats, err
+		}
+		s.Workers = len(stats)
+		s.StorageFaults = Faults(stats)
+		out = append(out, s)
+	}
+	return out, stats, nil
+}
+
+// of is job j's status; info is its consumer's (nil: none, or
+// unreadable).
+func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (Job, error) {
+	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay}
+	c, err := b.JobCounts(ctx, j, byReason)
+	if err != nil {
+		return s, err
+	}
+	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
+	backlog := info != nil
+	if backlog {
+		// A record a worker read ahead is delivered but not started:
+		// queued, as it was a few milliseconds before. One called, whose
+		// result is being stored, is storing: neither in a slot nor
+		// waiting.
+		pending := int64(info.NumAckPending)
+		ahead := min(ws.readAhead[j.ID], pending)
+		s.Queued = info.NumPending + uint64(ahead)
+		s.InFlight = min(ws.inFlight[j.ID], pending-ahead)
+		s.Storing = min(ws.storing[j.ID], pending-ahead-s.InFlight)
+		s.Waiting = pending - ahead - s.InFlight - s.Storing
+		s.Paused = info.Paused
+	}
+	if hs, err := batch.List(ctx, b, j.ID); err == nil {
+		for _, h := range hs {
+			st := h.State
+			if h.ProviderState != "" {
+				st = h.ProviderState
+			}
+			s.Batches = append(s.Batches, Batch{Action: h.Action, Key: h.Key, ProviderID: h.ProviderID, State: st,
+				Round: h.Round, Counts: h.Counts, Age: time.Since(h.Created).Round(time.Second).String(), LastError: h.LastError})
+		}
+	}
+	if el := time.Since(j.Created).Seconds(); el > 0 {
+		s.Rate = float64(c.Done) / el
+	}
+	// A job worked by long-running workers has nobody waiting on it: the
+	// first status that sees it finished records that it completed.
+	p := broker.Progress{Counts: c, Queued: s.Queued, AckPending: int(s.InFlight + s.Storing + s.Waiting)}
+	if backlog && j.Status == broker.JobRunning && p.Finished(j) {
+		if nj, err := b.CompleteJob(ctx, j.ID); err == nil {
+			s.Status, s.Replay = nj.Status, nj.Replay
+		} else {
+			s.Status = broker.JobCompleted
+		}
+	}
+	return s, nil
+}
+
+// workerCounts is what the live workers answered, by job.
+type workerCounts struct{ inFlight, storing, readAhead map[string]int64 }
+
+// sumCounts adds up the workers' counts by job.
+func sumCounts(stats []worker.Stats) workerCounts {
+	ws := workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{}}
+	for _, s := range stats {
+		addCounts(ws.inFlight, s.InFlight)
+		addCounts(ws.storing, s.Storing)
+		addCounts(ws.readAhead, s.ReadAhead)
+	}
+	return ws
+}
+
+// addCounts adds a worker's counts by job to the sums.
+func addCounts(sum, counts map[string]int64) {
+	for j, v := range counts {
+		sum[j] += v
+	}
+}

@@ -1,0 +1,571 @@
+package ui
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/internal/jobstatus"
+	"github.com/jetpool/jetpool/ratelimit"
+	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/worker"
+)
+
+// Bounds of the API's answers.
+const (
+	// ListDefault and ListMax bound a page of results or dead letters.
+	ListDefault = 100
+	ListMax     = broker.BrowseMax
+	// CountMax bounds how many dead letters a listing counts: past it the
+	// page says "at least CountMax".
+	CountMax = 10_000
+	// requestTimeout bounds the reads of one API request.
+	requestTimeout = 15 * time.Second
+)
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// badRequest is an error in what the request asked for (400).
+type badRequest struct{ err error }
+
+func (e badRequest) Error() string { return e.err.Error() }
+func (e badRequest) Unwrap() error { return e.err }
+
+func badf(format string, args ...any) error { return badRequest{fmt.Errorf(format, args...)} }
+
+// fail answers err with the status it deserves.
+func fail(w http.ResponseWriter, err error) {
+	var br badRequest
+	switch {
+	case errors.As(err, &br):
+		writeError(w, http.StatusBadRequest, err)
+	case errors.Is(err, broker.ErrJobNotFound), errors.Is(err, deadletter.ErrNotFound):
+		writeError(w, http.StatusNotFound, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, err)
+	default:
+		writeError(w, http.StatusBadGateway, err)
+	}
+}
+
+func reqCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), requestTimeout)
+}
+
+func (h *Handler) index(files fs.FS) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		csrfToken(w, r) // the page's first request sets the cookie
+		w.Header().Set("Cache-Control", "no-store")
+		http.ServeFileFS(w, r, files, "index.html")
+	})
+}
+
+// session is what the page needs to know about the dashboard.
+type session struct {
+	ReadOnly bool   `json:"read_only"`
+	CSRF     string `json:"csrf"`
+	PollMS   int64  `json:"poll_ms"`
+	SignedIn bool   `json:"signed_in"` // a token is set (and was given)
+	Embedded bool   `json:"embedded"`  // the broker runs the embedded server
+	// Reasons and Classes are the values of the dead-letter filters.
+	Reasons []retry.Reason `json:"reasons"`
+	Classes []retry.Class  `json:"classes"`
+}
+
+func (h *Handler) apiSession(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, session{ReadOnly: h.cfg.ReadOnly, CSRF: csrfToken(w, r), PollMS: h.cfg.Poll.Milliseconds(),
+		SignedIn: h.cfg.Token != "", Embedded: h.cfg.B.Embedded(), Reasons: retry.Reasons, Classes: retry.Classes})
+}
+
+// jobsView is the jobs page.
+type jobsView struct {
+	Jobs    []jobstatus.Job `json:"jobs"`
+	Workers int             `json:"workers"`
+	Now     time.Time       `json:"now"`
+}
+
+func (h *Handler) apiJobs(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	jobs, err := h.cfg.B.ListJobs(ctx)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	sort.Slice(jobs, func(i, k int) bool { return jobs[i].Created.After(jobs[k].Created) }) // newest first
+	out, stats, err := jobstatus.Read(ctx, h.cfg.B, jobs, false)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobsView{Jobs: out, Workers: len(stats), Now: time.Now().UTC()})
+}
+
+// jobView is a job's page.
+type jobView struct {
+	Status  jobstatus.Job         `json:"status"`
+	Actions []broker.ActionCounts `json:"actions"`
+	Dead    deadCounts            `json:"dead_letters"`
+	Job     map[string]any        `json:"job"` // the job's entry, workflow aside
+	Now     time.Time             `json:"now"`
+}
+
+// deadCounts are a job's dead letters by error class and by reason.
+type deadCounts struct {
+	Total   int            `json:"total"`
+	AtLeast bool           `json:"at_least,omitempty"` // counting stopped at CountMax
+	ByClass map[string]int `json:"by_class"`
+	Reasons map[string]int `json:"by_reason"`
+}
+
+func (h *Handler) apiJob(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job) {
+	st, _, err := jobstatus.Read(ctx, h.cfg.B, []*broker.Job{j}, true)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	acts, err := h.cfg.B.JobActionCounts(ctx, j)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	dead := deadCounts{ByClass: map[string]int{}, Reasons: map[string]int{}}
+	err = deadletter.Each(ctx, h.cfg.B, deadletter.Filter{Job: j.ID}, func(e *deadletter.Entry) error {
+		if dead.Total >= CountMax {
+			dead.AtLeast = true
+			return errEnough
+		}
+		dead.Total++
+		dead.ByClass[string(e.Class)]++
+		dead.Reasons[string(e.Reason)]++
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		fail(w, err)
+		return
+	}
+	entry := map[string]any{"id": j.ID, "actions": j.Actions, "input": j.Input, "total": j.Total, "dispatched": j.Dispatched,
+		"status": j.Status, "reason": j.Reason, "max_deliver": j.MaxDeliver, "created": j.Created, "updated": j.Updated}
+	writeJSON(w, http.StatusOK, jobView{Status: st[0], Actions: acts, Dead: dead, Job: entry, Now: time.Now().UTC()})
+}
+
+var errEnough = errors.New("enough")
+
+// jobHandler serves a request about the job its path names (an id that
+// cannot be one is a bad request; an unknown job, not found).
+func (h *Handler) jobHandler(fn func(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := reqCtx(r)
+		defer cancel()
+		j, err := h.job(ctx, r)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		fn(ctx, w, r, j)
+	})
+}
+
+// job reads the job named by the request's path.
+func (h *Handler) job(ctx context.Context, r *http.Request) (*broker.Job, error) {
+	id := r.PathValue("job")
+	if err := broker.CheckJobID(id); err != nil {
+		return nil, badRequest{err}
+	}
+	j, _, err := h.cfg.B.GetJob(ctx, id)
+	return j, err
+}
+
+// resultsView is a page of a job's results.
+type resultsView struct {
+	Results []broker.StoredMsg `json:"results"`
+	Next    uint64             `json:"next,omitempty"`
+}
+
+// apiResults lists a job's results, a page at a time: ?action= and
+// ?outcome= (ok, or a reason) narrow it, ?after=SEQ pages on, ?limit= sizes
+// it.
+func (h *Handler) apiResults(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job) {
+	q := r.URL.Query()
+	action, outcome := q.Get("action"), q.Get("outcome")
+	if action != "" && !broker.ValidName(action) {
+		fail(w, badf("action %q is not a valid action name", action))
+		return
+	}
+	if outcome != "" && outcome != broker.OutcomeOK && outcome != "failed" && !deadletter.ValidReason(outcome) {
+		fail(w, badf("outcome %q: want ok, failed or a reason", outcome))
+		return
+	}
+	after, limit, err := paging(q.Get("after"), q.Get("limit"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	page, next, err := h.cfg.B.Browse(ctx, broker.StreamResults, broker.ResultFilter(j.ID, action, outcome), after, limit)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resultsView{Results: page, Next: next})
+}
+
+func paging(after, limit string) (uint64, int, error) {
+	var a uint64
+	n := ListDefault
+	var err error
+	if after != "" {
+		if a, err = strconv.ParseUint(after, 10, 64); err != nil {
+			return 0, 0, badf("after %q: want a stream sequence", after)
+		}
+	}
+	if limit != "" {
+		if n, err = strconv.Atoi(limit); err != nil || n < 1 || n > ListMax {
+			return 0, 0, badf("limit %q: want 1 to %d", limit, ListMax)
+		}
+	}
+	return a, n, nil
+}
+
+// recordView is a record's story: its results, action by action (each with
+// its attempts, deliveries, errors and output), and its dead letters.
+type recordView struct {
+	Job         string             `json:"job"`
+	Record      string             `json:"record"`
+	Actions     []string           `json:"actions"`
+	Results     []broker.StoredMsg `json:"results"`
+	DeadLetters []deadLetter       `json:"dead_letters"`
+}
+
+// deadLetter is a dead letter as the page shows it: its entry, its headers
+// as stored, and its body.
+type deadLetter struct {
+	*deadletter.Entry
+	Subject string              `json:"subject"`
+	Headers map[string][]string `json:"headers,omitempty"`
+	Body    json.RawMessage     `json:"body,omitempty"` // the body, when it is JSON
+	Text    string              `json:"text,omitempty"` // the body, when it is not
+}
+
+func newDeadLetter(e *deadletter.Entry) deadLetter {
+	d := deadLetter{Entry: e, Subject: broker.DLQSubject(e.Job, e.Action)}
+	if json.Valid(e.Data) {
+		d.Body = e.Data
+	} else {
+		d.Text = string(e.Data)
+	}
+	return d
+}
+
+func (h *Handler) apiRecord(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job) {
+	id := r.PathValue("record")
+	page, _, err := h.cfg.B.Browse(ctx, broker.StreamResults, broker.RecordFilter(j.ID, id), 0, ListMax)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	v := recordView{Job: j.ID, Record: id, Actions: j.Actions, Results: []broker.StoredMsg{}, DeadLetters: []deadLetter{}}
+	for _, m := range page {
+		// A hashed subject token could, in principle, be shared: keep
+		// only this id's results.
+		var r struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m.Data, &r) == nil && r.ID == id {
+			v.Results = append(v.Results, m)
+		}
+	}
+	err = deadletter.Each(ctx, h.cfg.B, deadletter.Filter{Job: j.ID}, func(e *deadletter.Entry) error {
+		if e.Record == id {
+			v.DeadLetters = append(v.DeadLetters, newDeadLetter(e))
+		}
+		return nil
+	})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// filterOf reads a dead-letter filter from query or form values, as the
+// CLI's filter flags read it, and checks it as they do.
+func filterOf(get func(string) string) (deadletter.Filter, error) {
+	f := deadletter.Filter{Job: get("job"), Action: get("action"), Reason: get("reason"), Class: get("class")}
+	if s := get("since"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return f, badf("since %q: want a duration such as 30m or 2h", s)
+		}
+		f.Since = d
+	}
+	if s := get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return f, badf("limit %q: want a number (0: no limit)", s)
+		}
+		f.Limit = n
+	}
+	if err := f.Check(); err != nil {
+		return f, badRequest{err}
+	}
+	return f, nil
+}
+
+// dlqView is a listing of dead letters.
+type dlqView struct {
+	Entries []deadLetter `json:"entries"`
+	// Matched is how many match the filter (at least, with AtLeast).
+	Matched int  `json:"matched"`
+	AtLeast bool `json:"at_least,omitempty"`
+	Shown   int  `json:"shown"`
+}
+
+// apiDLQ lists dead letters, oldest first, with the filters of `dlq list`
+// (?job ?action ?reason ?class ?since ?limit); ?show= bounds how many come
+// with their bodies (ListDefault), the rest are counted (up to CountMax).
+func (h *Handler) apiDLQ(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	q := r.URL.Query()
+	f, err := filterOf(q.Get)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	_, show, err := paging("", q.Get("show"))
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	v := dlqView{Entries: []deadLetter{}}
+	err = deadletter.Each(ctx, h.cfg.B, f, func(e *deadletter.Entry) error {
+		if v.Matched >= CountMax {
+			v.AtLeast = true
+			return errEnough
+		}
+		v.Matched++
+		if len(v.Entries) < show {
+			v.Entries = append(v.Entries, newDeadLetter(e))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
+		fail(w, err)
+		return
+	}
+	v.Shown = len(v.Entries)
+	writeJSON(w, http.StatusOK, v)
+}
+
+// apiDeadLetter is one dead letter with its headers exactly as stored.
+func (h *Handler) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil {
+		fail(w, badf("seq %q is not a number", r.PathValue("seq")))
+		return
+	}
+	s, err := h.cfg.B.Stream(ctx, broker.StreamDLQ)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		fail(w, fmt.Errorf("%w: %d (replayed or purged?)", deadletter.ErrNotFound, seq))
+		return
+	}
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	d := newDeadLetter(deadletter.FromMsg(m.Sequence, m.Subject, m.Header, m.Data))
+	d.Subject, d.Headers = m.Subject, m.Header
+	writeJSON(w, http.StatusOK, d)
+}
+
+// action is the body of a replay or purge: the filter, and for a replay
+// its options.
+type action struct {
+	Job    string `json:"job"`
+	Action string `json:"action"`
+	Reason string `json:"reason"`
+	Class  string `json:"class"`
+	Since  string `json:"since"`
+	Limit  int    `json:"limit"`
+	Mode   string `json:"mode"` // replay only: "online"
+}
+
+func readAction(r *http.Request) (action, deadletter.Filter, error) {
+	var a action
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return a, deadletter.Filter{}, badf("request body: %v", err)
+	}
+	vals := map[string]string{"job": a.Job, "action": a.Action, "reason": a.Reason, "class": a.Class, "since": a.Since,
+		"limit": strconv.Itoa(a.Limit)}
+	f, err := filterOf(func(k string) string { return vals[k] })
+	return a, f, err
+}
+
+// replayView is what a replay did.
+type replayView struct {
+	Matched  int      `json:"matched"`
+	Replayed int      `json:"replayed"`
+	Skipped  []string `json:"skipped,omitempty"` // why each skipped one was
+	Jobs     []string `json:"jobs"`
+	Note     string   `json:"note,omitempty"`
+}
+
+// apiReplay replays the dead letters matching the filter, as `jetpool
+// retry` does (deadletter.Replay).
+func (h *Handler) apiReplay(w http.ResponseWriter, r *http.Request) {
+	a, f, err := readAction(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	if a.Mode != "" && a.Mode != "online" {
+		fail(w, badf("mode %q: only \"online\" is accepted", a.Mode))
+		return
+	}
+	// Not the request's context: a replay stopped half-way by a closed
+	// tab would leave some records replayed and the page not knowing.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Minute)
+	defer cancel()
+	v := replayView{Jobs: []string{}}
+	res, err := deadletter.Replay(ctx, h.cfg.B, deadletter.ReplayOptions{Filter: f, Mode: a.Mode,
+		Each: func(e *deadletter.Entry, replayed bool, why string) {
+			if !replayed {
+				v.Skipped = append(v.Skipped, fmt.Sprintf("%d %s/%s/%s: %s", e.Seq, e.Job, e.Action, e.Record, why))
+			}
+		}})
+	if res != nil {
+		v.Matched, v.Replayed = res.Matched, res.Replayed
+		for j := range res.Jobs {
+			v.Jobs = append(v.Jobs, j)
+		}
+		sort.Strings(v.Jobs)
+	}
+	h.cfg.Log.Info().Str("remote", r.RemoteAddr).Interface("filter", f).Int("replayed", v.Replayed).Err(err).Msg("dashboard: replay")
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"error": err.Error(), "replay": v})
+		return
+	}
+	if v.Replayed > 0 {
+		v.Note = h.afterReplay(v.Jobs)
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// afterReplay says who will work the replayed records.
+func (h *Handler) afterReplay(jobs []string) string {
+	if h.cfg.Replayed != nil {
+		return h.cfg.Replayed(jobs)
+	}
+	stats, _ := worker.Gather(h.cfg.B)
+	if len(stats) == 0 {
+		return "no worker answered: start `jetpool worker` to work them"
+	}
+	return fmt.Sprintf("%d workers answered; they will work them", len(stats))
+}
+
+// apiPurge deletes the dead letters matching the filter for good, as
+// `jetpool dlq purge` does (deadletter.Purge).
+func (h *Handler) apiPurge(w http.ResponseWriter, r *http.Request) {
+	_, f, err := readAction(r)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Minute)
+	defer cancel()
+	n, err := deadletter.Purge(ctx, h.cfg.B, f)
+	h.cfg.Log.Info().Str("remote", r.RemoteAddr).Interface("filter", f).Int("purged", n).Err(err).Msg("dashboard: purge")
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"error": err.Error(), "purged": n})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+}
+
+// limiterView is one provider+key's shared limiter state (JETPOOL_LIMITS),
+// with what it means now.
+type limiterView struct {
+	Key      string          `json:"key"`
+	State    ratelimit.State `json:"state"`
+	Circuit  string          `json:"circuit"`
+	Cooling  bool            `json:"cooling"`
+	Cooldown float64         `json:"cooldown_left_s,omitempty"`
+	InFlight int             `json:"in_flight"`
+	Mode     string          `json:"mode"` // "limits", "adaptive", or "none" (adaptive: false)
+}
+
+// providersView is the providers page: limiters and workers.
+type providersView struct {
+	Limiters []limiterView  `json:"limiters"`
+	Workers  []worker.Stats `json:"workers"`
+	Now      time.Time      `json:"now"`
+}
+
+func (h *Handler) apiProviders(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := reqCtx(r)
+	defer cancel()
+	store, err := ratelimit.NewKVStore(ctx, h.cfg.B)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	states, err := store.List(ctx)
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	now := time.Now()
+	v := providersView{Limiters: []limiterView{}, Now: now.UTC()}
+	for k, s := range states {
+		lv := limiterView{Key: k, State: s, Circuit: s.Breaker.State, Cooling: s.Cooling(now), InFlight: s.InFlight(now), Mode: "limits"}
+		if lv.Circuit == "" {
+			lv.Circuit = ratelimit.CircuitClosed
+		}
+		if lv.Cooling {
+			lv.Cooldown = s.CooldownUntil.Sub(now).Seconds()
+		}
+		if !s.Limits.Budgeted() {
+			lv.Mode = "adaptive"
+			if s.Limits.NoAdaptive {
+				lv.Mode = "none"
+			}
+		}
+		v.Limiters = append(v.Limiters, lv)
+	}
+	sort.Slice(v.Limiters, func(i, k int) bool { return v.Limiters[i].Key < v.Limiters[k].Key })
+	if v.Workers, err = worker.Gather(h.cfg.B); err != nil || v.Workers == nil {
+		v.Workers = []worker.Stats{}
+	}
+	sort.Slice(v.Workers, func(i, k int) bool { return v.Workers[i].Worker < v.Workers[k].Worker })
+	writeJSON(w, http.StatusOK, v)
+}
