@@ -59,11 +59,18 @@ const (
 	ReasonBatchNotReturned Reason = "batch_not_returned"
 	ReasonJobFailed        Reason = "job_failed"
 	ReasonMaxCalls         Reason = "max_calls"
+	ReasonTruncated        Reason = "truncated"      // the answer was cut at max_tokens
+	ReasonContentFilter    Reason = "content_filter" // a safety filter stopped the answer
+	// ReasonBudget: the job's max_cost was reached before the record's
+	// call; nothing was spent on it. `jetpool retry` runs it once the
+	// budget is raised.
+	ReasonBudget Reason = "budget"
 )
 
 // Reasons lists every reason.
 var Reasons = []Reason{ReasonPermanent, ReasonExhausted, ReasonContextOverflow, ReasonSchemaViolation,
-	ReasonProgrammingError, ReasonBadInput, ReasonMaxDeliveries, ReasonBatchNotReturned, ReasonJobFailed, ReasonMaxCalls}
+	ReasonProgrammingError, ReasonBadInput, ReasonMaxDeliveries, ReasonBatchNotReturned, ReasonJobFailed, ReasonMaxCalls,
+	ReasonTruncated, ReasonContentFilter, ReasonBudget}
 
 // Clock abstracts time for the session loop so tests can use a fake.
 type Clock interface {
