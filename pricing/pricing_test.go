@@ -13,7 +13,7 @@ func TestLookup(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		provider, model, want string // want: the family priced, "" for none
-		in                         float64
+		in                    float64
 	}{
 		{"openai", "gpt-4o-mini", "gpt-4o-mini", 0.15},
 		{"openai", "gpt-4o-mini-2024-07-18", "gpt-4o-mini", 0.15},
