@@ -159,6 +159,10 @@ func anthropicFinish(r string) string {
 
 // Call implements Provider.
 func (p *anthropic) Call(ctx context.Context, req Request) (Response, error) {
+	return timed(func() (Response, error) { return p.call(ctx, req) })
+}
+
+func (p *anthropic) call(ctx context.Context, req Request) (Response, error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr

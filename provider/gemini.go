@@ -202,6 +202,10 @@ func hasError(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != 
 
 // Call implements Provider.
 func (p *gemini) Call(ctx context.Context, req Request) (Response, error) {
+	return timed(func() (Response, error) { return p.call(ctx, req) })
+}
+
+func (p *gemini) call(ctx context.Context, req Request) (Response, error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr

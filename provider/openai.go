@@ -145,6 +145,10 @@ func openAIFinish(r string) string {
 
 // Call implements Provider.
 func (p *openAI) Call(ctx context.Context, req Request) (Response, error) {
+	return timed(func() (Response, error) { return p.call(ctx, req) })
+}
+
+func (p *openAI) call(ctx context.Context, req Request) (Response, error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr

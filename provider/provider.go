@@ -86,6 +86,9 @@ type Response struct {
 	FinishReasonRaw string
 	Usage           Usage
 	Model           string
+	// Latency is how long the call took, from sending the request to the
+	// end of the answer (the whole stream).
+	Latency time.Duration
 }
 
 // Provider is one configured endpoint. Call returns a *retry.Error (with its

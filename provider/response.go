@@ -2,6 +2,7 @@ package provider
 
 import (
 	"bytes"
+	"time"
 
 	"github.com/jetpool/jetpool/retry"
 )
@@ -41,4 +42,14 @@ func jsonKind(raw []byte) string {
 		return "null"
 	}
 	return "a number"
+}
+
+// timed runs an adapter's call and sets the answer's Latency.
+func timed(call func() (Response, error)) (Response, error) {
+	start := time.Now()
+	out, err := call()
+	if err == nil {
+		out.Latency = time.Since(start)
+	}
+	return out, err
 }

@@ -179,6 +179,10 @@ func (s *sim) fail(class retry.Class, model string) *retry.Error {
 }
 
 func (s *sim) Call(ctx context.Context, req Request) (Response, error) {
+	return timed(func() (Response, error) { return s.call(ctx, req) })
+}
+
+func (s *sim) call(ctx context.Context, req Request) (Response, error) {
 	model := cmp.Or(req.Model, SimModelDefault)
 	record := req.RecordID
 	if record == "" {

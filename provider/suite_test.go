@@ -419,6 +419,7 @@ func TestSuite(t *testing.T) {
 					require.Equal(t, cmpOr(c.want.finish, "stop"), resp.FinishReason)
 					require.Equal(t, cmpOr(c.want.finishRaw, rawStop[kind]), resp.FinishReasonRaw, "the provider's own word")
 					require.NotEmpty(t, resp.Model)
+					require.Positive(t, resp.Latency, "the call's latency")
 					wantUsage := cmpOr(c.want.usage, provider.Usage{InputTokens: 12, OutputTokens: 5})
 					require.Equal(t, wantUsage, resp.Usage)
 					if tc.stream {
