@@ -35,6 +35,9 @@ type delivery struct {
 	// for the record yet (broker.HeaderFirstRun), and the job's consumer is
 	// not replicated (jobRunner.replicated).
 	firstRun bool
+	// run is the delivery's session, once it ran: its answer and cost go
+	// into the result (worker/cost.go) and the record's spend to the next action.
+	run *sessionRun
 }
 
 // unpaid reports whether this is the first delivery of a first-run message:
@@ -62,7 +65,11 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 
 	if j := jr.current(); j.Status == broker.JobFailed {
 		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
-		jr.finishFailed(ctx, d, final, nil, retry.ReasonJobFailed, "job failed: "+j.Reason, 0, provider.Usage{})
+		reason := retry.ReasonJobFailed
+		if j.OverBudget() { // worker/cost.go
+			final, reason = budgetError(j.MaxCost, j.Cost), retry.ReasonBudget
+		}
+		jr.finishFailed(ctx, d, final, nil, reason, "job failed: "+j.Reason, 0, provider.Usage{})
 		return
 	}
 	// A redelivery after a crash, or a duplicate, must not pay twice. Only
@@ -75,6 +82,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 		_ = msg.NakWithDelay(time.Second)
 		return
 	} else if ok != nil {
+		d.run = paidRun(ok) // worker/cost.go: its cost goes on with the record
 		if err := jr.forward(ctx, d, ok.Output); err != nil {
 			log().Warn().Err(err).Msg("forward to next action failed; handing back")
 			_ = msg.NakWithDelay(time.Second)
@@ -96,6 +104,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 	stopHB := heartbeat(msg, jr.heartbeatEvery())
 	run := jr.runLimited(ctx, d) // runSession, plus the 429s the limiter absorbed
 	stopHB()
+	d.run = run
 
 	out := run.outcome
 	pol := d.action.Retry
@@ -278,7 +287,8 @@ func (jr *jobRunner) forward(ctx context.Context, d *delivery, output any) error
 		return nil
 	}
 	next := jr.wf.Actions[d.index+1]
-	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, RawRecord: d.env.RawRecord, Line: d.env.Line, Outputs: map[string]any{}}
+	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, RawRecord: d.env.RawRecord, Line: d.env.Line, Outputs: map[string]any{},
+		Cost: d.recordCost()}
 	for k, v := range d.env.Outputs {
 		env.Outputs[k] = v
 	}
@@ -300,9 +310,9 @@ func (jr *jobRunner) result(d *delivery, run *sessionRun, all []retry.Attempt) *
 	r := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: run.output, Action: d.action.Name, Job: d.job,
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: run.model, Replays: d.replays,
-		Usage:    broker.Usage{InputTokens: run.usage.InputTokens, OutputTokens: run.usage.OutputTokens},
 		Finished: time.Now().UTC(),
 	}
+	jr.answered(r, d, run) // worker/cost.go: usage, cost, finish reason, latency, line, carry
 	r.Recovery = recovery(all, run.calls+priorCalls(d.prior), d.n, run.repairs)
 	return r
 }
@@ -359,6 +369,12 @@ func (jr *jobRunner) finishFailed(ctx context.Context, d *delivery, final *retry
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: e.Model, Replays: d.replays,
 		Usage:    broker.Usage{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens},
 		Recovery: recovery(all, totalCalls, d.n, repairsOf(all, true)), Finished: e.FailedAt,
+	}
+	if d.run != nil {
+		jr.answered(res, d, d.run) // worker/cost.go: what the calls that failed it cost
+		if d.run.partial != "" {
+			res.Output = d.run.partial // a truncated or filtered answer, kept
+		}
 	}
 	if err := p.b.WriteResult(ctx, res); err != nil {
 		p.log.Error().Err(err).Str("record", d.env.ID).Msg("result write failed; record stays for redelivery")

@@ -469,6 +469,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	for _, jr := range p.jobs {
 		jr.stopBatcher() // worker/batch.go: hands back records not yet in a recorded batch
+		jr.gate().Flush(context.WithoutCancel(ctx)) // worker/cost.go: the job's last spend
 		jr.endJob()
 	}
 	p.mu.Unlock()
@@ -540,6 +541,7 @@ type jobRunner struct {
 	// every delivery looks its result up (no Jetpool-First-Run skip).
 	replicated atomic.Bool
 	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
+	costs      *CostGate      // worker/cost.go; made on first use
 	// done ends when the pool's caller says the job has nothing left to
 	// deliver (JobDone): its pulls end then, not at their expiry.
 	done   context.Context

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jetpool/jetpool/expect"
 	"github.com/jetpool/jetpool/provider"
@@ -35,8 +36,19 @@ type sessionRun struct {
 	// are added after the session); it takes precedence over diag.
 	explain func(all []retry.Attempt) string
 	// reason, when set, overrides the exec layer's decision: the session
-	// ended the record itself (retry.ReasonMaxCalls).
+	// ended the record itself (retry.ReasonMaxCalls, retry.ReasonBudget).
 	reason retry.Reason
+
+	// The last answer (worker/outcome_finish.go, worker/cost.go): its finish
+	// reason, latency and text (kept as a failed result's output), and what
+	// this delivery's answers cost (priced: at a known price).
+	finish, finishRaw string
+	latency           time.Duration
+	partial           string
+	cost              float64
+	priced            bool
+	grows             int // max_tokens doublings (on_truncated: grow)
+	params            map[string]any
 }
 
 // OutputMaxLen is the longest a model's last output may be in a
@@ -130,6 +142,11 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 		return run
 	}
 
+	if e := jr.gate().Allow(); e != nil { // worker/cost.go: the job's max_cost
+		run.outcome, run.reason = retry.Outcome{Err: e}, retry.ReasonBudget
+		return run
+	}
+
 	h := &history{msgs: []provider.Message{{Role: "user", Content: prompt}}}
 	repairs := 0 // this delivery's
 	var out retry.Outcome
@@ -160,6 +177,25 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 			if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.n) {
 				run.reason = retry.ReasonMaxCalls
 				run.explain = maxCallsDiag(a.MaxCalls, d.n, "")
+			}
+			break
+		}
+		if _, ferr := Finish(a, resp); ferr != nil { // worker/outcome_finish.go
+			if ferr.Class == retry.ClassTruncated && a.OnTruncated == workflow.OnTruncatedGrow &&
+				!(a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls) {
+				if params, ok := grown(run.paramsFor(a), run.grows); ok {
+					run.params, run.grows = params, run.grows+1
+					h.msgs = h.msgs[:len(h.msgs)-1] // ask afresh, without the cut answer
+					continue
+				}
+			}
+			out.Err = ferr
+			out.Attempts = append(out.Attempts, retry.Attempt{N: prior + run.calls, Delivery: max(d.n, 1),
+				Class: ferr.Class, Error: ferr.Error(), At: jr.p.cfg.Clock.Now()})
+			text := resp.Text
+			run.partial = text
+			run.explain = func(all []retry.Attempt) string {
+				return retry.Diagnose(ferr, all, d.n) + "; last output: " + clipOutput(text)
 			}
 			break
 		}
@@ -203,7 +239,7 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider, h *history, run *sessionRun, checked bool) (provider.Response, error) {
 	a := d.action
 	req := provider.Request{
-		Model: a.Model, System: a.System, Messages: h.msgs, Params: a.Params, JSON: a.JSON,
+		Model: a.Model, System: a.System, Messages: h.msgs, Params: run.paramsFor(a), JSON: a.JSON,
 		Stream: a.Stream, RecordID: d.env.ID,
 	}
 	if checked {
@@ -224,8 +260,9 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	if err != nil {
 		return resp, err
 	}
-	run.usage.InputTokens += resp.Usage.InputTokens
-	run.usage.OutputTokens += resp.Usage.OutputTokens
+	run.usage.Add(resp.Usage)
+	run.finish, run.finishRaw, run.latency = resp.FinishReason, resp.FinishReasonRaw, resp.Latency
+	jr.spend(a, resp, run, false) // worker/cost.go
 	if resp.Model != "" {
 		run.model = resp.Model
 	}

@@ -166,6 +166,15 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 		}
 		w.Actions = append(w.Actions, p.resolve(s, defaults, i, w))
 	}
+	if w.MaxCost > 0 {
+		// A budget that cannot count an action's calls would never stop them.
+		for _, a := range w.Actions {
+			if a.Price == nil && a.Provider != "" {
+				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "action %s (provider %s, model %s) has no known price, so the budget could not count its calls: give it a price: block",
+					a.Name, a.Provider, cmp.Or(a.Model, "default"))
+			}
+		}
+	}
 	return w
 }
 

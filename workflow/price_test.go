@@ -77,12 +77,17 @@ actions:
 		{"NegativeBudget", `
 defaults: {max_cost: -5}
 actions:
-  - {name: a, provider: sim, prompt: hi}
+  - {name: a, provider: sim, prompt: hi, price: {input_per_mtok: 1, output_per_mtok: 1}}
 `, "workflow.yaml:1: defaults.max_cost: -5 must not be negative"},
 		{"BudgetOnAnAction", `
 actions:
   - {name: a, provider: sim, prompt: hi, max_cost: 5}
 `, "workflow.yaml:2: actions[0].max_cost: unknown field"},
+		{"BudgetWithoutPrice", `
+defaults: {max_cost: 5}
+actions:
+  - {name: a, provider: sim, prompt: hi}
+`, "workflow.yaml:1: defaults.max_cost: action a (provider sim, model default) has no known price, so the budget could not count its calls: give it a price: block"},
 		{"CarryNotAList", `
 carry: text
 actions:

@@ -64,7 +64,7 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, 0, i)
 	require.Equal(t, "extract_metadata", a.Name)
 	require.Equal(t, 0, a.Index)
-	require.Equal(t, 37, a.Line)
+	require.Equal(t, 38, a.Line)
 	require.Equal(t, "groq", a.Provider)
 	require.Equal(t, "llama-3.1-8b-instant", a.Model)
 	require.Equal(t, "Answer in JSON.", a.System)
@@ -79,7 +79,7 @@ func TestParseEveryField(t *testing.T) {
 		Schema: map[string]any{"type": "object", "required": []any{"title", "author"}, "properties": map[string]any{
 			"title": map[string]any{"type": "string"}, "author": map[string]any{"type": "string"},
 			"year": map[string]any{"type": "integer", "minimum": 0.0}}},
-		SchemaFile: "schemas/metadata.json", SchemaLine: 47, RepairAttempts: 2, RepairOnExhausted: retry.ReturnLast,
+		SchemaFile: "schemas/metadata.json", SchemaLine: 48, RepairAttempts: 2, RepairOnExhausted: retry.ReturnLast,
 	}, a.Expect)
 	require.Equal(t, 10, a.MaxCalls)
 	require.Equal(t, OnTruncatedGrow, a.OnTruncated)
@@ -97,7 +97,7 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, map[string]any{"temperature": 0.0, "top_p": 0.9}, a.Params)
 	require.Equal(t, retry.Policy{}, a.Retry, "retry: false")
 	require.Equal(t, &Expect{Format: FormatJSON, Schema: map[string]any{"type": "object", "required": []any{"summary"}},
-		SchemaLine: 64, RepairOnExhausted: retry.ReturnLast}, a.Expect, "a schema alone implies json")
+		SchemaLine: 65, RepairOnExhausted: retry.ReturnLast}, a.Expect, "a schema alone implies json")
 	require.Equal(t, 20, a.MaxCalls, "max_calls from defaults")
 	require.Equal(t, OnTruncatedOK, a.OnTruncated)
 	require.Equal(t, OnFilteredOK, a.OnFiltered)
