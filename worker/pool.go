@@ -468,7 +468,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	}
 	p.mu.Lock()
 	for _, jr := range p.jobs {
-		jr.stopBatcher() // worker/batch.go: hands back records not yet in a recorded batch
+		jr.stopBatcher()                            // worker/batch.go: hands back records not yet in a recorded batch
 		jr.gate().Flush(context.WithoutCancel(ctx)) // worker/cost.go: the job's last spend
 		jr.endJob()
 	}
