@@ -184,6 +184,8 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 			if ferr.Class == retry.ClassTruncated && a.OnTruncated == workflow.OnTruncatedGrow &&
 				!(a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls) {
 				if params, ok := grown(run.paramsFor(a), run.grows); ok {
+					out.Attempts = append(out.Attempts, retry.Attempt{N: prior + run.calls, Delivery: max(d.n, 1),
+						Class: ferr.Class, Error: ferr.Error() + "; asking again with a larger max_tokens", At: jr.p.cfg.Clock.Now()})
 					run.params, run.grows = params, run.grows+1
 					h.msgs = h.msgs[:len(h.msgs)-1] // ask afresh, without the cut answer
 					continue

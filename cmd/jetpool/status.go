@@ -32,6 +32,11 @@ type jobStatus struct {
 	Created    time.Time        `json:"created"`
 	Workers    int              `json:"workers"`
 	Batches    []batchStatus    `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+	// Cost is what the job's calls have cost so far, in dollars, as the
+	// workers added it to the job entry (each at most a second behind):
+	// O(1), no walk over results. MaxCost is its budget.
+	Cost    float64 `json:"cost,omitempty"`
+	MaxCost float64 `json:"max_cost,omitempty"`
 }
 
 // batchStatus is one outstanding provider batch (JETPOOL_BATCHES).
@@ -119,6 +124,9 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		if s.Reason != "" {
 			fmt.Fprintf(e.stdout, "%s failed: %s\n", s.Job, s.Reason)
 		}
+		if line := costLine(s); line != "" {
+			fmt.Fprintf(e.stdout, "%s %s\n", s.Job, line)
+		}
 	}
 	printBatches(e, out)
 	printLimits(ctx, e, b) // status_limits.go: cooldowns and open circuits
@@ -129,7 +137,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 // statusOf is job j's status; info is its consumer's (nil: none, or
 // unreadable).
 func statusOf(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (jobStatus, error) {
-	s := jobStatus{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created}
+	s := jobStatus{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Cost: j.Cost, MaxCost: j.MaxCost}
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
 		return s, err
