@@ -84,9 +84,9 @@ type Result struct {
 	// when the price is unknown.
 	Cost      *float64 `json:"cost,omitempty"`
 	TotalCost *float64 `json:"total_cost,omitempty"`
-	// LatencyMS is how long the call that answered took (the last call
-	// when none did), in milliseconds.
-	LatencyMS int64 `json:"latency_ms,omitempty"`
+	// LatencyMS is how long the call that answered took, in milliseconds
+	// (microsecond precision).
+	LatencyMS float64 `json:"latency_ms,omitempty"`
 	// Line is the record's line in the input file (results --sorted).
 	Line int `json:"line,omitempty"`
 	// Input holds the record fields the workflow's carry: names.

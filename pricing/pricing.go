@@ -12,6 +12,7 @@ package pricing
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jetpool/jetpool/provider"
@@ -97,9 +98,9 @@ func (p Price) Validate() error {
 
 // String is "$0.15 in, $0.6 out per Mtok (built-in 2025-08)".
 func (p Price) String() string {
-	s := fmt.Sprintf("$%g in, $%g out per Mtok", p.InputPerMTok, p.OutputPerMTok)
+	s := "$" + num(p.InputPerMTok) + " in, $" + num(p.OutputPerMTok) + " out per Mtok"
 	if p.CachedInputPerMTok > 0 && p.CachedInputPerMTok != p.InputPerMTok {
-		s += fmt.Sprintf(", cached $%g", p.CachedInputPerMTok)
+		s += ", cached $" + num(p.CachedInputPerMTok)
 	}
 	if p.Source != "" {
 		s += " (" + p.Source + ")"
@@ -132,3 +133,5 @@ func Lookup(providerName, model string) (Price, bool) {
 	p.Source = "built-in " + TableDate
 	return p, true
 }
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }

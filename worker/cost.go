@@ -174,7 +174,7 @@ func resultUsage(u provider.Usage) broker.Usage {
 // cost: finish reason, latency, usage, cost, input line and carried fields.
 func (jr *jobRunner) answered(r *broker.Result, d *delivery, run *sessionRun) {
 	r.FinishReason, r.FinishReasonRaw = run.finish, run.finishRaw
-	r.LatencyMS = run.latency.Milliseconds()
+	r.LatencyMS = float64(run.latency.Microseconds()) / 1000
 	r.Usage = resultUsage(run.usage)
 	r.Cost, r.TotalCost = costs(d, run)
 	r.Line = d.env.Line

@@ -34,6 +34,9 @@ const (
 // is 50 chunks, merged by a heap of 50 heads).
 const SortChunkRecords = 20000
 
+// sortChunkRecords is SortChunkRecords, smaller in tests.
+var sortChunkRecords = SortChunkRecords
+
 // exportOptions steer exportResults.
 type exportOptions struct {
 	format string // ExportJSONL (default) or ExportCSV
@@ -152,7 +155,7 @@ func (lw *lineWriter) write(r *broker.Result, record json.RawMessage) error {
 		r.FinishReason, r.FinishReasonRaw, class, msg,
 		strconv.Itoa(r.Usage.InputTokens), strconv.Itoa(r.Usage.OutputTokens),
 		strconv.Itoa(r.Usage.CachedInputTokens), strconv.Itoa(r.Usage.ReasoningTokens),
-		money(r.Cost), money(r.TotalCost), strconv.FormatInt(r.LatencyMS, 10),
+		money(r.Cost), money(r.TotalCost), strconv.FormatFloat(r.LatencyMS, 'f', -1, 64),
 		strconv.Itoa(r.Recovery.Attempts), strconv.Itoa(r.Recovery.Deliveries), r.Provider, r.Model, r.Job,
 		r.Finished.Format("2006-01-02T15:04:05.000Z07:00"))
 	for _, f := range lw.o.carry {
@@ -237,7 +240,7 @@ func sortedResults(ctx context.Context, b *broker.Broker, job *broker.Job, o exp
 			return err
 		}
 		buf = append(buf, sortItem{line: r.Line, id: r.ID, data: data})
-		if len(buf) >= SortChunkRecords {
+		if len(buf) >= sortChunkRecords {
 			return spill()
 		}
 		return nil
