@@ -42,6 +42,7 @@ type CostGate struct {
 	mu       sync.Mutex
 	pending  float64     // spent here, not yet in the job entry
 	timer    *time.Timer // armed while pending > 0
+	closed   bool        // Close: no more timers
 	flushing sync.Mutex  // one flush at a time
 }
 
@@ -88,9 +89,17 @@ func (g *CostGate) Spend(dollars float64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pending += dollars
-	if g.timer == nil {
+	if g.timer == nil && !g.closed {
 		g.timer = time.AfterFunc(CostFlushEvery, func() { g.Flush(context.Background()) })
 	}
+}
+
+// Close flushes what is pending, and arms no timer after: the pool stops.
+func (g *CostGate) Close(ctx context.Context) {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.Flush(ctx)
 }
 
 // Flush adds the pending spend to the job entry now, and fails the job once

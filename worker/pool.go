@@ -470,7 +470,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	for _, jr := range p.jobs {
 		jr.stopBatcher() // worker/batch.go: hands back records not yet in a recorded batch
 		// worker/cost.go: the job's last spend goes into its entry.
-		jr.gate().Flush(context.WithoutCancel(ctx))
+		jr.gate().Close(context.WithoutCancel(ctx))
 		jr.endJob()
 	}
 	p.mu.Unlock()
