@@ -178,21 +178,7 @@ func (p *anthropic) call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, rerr
 	}
 	defer resp.Body.Close()
-	if req.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return p.stream(ctx, resp.Body, req, key)
-	}
-	b, rerr := p.readBody(ctx, resp, req.Model, key)
-	if rerr != nil {
-		return Response{}, rerr
-	}
-	out, rerr := p.decode(b, req.Model, key)
-	if rerr != nil {
-		return Response{}, rerr
-	}
-	if req.Stream && req.OnDelta != nil && out.Text != "" {
-		req.OnDelta(out.Text)
-	}
-	return out, nil
+	return p.answer(ctx, resp, req, key, p.stream, p.decode)
 }
 
 // decode parses a Messages API response body: an error envelope after a

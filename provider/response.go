@@ -2,6 +2,10 @@ package provider
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jetpool/jetpool/retry"
@@ -52,4 +56,27 @@ func timed(call func() (Response, error)) (Response, error) {
 		out.Latency = time.Since(start)
 	}
 	return out, err
+}
+
+// answer reads a successful response: as a stream when one was asked for
+// and the server sent one, else as a body parsed by decode (a server may
+// answer a stream request with plain JSON: its text is then one delta).
+func (c *client) answer(ctx context.Context, resp *http.Response, req Request, key string,
+	stream func(context.Context, io.Reader, Request, string) (Response, error),
+	decode func(b []byte, model, key string) (Response, *retry.Error)) (Response, error) {
+	if req.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return stream(ctx, resp.Body, req, key)
+	}
+	b, rerr := c.readBody(ctx, resp, req.Model, key)
+	if rerr != nil {
+		return Response{}, rerr
+	}
+	out, rerr := decode(b, req.Model, key)
+	if rerr != nil {
+		return Response{}, rerr
+	}
+	if req.Stream && req.OnDelta != nil && out.Text != "" {
+		req.OnDelta(out.Text)
+	}
+	return out, nil
 }
