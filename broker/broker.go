@@ -156,6 +156,12 @@ func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *
 	}
 	if srv != nil {
 		opts = append(opts, nats.InProcessServer(srv))
+	} else {
+		// A server that stops answering (frozen, partitioned) is noticed in
+		// 10-15 s and left for another node, instead of the library's 4
+		// minutes: a worker behind it can neither store nor heartbeat, and
+		// its records would outlive AckWait (30 s) and be paid again.
+		opts = append(opts, nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(2))
 	}
 	if cfg.NATSCreds != "" {
 		opts = append(opts, nats.UserCredentials(cfg.NATSCreds))

@@ -19,7 +19,10 @@ func TooLarge(err error) bool {
 
 // jsInsufficientResources is the server's error code for a store that is
 // out of space or over its limits ("insufficient resources").
-const jsInsufficientResources = 10023
+const (
+	jsInsufficientResources = 10023
+	jsStorageExceeded       = 10047 // "insufficient storage resources available": an account's max_file_store
+)
 
 // FaultHint says, for a write or lookup that failed, what is wrong with the
 // store and what to do, in a few words for an operator: "" for an error that
@@ -29,8 +32,8 @@ func FaultHint(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsInsufficientResources,
-		strings.Contains(err.Error(), "insufficient resources"):
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jsInsufficientResources || apiErr.ErrorCode == jsStorageExceeded),
+		strings.Contains(err.Error(), "insufficient resources"), strings.Contains(err.Error(), "insufficient storage"):
 		return "the server's store is full or at its limits: free disk space or raise max_file_store / the stream's limits"
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),

@@ -33,6 +33,13 @@ type Job struct {
 	MaxDeliver int       `json:"max_deliver"`
 	Created    time.Time `json:"created"`
 	Updated    time.Time `json:"updated"`
+
+	// MaxCost is the job's budget in dollars (0: none): new calls stop once
+	// Cost reaches it (worker/cost.go). `jetpool retry --max-cost` raises it.
+	MaxCost float64 `json:"max_cost,omitempty"`
+	// Cost is what the job's calls have cost so far, as the workers have
+	// added it (each at most a second behind: worker/cost.go).
+	Cost float64 `json:"cost,omitempty"`
 	// Replay is set by `jetpool retry` before it republishes a job's dead
 	// letters, and cleared when the job completes: a retry killed half way
 	// is found and finished by the next one.
@@ -44,6 +51,9 @@ type ReplayMark struct {
 	At      time.Time `json:"at"`
 	Records int       `json:"records"` // dead letters it set out to replay
 }
+
+// OverBudget reports whether the job has a budget and has spent it.
+func (j *Job) OverBudget() bool { return j.MaxCost > 0 && j.Cost >= j.MaxCost }
 
 // ErrJobNotFound is returned by GetJob when the job does not exist.
 var ErrJobNotFound = errors.New("job not found")

@@ -54,10 +54,15 @@ type Recovery struct {
 	HandBacks int `json:"hand_backs,omitempty"`
 }
 
-// Usage is tokens spent on the record, all attempts.
+// Usage is tokens spent on the record, all attempts. Cached and cache-write
+// tokens are parts of InputTokens, reasoning tokens part of OutputTokens
+// (provider.Usage).
 type Usage struct {
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	InputTokens       int `json:"input_tokens"`
+	OutputTokens      int `json:"output_tokens"`
+	CachedInputTokens int `json:"cached_input_tokens,omitempty"`
+	CacheWriteTokens  int `json:"cache_write_tokens,omitempty"`
+	ReasoningTokens   int `json:"reasoning_tokens,omitempty"`
 }
 
 // Result is one final result of a record and action: one line of the results JSONL.
@@ -77,6 +82,24 @@ type Result struct {
 	Model    string          `json:"model,omitempty"`
 	Replays  int             `json:"replays,omitempty"`
 	Finished time.Time       `json:"finished_at"`
+
+	// FinishReason is the answer's normalised finish reason (stop, length,
+	// content_filter, tool_calls, other), FinishReasonRaw the provider's
+	// own word; empty when no call was answered.
+	FinishReason    string `json:"finish_reason,omitempty"`
+	FinishReasonRaw string `json:"finish_reason_raw,omitempty"`
+	// Cost is what this action's calls for the record cost, in dollars, at
+	// the action's price; TotalCost adds the record's earlier actions. Nil
+	// when the price is unknown.
+	Cost      *float64 `json:"cost,omitempty"`
+	TotalCost *float64 `json:"total_cost,omitempty"`
+	// LatencyMS is how long the call that answered took, in milliseconds
+	// (microsecond precision).
+	LatencyMS float64 `json:"latency_ms,omitempty"`
+	// Line is the record's line in the input file (results --sorted).
+	Line int `json:"line,omitempty"`
+	// Input holds the record fields the workflow's carry: names.
+	Input map[string]any `json:"input,omitempty"`
 }
 
 // Outcome is the result subject token: "ok" or the reason.

@@ -20,8 +20,11 @@ type Envelope struct {
 	ID      string         `json:"id"`
 	Record  map[string]any `json:"record"`
 	Outputs map[string]any `json:"outputs,omitempty"`
-	// Line of the input file, for diagnostics of bad input.
+	// Line of the input file, for diagnostics of bad input (and results in input order).
 	Line int `json:"line,omitempty"`
+	// Cost is what the record's earlier actions spent, in dollars, so that
+	// each result can say the record's total.
+	Cost float64 `json:"cost,omitempty"`
 	// RawRecord, when set, is written as "record" instead of Record: the
 	// dispatcher passes the input line through without decoding it.
 	RawRecord json.RawMessage `json:"-"`
@@ -34,7 +37,7 @@ type Envelope struct {
 // and encoded again).
 func (e *Envelope) MarshalJSON() ([]byte, error) {
 	type plain Envelope
-	if e.RawRecord == nil || len(e.Outputs) > 0 {
+	if e.RawRecord == nil || len(e.Outputs) > 0 || e.Cost != 0 {
 		if e.RawRecord != nil {
 			return json.Marshal(&struct {
 				*plain
@@ -117,6 +120,8 @@ func (e *Envelope) parse(b []byte) error {
 			}
 		case "line":
 			e.Line = int(v.Int())
+		case "cost":
+			e.Cost = v.Float()
 		}
 		return true
 	})

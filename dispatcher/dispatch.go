@@ -219,7 +219,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	fresh := false
 	switch {
 	case errors.Is(err, broker.ErrJobNotFound):
-		job = &broker.Job{ID: jobID, Created: time.Now().UTC()}
+		job = &broker.Job{ID: jobID, Created: time.Now().UTC(), MaxCost: wf.MaxCost}
 		// An entry removed by hand must not make old results invisible.
 		if fresh, err = d.B.JobUnseen(ctx, jobID); err != nil {
 			return nil, err

@@ -4,10 +4,14 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/jetpool/jetpool/retry"
 )
 
 // Defaults of the anthropic adapter.
@@ -91,31 +95,74 @@ func (u anthropicUsage) input() int {
 	return u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
 }
 
+// usage is the Usage of these counts.
+func (u anthropicUsage) usage() Usage {
+	return Usage{InputTokens: u.input(), OutputTokens: u.OutputTokens,
+		CachedInputTokens: u.CacheReadInputTokens, CacheWriteTokens: u.CacheCreationInputTokens}
+}
+
 type anthropicMessage struct {
-	Model   string `json:"model"`
-	Content []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	} `json:"content"`
-	StopReason string         `json:"stop_reason"`
-	Usage      anthropicUsage `json:"usage"`
+	Type  string `json:"type"`
+	Model string `json:"model"`
+	// Content stays raw so that a missing list is told from an empty one.
+	Content    json.RawMessage `json:"content"`
+	StopReason string          `json:"stop_reason"`
+	Usage      anthropicUsage  `json:"usage"`
+}
+
+// anthropicBlock is a content block; Text stays raw to name a wrong type.
+type anthropicBlock struct {
+	Type string          `json:"type"`
+	Text json.RawMessage `json:"text"`
+}
+
+// text joins the message's text blocks; a missing content list, or a text
+// block whose text is not a string, is an error naming what was found.
+func (m *anthropicMessage) text() (string, error) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		return "", fmt.Errorf("message has no content")
+	}
+	var blocks []anthropicBlock
+	if err := json.Unmarshal(m.Content, &blocks); err != nil {
+		return "", fmt.Errorf("content is %s, want a list of content blocks", jsonKind(m.Content))
+	}
+	var b strings.Builder
+	for i, c := range blocks {
+		if c.Type != "text" {
+			continue // tool_use, thinking, …
+		}
+		var s string
+		if err := json.Unmarshal(c.Text, &s); err != nil {
+			return "", fmt.Errorf("content[%d].text is %s, want a string", i, jsonKind(c.Text))
+		}
+		b.WriteString(s)
+	}
+	return b.String(), nil
 }
 
 // anthropicFinish normalises stop_reason.
 func anthropicFinish(r string) string {
 	switch r {
+	case "":
+		return ""
 	case "end_turn", "stop_sequence":
-		return "stop"
+		return FinishStop
 	case "max_tokens", "model_context_window_exceeded":
-		return "length"
+		return FinishLength
 	case "refusal":
-		return "content_filter"
+		return FinishContentFilter
+	case "tool_use":
+		return FinishToolCalls
 	}
-	return r
+	return FinishOther // pause_turn, …
 }
 
 // Call implements Provider.
 func (p *anthropic) Call(ctx context.Context, req Request) (Response, error) {
+	return timed(func() (Response, error) { return p.call(ctx, req) })
+}
+
+func (p *anthropic) call(ctx context.Context, req Request) (Response, error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr
@@ -131,28 +178,26 @@ func (p *anthropic) Call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, rerr
 	}
 	defer resp.Body.Close()
-	if req.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return p.stream(ctx, resp.Body, req, key)
-	}
-	b, rerr := p.readBody(ctx, resp, req.Model, key)
-	if rerr != nil {
-		return Response{}, rerr
-	}
+	return p.answer(ctx, resp, req, key, p.stream, p.decode)
+}
+
+// decode parses a Messages API response body: an error envelope after a
+// 200 is normalised like an HTTP error, a message of the wrong shape is an
+// InvalidResponseError.
+func (p *anthropic) decode(b []byte, model, key string) (Response, *retry.Error) {
 	var m anthropicMessage
-	if rerr := p.decodeBody(b, &m, req.Model, key); rerr != nil {
+	if rerr := p.decodeBody(b, &m, model, key); rerr != nil {
 		return Response{}, rerr
 	}
-	var text strings.Builder
-	for _, c := range m.Content {
-		if c.Type == "text" {
-			text.WriteString(c.Text)
-		}
+	if m.Type == "error" {
+		return Response{}, p.inBandError(b, model, key)
 	}
-	if req.Stream && req.OnDelta != nil && text.Len() > 0 {
-		req.OnDelta(text.String())
+	text, err := m.text()
+	if err != nil {
+		return Response{}, p.invalidResponse(model, err.Error())
 	}
-	return Response{Text: text.String(), FinishReason: anthropicFinish(m.StopReason), Model: cmp.Or(m.Model, req.Model),
-		Usage: Usage{InputTokens: m.Usage.input(), OutputTokens: m.Usage.OutputTokens}}, nil
+	return Response{Text: text, FinishReason: anthropicFinish(m.StopReason), FinishReasonRaw: m.StopReason,
+		Model: cmp.Or(m.Model, model), Usage: m.Usage.usage()}, nil
 }
 
 // stream reads message_start, content_block_delta…, message_delta and
@@ -171,31 +216,47 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 			return Response{}, p.streamBroken(ctx, err, req.Model, key)
 		}
 		var data struct {
-			Type    string           `json:"type"`
-			Message anthropicMessage `json:"message"`
-			Delta   struct {
-				Type       string `json:"type"`
-				Text       string `json:"text"`
-				StopReason string `json:"stop_reason"`
+			Type    string `json:"type"`
+			Message struct {
+				Model string         `json:"model"`
+				Usage anthropicUsage `json:"usage"`
+			} `json:"message"`
+			Delta struct {
+				Type       string          `json:"type"`
+				Text       json.RawMessage `json:"text"`
+				StopReason string          `json:"stop_reason"`
 			} `json:"delta"`
 			Usage *anthropicUsage `json:"usage"`
 		}
 		if err := json.Unmarshal(ev.data, &data); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				// Whole JSON of the wrong shape: not a cut stream.
+				return Response{}, p.invalidResponse(req.Model, "stream event: "+err.Error())
+			}
 			return Response{}, p.streamBroken(ctx, badEvent(ev.data, err), req.Model, key)
 		}
 		switch cmp.Or(ev.event, data.Type) {
 		case "message_start":
 			out.Model = cmp.Or(data.Message.Model, out.Model)
-			out.Usage = Usage{InputTokens: data.Message.Usage.input(), OutputTokens: data.Message.Usage.OutputTokens}
+			out.Usage = data.Message.Usage.usage()
 		case "content_block_delta":
-			if data.Delta.Type == "text_delta" && data.Delta.Text != "" {
-				text.WriteString(data.Delta.Text)
+			if data.Delta.Type != "text_delta" {
+				continue
+			}
+			var d string
+			if err := json.Unmarshal(data.Delta.Text, &d); err != nil {
+				return Response{}, p.invalidResponse(req.Model, "stream event: delta.text is "+jsonKind(data.Delta.Text)+", want a string")
+			}
+			if d != "" {
+				text.WriteString(d)
 				if req.OnDelta != nil {
-					req.OnDelta(data.Delta.Text)
+					req.OnDelta(d)
 				}
 			}
 		case "message_delta":
 			if data.Delta.StopReason != "" {
+				out.FinishReasonRaw = data.Delta.StopReason
 				out.FinishReason = anthropicFinish(data.Delta.StopReason)
 			}
 			if u := data.Usage; u != nil {
@@ -203,6 +264,8 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 				out.Usage.OutputTokens = u.OutputTokens
 				if in := u.input(); in > 0 {
 					out.Usage.InputTokens = in
+					out.Usage.CachedInputTokens = u.CacheReadInputTokens
+					out.Usage.CacheWriteTokens = u.CacheCreationInputTokens
 				}
 			}
 		case "message_stop":

@@ -1,11 +1,9 @@
 package provider
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/jetpool/jetpool/retry"
 )
@@ -125,37 +123,10 @@ func (w *Wire) TransportError(ctx context.Context, err error, model, key, when s
 
 // parse is the non-streamed body parsing of Call.
 func (p *openAI) parse(b []byte, model string) (Response, *retry.Error) {
-	var r openAIResponse
-	if rerr := p.decodeBody(b, &r, model, ""); rerr != nil {
-		return Response{}, rerr
-	}
-	if len(r.Error) > 0 && string(r.Error) != "null" && len(r.Choices) == 0 {
-		return Response{}, p.inBandError(b, model, "")
-	}
-	if len(r.Choices) == 0 {
-		return Response{}, &retry.Error{Class: retry.ClassUnknown, TypeName: "InvalidResponseError",
-			Message: "response has no choices", Provider: p.cfg.Name, Model: model}
-	}
-	ch := r.Choices[0]
-	out := Response{Text: contentText(ch.Message.Content), Usage: r.usage(), Model: cmp.Or(r.Model, model)}
-	if ch.FinishReason != nil {
-		out.FinishReason = *ch.FinishReason
-	}
-	return out, nil
+	return p.decode(b, model, "")
 }
 
 // parse is the non-streamed body parsing of Call.
 func (p *anthropic) parse(b []byte, model string) (Response, *retry.Error) {
-	var m anthropicMessage
-	if rerr := p.decodeBody(b, &m, model, ""); rerr != nil {
-		return Response{}, rerr
-	}
-	var text strings.Builder
-	for _, c := range m.Content {
-		if c.Type == "text" {
-			text.WriteString(c.Text)
-		}
-	}
-	return Response{Text: text.String(), FinishReason: anthropicFinish(m.StopReason), Model: cmp.Or(m.Model, model),
-		Usage: Usage{InputTokens: m.Usage.input(), OutputTokens: m.Usage.OutputTokens}}, nil
+	return p.decode(b, model, "")
 }

@@ -23,7 +23,26 @@
 //     generationConfig (max_tokens → maxOutputTokens, top_p → topP, …); JSON
 //     mode sets responseMimeType application/json and responseJsonSchema.
 //     Thinking tokens are counted as output tokens (they are billed as such).
-//   - sim: the simulated model of sim.go.
+//   - sim: the simulated model of sim.go; it stops at max_tokens (four
+//     characters a token) as a model does.
+//
+// # Answers
+//
+// Every Response carries FinishReason, normalised to stop, length,
+// content_filter, tool_calls or other (FinishReasonRaw keeps the provider's
+// own word: OpenAI finish_reason, Anthropic stop_reason max_tokens /
+// end_turn / refusal, Gemini finishReason MAX_TOKENS / SAFETY / RECITATION
+// …), streamed or not; whether a truncated or filtered answer fails its
+// record is the worker's decision (worker/outcome_finish.go). Usage counts
+// every input token (cached ones included) and every output token
+// (reasoning included), and the cached, cache-write and reasoning parts
+// where the provider reports them.
+//
+// A 2xx body that is JSON but not the promised shape — no choices or
+// candidates, a message without content, content 12345 — is an
+// InvalidResponseError of class unknown, never an empty success: the
+// session layer does not call again at once, the exec layer redelivers (a
+// broken gateway is the usual cause, and it may have mended by then).
 //
 // The real adapters use net/http, not the vendors' SDKs: classifying a
 // failure needs its exact status, headers and body, and the SDKs' own retries

@@ -3,6 +3,8 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -100,16 +102,19 @@ func (p *gemini) body(req Request) map[string]any {
 
 type geminiResponse struct {
 	Candidates []struct {
-		Content      geminiContent `json:"content"`
-		FinishReason string        `json:"finishReason"`
+		// Content stays raw: a candidate stopped by a filter has none, and a
+		// wrong shape must be told from an absent one.
+		Content      json.RawMessage `json:"content"`
+		FinishReason string          `json:"finishReason"`
 	} `json:"candidates"`
 	PromptFeedback *struct {
 		BlockReason string `json:"blockReason"`
 	} `json:"promptFeedback"`
 	UsageMetadata *struct {
-		PromptTokenCount     int `json:"promptTokenCount"`
-		CandidatesTokenCount int `json:"candidatesTokenCount"`
-		ThoughtsTokenCount   int `json:"thoughtsTokenCount"`
+		PromptTokenCount        int `json:"promptTokenCount"`
+		CandidatesTokenCount    int `json:"candidatesTokenCount"`
+		ThoughtsTokenCount      int `json:"thoughtsTokenCount"`
+		CachedContentTokenCount int `json:"cachedContentTokenCount"`
 	} `json:"usageMetadata"`
 	ModelVersion string          `json:"modelVersion"`
 	Error        json.RawMessage `json:"error"`
@@ -118,39 +123,67 @@ type geminiResponse struct {
 // geminiFinish normalises finishReason.
 func geminiFinish(r string) string {
 	switch r {
+	case "":
+		return ""
 	case "STOP":
-		return "stop"
+		return FinishStop
 	case "MAX_TOKENS":
-		return "length"
+		return FinishLength
 	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY":
-		return "content_filter"
+		return FinishContentFilter
+	case "MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS":
+		return FinishToolCalls
 	}
-	return strings.ToLower(r)
+	return FinishOther // LANGUAGE, OTHER, FINISH_REASON_UNSPECIFIED, …
 }
 
-// apply adds one response (or stream chunk) to out and returns its new text.
-func (r *geminiResponse) apply(out *Response) string {
+// apply adds one response (or stream chunk) to out and returns its new
+// text; a candidate of the wrong shape is an error naming what was found.
+func (r *geminiResponse) apply(out *Response) (string, error) {
 	if r.ModelVersion != "" {
 		out.Model = r.ModelVersion
 	}
 	if u := r.UsageMetadata; u != nil {
-		// Thinking tokens are billed as output.
-		out.Usage = Usage{InputTokens: u.PromptTokenCount, OutputTokens: u.CandidatesTokenCount + u.ThoughtsTokenCount}
+		// Thinking tokens are billed as output. promptTokenCount includes
+		// the cached content.
+		out.Usage = Usage{InputTokens: u.PromptTokenCount, OutputTokens: u.CandidatesTokenCount + u.ThoughtsTokenCount,
+			CachedInputTokens: u.CachedContentTokenCount, ReasoningTokens: u.ThoughtsTokenCount}
 	}
 	if len(r.Candidates) == 0 {
-		return ""
+		return "", nil
 	}
 	c := r.Candidates[0]
 	if c.FinishReason != "" {
+		out.FinishReasonRaw = c.FinishReason
 		out.FinishReason = geminiFinish(c.FinishReason)
 	}
-	var b strings.Builder
-	for _, part := range c.Content.Parts {
-		if !part.Thought {
-			b.WriteString(part.Text)
+	if len(c.Content) == 0 || string(c.Content) == "null" {
+		if c.FinishReason == "" {
+			return "", fmt.Errorf("candidates[0] has no content and no finishReason")
 		}
+		return "", nil // stopped (by a filter, say) before any text
 	}
-	return b.String()
+	var content struct {
+		Parts []struct {
+			Text    json.RawMessage `json:"text"`
+			Thought bool            `json:"thought"`
+		} `json:"parts"`
+	}
+	if err := json.Unmarshal(c.Content, &content); err != nil {
+		return "", fmt.Errorf("candidates[0].content is %s, want an object with parts", jsonKind(c.Content))
+	}
+	var b strings.Builder
+	for i, part := range content.Parts {
+		if part.Thought || len(part.Text) == 0 {
+			continue // a thought summary, or a functionCall part
+		}
+		var s string
+		if err := json.Unmarshal(part.Text, &s); err != nil {
+			return "", fmt.Errorf("candidates[0].content.parts[%d].text is %s, want a string", i, jsonKind(part.Text))
+		}
+		b.WriteString(s)
+	}
+	return b.String(), nil
 }
 
 // blocked is the error of a prompt that Gemini refused to answer at all.
@@ -169,6 +202,10 @@ func hasError(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != 
 
 // Call implements Provider.
 func (p *gemini) Call(ctx context.Context, req Request) (Response, error) {
+	return timed(func() (Response, error) { return p.call(ctx, req) })
+}
+
+func (p *gemini) call(ctx context.Context, req Request) (Response, error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr
@@ -201,8 +238,15 @@ func (p *gemini) Call(ctx context.Context, req Request) (Response, error) {
 	if e := r.blocked(p, req.Model); e != nil {
 		return Response{}, e
 	}
+	if len(r.Candidates) == 0 {
+		return Response{}, p.invalidResponse(req.Model, "response has no candidates")
+	}
 	out := Response{Model: req.Model}
-	out.Text = r.apply(&out)
+	text, err := r.apply(&out)
+	if err != nil {
+		return Response{}, p.invalidResponse(req.Model, err.Error())
+	}
+	out.Text = text
 	return out, nil
 }
 
@@ -227,6 +271,11 @@ func (p *gemini) stream(ctx context.Context, body io.Reader, req Request, key st
 		}
 		var chunk geminiResponse
 		if err := json.Unmarshal(ev.data, &chunk); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				// Whole JSON of the wrong shape: not a cut stream.
+				return Response{}, p.invalidResponse(req.Model, "stream chunk: "+err.Error())
+			}
 			return Response{}, p.streamBroken(ctx, badEvent(ev.data, err), req.Model, key)
 		}
 		if hasError(chunk.Error) {
@@ -235,7 +284,11 @@ func (p *gemini) stream(ctx context.Context, body io.Reader, req Request, key st
 		if e := chunk.blocked(p, req.Model); e != nil {
 			return Response{}, e
 		}
-		if d := chunk.apply(&out); d != "" {
+		d, err := chunk.apply(&out)
+		if err != nil {
+			return Response{}, p.invalidResponse(req.Model, "stream chunk: "+err.Error())
+		}
+		if d != "" {
 			text.WriteString(d)
 			if req.OnDelta != nil {
 				req.OnDelta(d)

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -78,32 +79,76 @@ func (p *openAI) body(req Request) map[string]any {
 	return mergeParams(req.Params, own)
 }
 
-// openAIChoice is a choice of a completion or of a stream chunk.
+// openAIChoice is a choice of a completion or of a stream chunk. Message
+// and Delta stay raw so that a wrong shape is told from an absent one.
 type openAIChoice struct {
-	Message      struct{ Content json.RawMessage } `json:"message"`
-	Delta        struct{ Content json.RawMessage } `json:"delta"`
-	FinishReason *string                           `json:"finish_reason"`
+	Message      json.RawMessage `json:"message"`
+	Delta        json.RawMessage `json:"delta"`
+	FinishReason *string         `json:"finish_reason"`
+}
+
+// openAIMessageOut is an assistant message (or a stream chunk's delta).
+type openAIMessageOut struct {
+	Content   json.RawMessage `json:"content"`
+	Refusal   *string         `json:"refusal"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+}
+
+type openAIUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
 }
 
 type openAIResponse struct {
-	Model   string         `json:"model"`
-	Choices []openAIChoice `json:"choices"`
-	Usage   *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
-	Error json.RawMessage `json:"error"`
+	Model   string          `json:"model"`
+	Choices []openAIChoice  `json:"choices"`
+	Usage   *openAIUsage    `json:"usage"`
+	Error   json.RawMessage `json:"error"`
 }
 
 func (r *openAIResponse) usage() Usage {
 	if r.Usage == nil {
 		return Usage{}
 	}
-	return Usage{InputTokens: r.Usage.PromptTokens, OutputTokens: r.Usage.CompletionTokens}
+	u := Usage{InputTokens: r.Usage.PromptTokens, OutputTokens: r.Usage.CompletionTokens}
+	if d := r.Usage.PromptTokensDetails; d != nil {
+		u.CachedInputTokens = d.CachedTokens
+	}
+	if d := r.Usage.CompletionTokensDetails; d != nil {
+		u.ReasoningTokens = d.ReasoningTokens
+	}
+	return u
+}
+
+// openAIFinish normalises finish_reason.
+func openAIFinish(r string) string {
+	switch r {
+	case "":
+		return ""
+	case "stop", "eos", "end_turn": // "eos": some vLLM and TGI builds
+		return FinishStop
+	case "length", "max_tokens":
+		return FinishLength
+	case "content_filter":
+		return FinishContentFilter
+	case "tool_calls", "function_call":
+		return FinishToolCalls
+	}
+	return FinishOther
 }
 
 // Call implements Provider.
 func (p *openAI) Call(ctx context.Context, req Request) (Response, error) {
+	return timed(func() (Response, error) { return p.call(ctx, req) })
+}
+
+func (p *openAI) call(ctx context.Context, req Request) (Response, error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr
@@ -119,32 +164,35 @@ func (p *openAI) Call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, rerr
 	}
 	defer resp.Body.Close()
-	if req.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return p.stream(ctx, resp.Body, req, key)
-	}
-	// Not a stream (or a server that answered a stream request with plain JSON).
-	b, rerr := p.readBody(ctx, resp, req.Model, key)
-	if rerr != nil {
-		return Response{}, rerr
-	}
+	return p.answer(ctx, resp, req, key, p.stream, p.decode)
+}
+
+// decode parses a chat.completion body. A body without choices, or whose
+// first choice has no message or a message of the wrong shape (content
+// 12345, say), is an InvalidResponseError: never an empty success.
+func (p *openAI) decode(b []byte, model, key string) (Response, *retry.Error) {
 	var r openAIResponse
-	if rerr := p.decodeBody(b, &r, req.Model, key); rerr != nil {
+	if rerr := p.decodeBody(b, &r, model, key); rerr != nil {
 		return Response{}, rerr
 	}
 	if len(r.Error) > 0 && string(r.Error) != "null" && len(r.Choices) == 0 {
-		return Response{}, p.inBandError(b, req.Model, key)
+		return Response{}, p.inBandError(b, model, key)
 	}
 	if len(r.Choices) == 0 {
-		return Response{}, &retry.Error{Class: retry.ClassUnknown, TypeName: "InvalidResponseError",
-			Message: "response has no choices", Provider: p.cfg.Name, Model: req.Model}
+		return Response{}, p.invalidResponse(model, "response has no choices")
 	}
 	ch := r.Choices[0]
-	out := Response{Text: contentText(ch.Message.Content), Usage: r.usage(), Model: cmp.Or(r.Model, req.Model)}
-	if ch.FinishReason != nil {
-		out.FinishReason = *ch.FinishReason
+	if len(ch.Message) == 0 || string(ch.Message) == "null" {
+		return Response{}, p.invalidResponse(model, "choices[0] has no message")
 	}
-	if req.Stream && req.OnDelta != nil && out.Text != "" {
-		req.OnDelta(out.Text)
+	text, err := messageText(ch.Message)
+	if err != nil {
+		return Response{}, p.invalidResponse(model, "choices[0].message"+err.Error())
+	}
+	out := Response{Text: text, Usage: r.usage(), Model: cmp.Or(r.Model, model)}
+	if ch.FinishReason != nil {
+		out.FinishReasonRaw = *ch.FinishReason
+		out.FinishReason = openAIFinish(*ch.FinishReason)
 	}
 	return out, nil
 }
@@ -171,6 +219,11 @@ func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key st
 		}
 		var chunk openAIResponse
 		if err := json.Unmarshal(ev.data, &chunk); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				// Whole JSON of the wrong shape: not a cut stream.
+				return Response{}, p.invalidResponse(req.Model, "stream chunk: "+err.Error())
+			}
 			return Response{}, p.streamBroken(ctx, badEvent(ev.data, err), req.Model, key)
 		}
 		if ev.event == "error" || (len(chunk.Error) > 0 && string(chunk.Error) != "null") {
@@ -183,14 +236,19 @@ func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key st
 			out.Usage = chunk.usage()
 		}
 		for _, ch := range chunk.Choices {
-			if d := contentText(ch.Delta.Content); d != "" {
+			d, err := messageText(ch.Delta)
+			if err != nil {
+				return Response{}, p.invalidResponse(req.Model, "stream chunk: choices[].delta"+err.Error())
+			}
+			if d != "" {
 				text.WriteString(d)
 				if req.OnDelta != nil {
 					req.OnDelta(d)
 				}
 			}
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
-				out.FinishReason = *ch.FinishReason
+				out.FinishReasonRaw = *ch.FinishReason
+				out.FinishReason = openAIFinish(*ch.FinishReason)
 			}
 		}
 	}
@@ -198,28 +256,56 @@ func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key st
 	return out, nil
 }
 
-// contentText is a message's content: a string, null, or (some compatible
-// servers) a list of {"type":"text","text":…} parts.
-func contentText(raw json.RawMessage) string {
+// messageText is the text of a message or delta object: its content is a
+// string, null, or (some compatible servers) a list of {"type":"text",
+// "text":…} parts. Anything else is an error naming what was found
+// (".content is a number, want a string or a list of parts"). A message
+// whose content is null but that carries tool calls or a refusal is valid
+// (its text is the refusal, or empty).
+func messageText(raw json.RawMessage) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return ""
+		return "", nil // a delta without content (a role chunk, the last chunk)
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
+	var m openAIMessageOut
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return "", fmt.Errorf(" is %s, want an object", jsonKind(raw))
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+	c := bytes.TrimSpace(m.Content)
+	if len(c) == 0 || string(c) == "null" {
+		if m.Refusal != nil {
+			return *m.Refusal, nil
+		}
+		return "", nil
 	}
-	if json.Unmarshal(raw, &parts) != nil {
-		return ""
+	switch c[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(c, &s); err != nil {
+			return "", fmt.Errorf(".content: %v", err)
+		}
+		return s, nil
+	case '[':
+		var parts []struct {
+			Type string          `json:"type"`
+			Text json.RawMessage `json:"text"`
+		}
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return "", fmt.Errorf(".content is a list, but not of {type, text} parts")
+		}
+		var b strings.Builder
+		for i, part := range parts {
+			if len(part.Text) == 0 || string(part.Text) == "null" {
+				continue // an image or audio part
+			}
+			var s string
+			if json.Unmarshal(part.Text, &s) != nil {
+				return "", fmt.Errorf(".content[%d].text is %s, want a string", i, jsonKind(part.Text))
+			}
+			b.WriteString(s)
+		}
+		return b.String(), nil
 	}
-	var b strings.Builder
-	for _, p := range parts {
-		b.WriteString(p.Text)
-	}
-	return b.String()
+	return "", fmt.Errorf(".content is %s, want a string or a list of parts", jsonKind(c))
 }
 
 // Preflight lists the models (GET /models) and looks for model there. An

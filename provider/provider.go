@@ -38,18 +38,57 @@ type Request struct {
 	RecordID string
 }
 
-// Usage is the token count of one call.
+// Usage is the token count of one call. InputTokens counts every prompt
+// token, cached or not, and OutputTokens every generated one, reasoning
+// included (as OpenAI's prompt_tokens and completion_tokens do); the other
+// fields are the parts of those that providers bill at other rates, 0 where
+// a provider does not report them.
 type Usage struct {
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
+	// CachedInputTokens of InputTokens were read from the provider's prompt
+	// cache (OpenAI prompt_tokens_details.cached_tokens, Anthropic
+	// cache_read_input_tokens, Gemini cachedContentTokenCount).
+	CachedInputTokens int `json:"cached_input_tokens,omitempty"`
+	// CacheWriteTokens of InputTokens were written to the cache (Anthropic
+	// cache_creation_input_tokens, billed above the input rate).
+	CacheWriteTokens int `json:"cache_write_tokens,omitempty"`
+	// ReasoningTokens of OutputTokens were thinking (OpenAI
+	// completion_tokens_details.reasoning_tokens, Gemini thoughtsTokenCount).
+	ReasoningTokens int `json:"reasoning_tokens,omitempty"`
 }
+
+// Add adds u's counts to the sum.
+func (s *Usage) Add(u Usage) {
+	s.InputTokens += u.InputTokens
+	s.OutputTokens += u.OutputTokens
+	s.CachedInputTokens += u.CachedInputTokens
+	s.CacheWriteTokens += u.CacheWriteTokens
+	s.ReasoningTokens += u.ReasoningTokens
+}
+
+// Normalised finish reasons (Response.FinishReason).
+const (
+	FinishStop          = "stop"           // the model ended its answer (or hit a stop sequence)
+	FinishLength        = "length"         // cut at max_tokens (or the context window): the answer is truncated
+	FinishContentFilter = "content_filter" // stopped or refused by a safety filter
+	FinishToolCalls     = "tool_calls"     // the model asked for a tool
+	FinishOther         = "other"          // anything else the provider said; FinishReasonRaw has its word
+)
 
 // Response is a successful call.
 type Response struct {
-	Text         string
-	FinishReason string // normalised: "stop", "length", "content_filter", or the provider's word
-	Usage        Usage
-	Model        string
+	Text string
+	// FinishReason is one of the Finish* constants, "" when the provider
+	// gave none (some compatible servers); FinishReasonRaw is the
+	// provider's own word ("max_tokens", "MAX_TOKENS", "refusal", …).
+	FinishReason    string
+	FinishReasonRaw string
+	Usage           Usage
+	Model           string
+	// Latency is how long the call took, from sending the request to the
+	// end of the answer (the whole stream).
+	Latency time.Duration
 }
 
 // Provider is one configured endpoint. Call returns a *retry.Error (with its

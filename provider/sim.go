@@ -56,6 +56,9 @@ type SimFaults struct {
 	Auth            float64 `json:"auth,omitempty" yaml:"auth"`
 	Slow            float64 `json:"slow,omitempty" yaml:"slow"`
 	ContextOverflow float64 `json:"context_overflow,omitempty" yaml:"context_overflow"`
+	// ContentFilter: the call succeeds but the answer is withheld
+	// (finish_reason content_filter, empty text).
+	ContentFilter float64 `json:"content_filter,omitempty" yaml:"content_filter"`
 }
 
 // Defaults of SimConfig.
@@ -70,7 +73,8 @@ const (
 // Validate checks probabilities and the reply template.
 func (c *SimConfig) Validate() error {
 	for name, p := range map[string]float64{"rate_limit": c.Faults.RateLimit, "server": c.Faults.Server,
-		"drop": c.Faults.Drop, "auth": c.Faults.Auth, "slow": c.Faults.Slow, "context_overflow": c.Faults.ContextOverflow} {
+		"drop": c.Faults.Drop, "auth": c.Faults.Auth, "slow": c.Faults.Slow, "context_overflow": c.Faults.ContextOverflow,
+		"content_filter": c.Faults.ContentFilter} {
 		if p < 0 || p > 1 {
 			return fmt.Errorf("faults.%s: %v is out of range 0-1", name, p)
 		}
@@ -175,6 +179,10 @@ func (s *sim) fail(class retry.Class, model string) *retry.Error {
 }
 
 func (s *sim) Call(ctx context.Context, req Request) (Response, error) {
+	return timed(func() (Response, error) { return s.call(ctx, req) })
+}
+
+func (s *sim) call(ctx context.Context, req Request) (Response, error) {
 	model := cmp.Or(req.Model, SimModelDefault)
 	record := req.RecordID
 	if record == "" {
@@ -259,15 +267,39 @@ func (s *sim) Call(ctx context.Context, req Request) (Response, error) {
 		}
 		text = sb.String()
 	}
-	if req.Stream && req.OnDelta != nil {
-		req.OnDelta(text)
+	out := Response{Text: text, FinishReason: FinishStop, FinishReasonRaw: "stop", Model: model}
+	outTokens := len(text)/4 + 1
+	// Like a real model, the sim stops at max_tokens (four characters a token).
+	if mt := maxTokens(req.Params); mt > 0 && outTokens > mt {
+		r := []rune(text)
+		out.Text = string(r[:min(len(r), mt*4)])
+		out.FinishReason, out.FinishReasonRaw, outTokens = FinishLength, "length", mt
+	}
+	if f.ContentFilter > 0 && s.draw(record, call, "filter") < f.ContentFilter {
+		out.Text, out.FinishReason, out.FinishReasonRaw = "", FinishContentFilter, "content_filter"
+	}
+	if req.Stream && req.OnDelta != nil && out.Text != "" {
+		req.OnDelta(out.Text)
 	}
 	in := 0
 	for _, m := range req.Messages {
 		in += len(m.Content)/4 + 1
 	}
-	return Response{Text: text, FinishReason: "stop", Model: model,
-		Usage: Usage{InputTokens: in + len(req.System)/4, OutputTokens: len(text)/4 + 1}}, nil
+	out.Usage = Usage{InputTokens: in + len(req.System)/4, OutputTokens: outTokens}
+	return out, nil
+}
+
+// maxTokens reads a max_tokens parameter under any of its names (0: none).
+func maxTokens(params map[string]any) int {
+	for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
+		switch v := params[k].(type) {
+		case float64:
+			return int(v)
+		case int:
+			return v
+		}
+	}
+	return 0
 }
 
 func lastUser(msgs []Message) string {

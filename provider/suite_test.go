@@ -59,14 +59,18 @@ type cell struct {
 	serve http.Handler        // wire adapters: the fake endpoint
 	sim   *provider.SimConfig // sim: its fault knobs
 	skip  string              // why the case does not apply to this adapter
-	want  want
+	// params are the request's (the sim stops at max_tokens as a model does).
+	params map[string]any
+	want   want
 }
 
 type want struct {
-	// success
-	text   string
-	usage  provider.Usage
-	finish string
+	// success ("" text: answer; "" finish: stop, raw as each wire says it)
+	text      string
+	usage     provider.Usage
+	finish    string
+	finishRaw string
+	noText    bool // the answer is empty
 	// error (nil: the call succeeds)
 	err *wantErr
 	// deltas, when set, is what OnDelta must have received, in order, joined.
@@ -105,7 +109,7 @@ func suiteCases() []suiteCase {
 	wireOnly := cell{skip: "wire-only: the sim has no HTTP layer"}
 	h := providertest.Header
 
-	return []suiteCase{{
+	return append([]suiteCase{{
 		name: "success",
 		cells: map[string]cell{
 			"openai":    {serve: providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4o-mini-2024-07-18", answer, 12, 5)}},
@@ -348,7 +352,7 @@ func suiteCases() []suiteCase {
 				want: want{bounded: gemHugeS, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"sim": wireOnly,
 		},
-	}}
+	}}, finishCases()...) // finish_test.go
 }
 
 // textInStream is a 200 stream of kind's wire format that starts an answer
@@ -475,7 +479,7 @@ func TestSuite(t *testing.T) {
 					mu  sync.Mutex
 					got strings.Builder
 				)
-				req := provider.Request{Model: models[kind], System: "Be brief.", Stream: tc.stream, RecordID: "rec-1",
+				req := provider.Request{Model: models[kind], System: "Be brief.", Stream: tc.stream, RecordID: "rec-1", Params: c.params,
 					Messages: []provider.Message{{Role: "user", Content: prompt}},
 					OnDelta: func(s string) {
 						mu.Lock()
@@ -499,13 +503,19 @@ func TestSuite(t *testing.T) {
 				}
 				if c.want.err == nil {
 					require.NoError(t, err)
-					require.Equal(t, answer, resp.Text)
-					require.Equal(t, "stop", resp.FinishReason)
+					text := cmpOr(c.want.text, answer)
+					if c.want.noText {
+						text = ""
+					}
+					require.Equal(t, text, resp.Text)
+					require.Equal(t, cmpOr(c.want.finish, "stop"), resp.FinishReason)
+					require.Equal(t, cmpOr(c.want.finishRaw, rawStop[kind]), resp.FinishReasonRaw, "the provider's own word")
 					require.NotEmpty(t, resp.Model)
+					require.Positive(t, resp.Latency, "the call's latency")
 					wantUsage := cmpOr(c.want.usage, provider.Usage{InputTokens: 12, OutputTokens: 5})
 					require.Equal(t, wantUsage, resp.Usage)
 					if tc.stream {
-						require.Equal(t, answer, got.String(), "OnDelta must see the whole text")
+						require.Equal(t, text, got.String(), "OnDelta must see the whole text")
 					}
 					if srv != nil {
 						reqs := srv.Requests()

@@ -81,12 +81,19 @@ const (
 	ReasonMaxWait Reason = "max_wait"
 	// ReasonTooLarge: the record, or the answer to store for it, is larger
 	// than the server accepts (max_payload), so it can never be stored.
-	ReasonTooLarge Reason = "too_large"
+	ReasonTooLarge      Reason = "too_large"
+	ReasonTruncated     Reason = "truncated"      // the answer was cut at max_tokens
+	ReasonContentFilter Reason = "content_filter" // a safety filter stopped the answer
+	// ReasonBudget: the job's max_cost was reached before the record's
+	// call; nothing was spent on it. `jetpool retry` runs it once the
+	// budget is raised.
+	ReasonBudget Reason = "budget"
 )
 
 // Reasons lists every reason.
 var Reasons = []Reason{ReasonPermanent, ReasonExhausted, ReasonContextOverflow, ReasonSchemaViolation,
-	ReasonProgrammingError, ReasonBadInput, ReasonMaxDeliveries, ReasonBatchNotReturned, ReasonJobFailed, ReasonMaxCalls, ReasonMaxWait, ReasonTooLarge}
+	ReasonProgrammingError, ReasonBadInput, ReasonMaxDeliveries, ReasonBatchNotReturned, ReasonJobFailed, ReasonMaxCalls,
+	ReasonMaxWait, ReasonTooLarge, ReasonTruncated, ReasonContentFilter, ReasonBudget}
 
 // Clock abstracts time for the session loop so tests can use a fake.
 type Clock interface {

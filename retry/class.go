@@ -20,11 +20,19 @@ const (
 	ClassSchemaViolation Class = "schema_violation"
 	ClassProgramming     Class = "programming"
 	ClassUnknown         Class = "unknown"
+	// ClassTruncated: the call succeeded but the answer was cut at
+	// max_tokens (finish_reason length). The same request is cut again, so
+	// neither layer calls again; the partial answer is kept.
+	ClassTruncated Class = "truncated"
+	// ClassContentFilter: the call succeeded but a safety filter stopped or
+	// refused the answer (finish_reason content_filter). Permanent too.
+	ClassContentFilter Class = "content_filter"
 )
 
 // Classes lists every class, in the order of DESIGN.md §1.
 var Classes = []Class{ClassRateLimit, ClassServer, ClassNetwork, ClassContextOverflow,
-	ClassAuth, ClassInvalidRequest, ClassSchemaViolation, ClassProgramming, ClassUnknown}
+	ClassAuth, ClassInvalidRequest, ClassSchemaViolation, ClassProgramming, ClassUnknown,
+	ClassTruncated, ClassContentFilter}
 
 // Transient reports whether the class is one that both layers retry.
 func (c Class) Transient() bool {
@@ -34,7 +42,8 @@ func (c Class) Transient() bool {
 // Permanent reports whether neither layer may ever retry the class.
 func (c Class) Permanent() bool {
 	switch c {
-	case ClassAuth, ClassInvalidRequest, ClassContextOverflow, ClassSchemaViolation, ClassProgramming:
+	case ClassAuth, ClassInvalidRequest, ClassContextOverflow, ClassSchemaViolation, ClassProgramming,
+		ClassTruncated, ClassContentFilter:
 		return true
 	}
 	return false
@@ -60,6 +69,10 @@ func (c Class) TypeName() string {
 		return "SchemaViolationError"
 	case ClassProgramming:
 		return "ProgrammingError"
+	case ClassTruncated:
+		return "TruncatedError"
+	case ClassContentFilter:
+		return "ContentFilterError"
 	}
 	return "Error"
 }

@@ -32,6 +32,10 @@ func (p Policy) Decide(o Outcome, delivery int) Decision {
 		return deadLetter(ReasonSchemaViolation)
 	case ClassProgramming:
 		return deadLetter(ReasonProgrammingError)
+	case ClassTruncated:
+		return deadLetter(ReasonTruncated)
+	case ClassContentFilter:
+		return deadLetter(ReasonContentFilter)
 	}
 	if p.Enabled && delivery < p.Deliveries() {
 		return Decision{Verdict: VerdictRedeliver, Delay: p.RedeliverDelay(delivery, o.Err.Wait())}

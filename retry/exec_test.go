@@ -22,6 +22,8 @@ func TestDecide(t *testing.T) {
 		ClassContextOverflow: ReasonContextOverflow,
 		ClassSchemaViolation: ReasonSchemaViolation,
 		ClassProgramming:     ReasonProgrammingError,
+		ClassTruncated:       ReasonTruncated,
+		ClassContentFilter:   ReasonContentFilter,
 	}
 	for _, c := range Classes {
 		for delivery := 1; delivery <= 4; delivery++ {

@@ -132,6 +132,13 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 	if err != nil {
 		return err
 	}
+	if _, ferr := Finish(a, resp); ferr != nil { // worker/outcome_finish.go
+		reason := a.Retry.Decide(retry.Outcome{Err: ferr}, d.n).Reason
+		return h.Fail(ctx, a, it, ferr, reason, retry.Diagnose(ferr, nil, d.n)+"; last output: "+clipOutput(resp.Text))
+	}
+	// The answer is billed at the batch rates (worker/cost.go).
+	d.run = &sessionEnd{usage: resp.Usage, finish: resp.FinishReason, finishRaw: resp.FinishReasonRaw}
+	jr.spend(a, resp, d.run, true)
 	output := any(resp.Text)
 	if a.Expect != nil {
 		// The batch's answer meets the expectation as an online one must.
@@ -172,9 +179,9 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 	res := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: output, Action: a.Name, Job: d.job,
 		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model), Replays: d.replays,
-		Usage:    broker.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens},
 		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: time.Now().UTC(),
 	}
+	answered(res, d, d.run, jr.wf.Carry)
 	if err := jr.p.b.WriteResult(ctx, res); err != nil {
 		return err
 	}

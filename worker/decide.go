@@ -7,7 +7,6 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
-	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 )
 
@@ -61,8 +60,9 @@ type decision struct {
 	d      *delivery
 	end    *sessionEnd
 	now    time.Time
-	jitter float64 // [0,1): spreads parked records' return
-	worker string  // names the worker in a dead letter
+	jitter float64  // [0,1): spreads parked records' return
+	worker string   // names the worker in a dead letter
+	carry  []string // the record fields results carry (workflow carry:)
 }
 
 // parkJitterMax caps the spread of parked records' return, so that the
@@ -95,7 +95,7 @@ func decide(in decision) outcome {
 		return decideWait(in, w)
 	}
 	if end.err == nil {
-		return outcome{kind: outcomeDone, result: okResult(d, end, in.now)}
+		return outcome{kind: outcomeDone, result: okResult(d, end, in.now, in.carry)}
 	}
 	verdict := retry.Decision{Verdict: retry.VerdictDeadLetter, Reason: end.reason}
 	if end.reason == "" {
@@ -182,7 +182,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		Recovery: recovery(all, calls, d.delivery(), repairsOf(all, true)), Finished: e.FailedAt,
 	}
 	if end != nil {
-		res.Usage = usage(end.usage)
+		answered(res, d, end, in.carry) // worker/cost.go: usage, cost, finish reason, latency, line, carry
 		if end.text != "" {
 			// return_last: the last answer the model gave, when it gave one
 			// (an answer that failed the expectation, say).
@@ -198,13 +198,14 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 }
 
 // okResult is the result of a delivery whose session succeeded.
-func okResult(d *delivery, end *sessionEnd, now time.Time) *broker.Result {
+func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *broker.Result {
 	all := append(append([]retry.Attempt(nil), d.prior()...), end.attempts...)
 	r := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: end.output, Action: d.action.Name, Job: d.job,
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: end.model, Replays: d.replays,
-		Usage: usage(end.usage), Finished: now.UTC(),
+		Finished: now.UTC(),
 	}
+	answered(r, d, end, carry) // worker/cost.go
 	r.Recovery = recovery(all, billed(d.prior())+end.calls, d.delivery(), end.repairs)
 	story(&r.Recovery, d)
 	return r
@@ -217,10 +218,6 @@ func story(rec *broker.Recovery, d *delivery) {
 	if st := d.state; st != nil {
 		rec.Waits, rec.Waited, rec.HandBacks = st.Waits, st.Waited, st.HandBacks
 	}
-}
-
-func usage(u provider.Usage) broker.Usage {
-	return broker.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
 }
 
 // recovery is how a record got to its result: calls made, deliveries that

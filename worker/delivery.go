@@ -34,6 +34,9 @@ type delivery struct {
 	stale uint64
 	// next is the action after this one ("" for the last).
 	next string
+	// run is the delivery's session once it ran (or stands for the paid run
+	// of a stored success): its cost goes on with the record (worker/cost.go).
+	run *sessionEnd
 }
 
 // unpaid reports whether this is the first delivery of a first-run message:

@@ -38,7 +38,8 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 		return false
 	}
 	end := jr.runSession(ctx, d)
-	o := decide(decision{d: d, end: end, now: p.cfg.Clock.Now(), jitter: rand.Float64(), worker: p.id})
+	d.run = end
+	o := decide(decision{d: d, end: end, now: p.cfg.Clock.Now(), jitter: rand.Float64(), worker: p.id, carry: jr.wf.Carry})
 	return jr.complete(ctx, d, o, release)
 }
 
@@ -62,7 +63,11 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 	p := jr.p
 	if j := jr.current(); j.Status == broker.JobFailed {
 		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
-		return deadLetterOutcome(jr.decision(d), final, retry.ReasonJobFailed, "job failed: "+j.Reason, d.prior(), nil), true
+		reason := retry.ReasonJobFailed
+		if j.OverBudget() { // worker/cost.go
+			final, reason = budgetError(j.MaxCost, j.Cost), retry.ReasonBudget
+		}
+		return deadLetterOutcome(jr.decision(d), final, reason, "job failed: "+j.Reason, d.prior(), nil), true
 	}
 	// The first delivery of a message whose publisher knew that no result
 	// can exist yet (broker.HeaderFirstRun) has nothing to look up.
@@ -84,7 +89,7 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 
 // decision is the base of a decision about d now.
 func (jr *jobRunner) decision(d *delivery) decision {
-	return decision{d: d, now: jr.p.cfg.Clock.Now(), worker: jr.p.id}
+	return decision{d: d, now: jr.p.cfg.Clock.Now(), worker: jr.p.id, carry: jr.wf.Carry}
 }
 
 // lookUp reads what earlier deliveries of the record left: an outcome
@@ -106,6 +111,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 	switch {
 	case last == nil:
 	case last.Status == broker.StatusOK:
+		d.run = paidRun(last) // worker/cost.go: its cost goes on with the record
 		return outcome{kind: outcomeSettled, result: last}, true
 	case last.Replays >= d.replays:
 		// Its outcome was decided and stored, and the worker stopped before

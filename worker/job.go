@@ -36,6 +36,7 @@ type jobRunner struct {
 	// every delivery looks its result up (no Jetpool-First-Run skip).
 	replicated atomic.Bool
 	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
+	costs      *CostGate      // worker/cost.go; made on first use
 	// done ends when the pool's caller says the job has nothing left to
 	// deliver (JobDone): its pulls end then, not at their expiry.
 	done   context.Context

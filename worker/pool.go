@@ -444,6 +444,8 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	for _, jr := range p.jobs {
 		jr.stopBatcher() // worker/batch.go: hands back records not yet in a recorded batch
+		// worker/cost.go: the job's last spend goes into its entry.
+		jr.gate().Close(context.WithoutCancel(ctx))
 		jr.endJob()
 	}
 	p.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jetpool/jetpool/expect"
 	"github.com/jetpool/jetpool/provider"
@@ -47,6 +48,16 @@ type sessionEnd struct {
 	// explain, when set, writes the diagnostic from every attempt of the
 	// record (earlier deliveries' included).
 	explain func(all []retry.Attempt) string
+
+	// The last answer (worker/outcome_finish.go, worker/cost.go): its finish
+	// reason and latency, and what this delivery's answers cost (priced: at
+	// a known price).
+	finish, finishRaw string
+	latency           time.Duration
+	cost              float64
+	priced            bool
+	grows             int // max_tokens doublings (on_truncated: grow)
+	params            map[string]any
 }
 
 // failed ends a session before any call, with a permanent error.
@@ -142,6 +153,11 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 		return run
 	}
 
+	if e := jr.gate().Allow(); e != nil { // worker/cost.go: the job's max_cost
+		run.err, run.reason = e, retry.ReasonBudget
+		return run
+	}
+
 	h := &history{msgs: []provider.Message{{Role: "user", Content: prompt}}}
 	repairs := 0 // this delivery's
 	for {
@@ -181,6 +197,26 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 			break
 		}
 		run.text = resp.Text
+		if _, ferr := Finish(a, resp); ferr != nil { // worker/outcome_finish.go
+			if ferr.Class == retry.ClassTruncated && a.OnTruncated == workflow.OnTruncatedGrow &&
+				!(a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls) {
+				if params, ok := grown(run.paramsFor(a), run.grows); ok {
+					run.attempts = append(run.attempts, retry.Attempt{N: prior + run.calls, Delivery: d.delivery(),
+						Class: ferr.Class, Error: ferr.Error() + "; asking again with a larger max_tokens", At: jr.p.cfg.Clock.Now()})
+					run.params, run.grows = params, run.grows+1
+					h.msgs = h.msgs[:len(h.msgs)-1] // ask afresh, without the cut answer
+					continue
+				}
+			}
+			run.err = ferr
+			run.attempts = append(run.attempts, retry.Attempt{N: prior + run.calls, Delivery: d.delivery(),
+				Class: ferr.Class, Error: ferr.Error(), At: jr.p.cfg.Clock.Now()})
+			text := resp.Text
+			run.explain = func(all []retry.Attempt) string {
+				return retry.Diagnose(ferr, all, d.delivery()) + "; last output: " + clipOutput(text)
+			}
+			break
+		}
 		if chk == nil {
 			run.output = resp.Text
 			break
@@ -220,7 +256,7 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider, h *history, run *sessionEnd, checked bool) (provider.Response, error) {
 	a := d.action
 	req := provider.Request{
-		Model: a.Model, System: a.System, Messages: h.msgs, Params: a.Params, JSON: a.JSON,
+		Model: a.Model, System: a.System, Messages: h.msgs, Params: run.paramsFor(a), JSON: a.JSON,
 		Stream: a.Stream, RecordID: d.env.ID,
 	}
 	if checked {
@@ -244,8 +280,9 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	if err != nil {
 		return resp, err
 	}
-	run.usage.InputTokens += resp.Usage.InputTokens
-	run.usage.OutputTokens += resp.Usage.OutputTokens
+	run.usage.Add(resp.Usage)
+	run.finish, run.finishRaw, run.latency = resp.FinishReason, resp.FinishReasonRaw, resp.Latency
+	jr.spend(a, resp, run, false) // worker/cost.go
 	if resp.Model != "" {
 		run.model = resp.Model
 	}

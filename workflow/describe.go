@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 )
 
@@ -22,6 +23,12 @@ func (w *Workflow) Describe(out io.Writer) {
 	pr("workflow %s: %d action%s\n", cmp.Or(w.Name, w.File, "(unnamed)"), n, plural(n))
 	if w.Name != "" && w.File != "" {
 		pr("  file: %s\n", w.File)
+	}
+	if w.MaxCost > 0 {
+		pr("  max_cost: $%g (new calls stop once the job has spent it)\n", w.MaxCost)
+	}
+	if len(w.Carry) > 0 {
+		pr("  carry: %s (copied into every result line)\n", strings.Join(w.Carry, ", "))
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Providers)) {
 		c := w.Providers[name]
@@ -120,6 +127,18 @@ func (w *Workflow) Describe(out io.Writer) {
 		if f := a.Fields(); len(f) > 0 {
 			row("reads", "%s", strings.Join(f, ", "))
 		}
+		switch {
+		case a.Price != nil:
+			row("price", "%s", a.Price)
+		case kind != provider.KindSim:
+			row("price", "unknown (no price: block, and not in the built-in table): its cost is not counted")
+		}
+		if a.OnTruncated != OnTruncatedDefault {
+			row("truncated", "%s", describeTruncated(a))
+		}
+		if a.OnFiltered == OnFilteredOK {
+			row("filtered", "ok (an answer stopped by a content filter is kept as it is)")
+		}
 	}
 }
 
@@ -150,4 +169,20 @@ func prefixed(sep string, parts []string) string {
 		return ""
 	}
 	return sep + strings.Join(parts, ", ")
+}
+
+// describeTruncated says what a cut answer does under a's on_truncated.
+func describeTruncated(a *Action) string {
+	switch a.OnTruncated {
+	case OnTruncatedOK:
+		return "ok (a cut answer is kept, finish_reason length)"
+	case OnTruncatedGrow:
+		return fmt.Sprintf("grow (asks again with max_tokens doubled, up to %d times), then fail", GrowMax)
+	case OnTruncatedFail:
+		return "fail (class truncated, dead-lettered with the partial output)"
+	}
+	if a.Expect != nil && a.Expect.Format == FormatJSON && a.Expect.RepairAttempts > 0 {
+		return "repair (the expect: check asks again), then fail"
+	}
+	return "fail (class truncated, dead-lettered with the partial output)"
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/jetpool/jetpool/pricing"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 )
@@ -25,6 +26,8 @@ type wireWorkflow struct {
 	File      string                  `json:"file,omitempty"`
 	Providers map[string]wireProvider `json:"providers,omitempty"`
 	Actions   []wireAction            `json:"actions"`
+	MaxCost   float64                 `json:"max_cost,omitempty"`
+	Carry     []string                `json:"carry,omitempty"`
 }
 
 type wireProvider struct {
@@ -55,6 +58,11 @@ type wireAction struct {
 	Mode     string         `json:"mode"`
 	Batch    *wireBatch     `json:"batch,omitempty"`
 	Fallback string         `json:"fallback,omitempty"`
+	// The action's price, resolved where the job was dispatched: every
+	// worker bills the job alike, whatever its own built-in table says.
+	Price       *pricing.Price `json:"price,omitempty"`
+	OnTruncated string         `json:"on_truncated,omitempty"`
+	OnFiltered  string         `json:"on_filtered,omitempty"`
 }
 
 type wireRetry struct {
@@ -109,7 +117,7 @@ type wireLimits struct {
 // Encode renders the workflow as self-contained JSON for the jobs bucket:
 // defaults applied, schema files inlined. Decode reads it back.
 func (w *Workflow) Encode() ([]byte, error) {
-	ww := wireWorkflow{Name: w.Name, File: w.File, Providers: map[string]wireProvider{}}
+	ww := wireWorkflow{Name: w.Name, File: w.File, Providers: map[string]wireProvider{}, MaxCost: w.MaxCost, Carry: w.Carry}
 	for name, c := range w.Providers {
 		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
 			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream}
@@ -132,7 +140,8 @@ func (w *Workflow) Encode() ([]byte, error) {
 	for _, a := range w.Actions {
 		wa := wireAction{Name: a.Name, Line: a.Line, Provider: a.Provider, Model: a.Model, System: a.System,
 			Prompt: a.Prompt, Params: a.Params, Stream: a.Stream, JSON: a.JSON, Retry: wirePolicy(a.Retry),
-			MaxCalls: a.MaxCalls, Mode: a.Mode, Fallback: a.Fallback}
+			MaxCalls: a.MaxCalls, Mode: a.Mode, Fallback: a.Fallback,
+			Price: a.Price, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered}
 		if e := a.Expect; e != nil {
 			wa.Expect = &wireExpect{Format: e.Format, Schema: e.Schema, SchemaFile: e.SchemaFile, SchemaLine: e.SchemaLine,
 				Repair: wireRepair{MaxAttempts: e.RepairAttempts, OnExhausted: string(e.RepairOnExhausted)}}

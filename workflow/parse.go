@@ -19,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/jetpool/jetpool/pricing"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 )
@@ -100,9 +101,9 @@ var (
 var credentialHeaders = []string{"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key"}
 
 func (p *parser) workflow(root *yaml.Node) *Workflow {
-	known := []string{"name", "providers", "defaults", "actions"}
+	known := []string{"name", "providers", "defaults", "actions", "carry"}
 	if p.encoded {
-		known = append(known, "file")
+		known = append(known, "file", "max_cost")
 	}
 	f, ok := p.fields(root, "", known...)
 	if !ok {
@@ -118,6 +119,12 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 	if v, ok := f["file"]; ok {
 		w.File, _ = p.str(v)
 	}
+	if v, ok := f["carry"]; ok {
+		w.Carry, _ = p.carry(v)
+	}
+	if v, ok := f["max_cost"]; ok { // the encoded form's: a file says it under defaults:
+		w.MaxCost, _ = p.money(v)
+	}
 	p.entries = map[string]*entry{}
 	if v, ok := f["providers"]; ok {
 		p.providers(v)
@@ -126,6 +133,9 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 	if v, ok := f["defaults"]; ok {
 		if d := p.spec(v.val, v.path, false); d != nil {
 			defaults = d
+			if d.maxCost.set {
+				w.MaxCost = d.maxCost.v
+			}
 		}
 	}
 	acts, ok := f["actions"]
@@ -156,13 +166,23 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 		}
 		w.Actions = append(w.Actions, p.resolve(s, defaults, i, w))
 	}
+	if w.MaxCost > 0 {
+		// A budget that cannot count an action's calls would never stop them.
+		for _, a := range w.Actions {
+			if a.Price == nil && a.Provider != "" {
+				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "action %s (provider %s, model %s) has no known price, so the budget could not count its calls: give it a price: block",
+					a.Name, a.Provider, cmp.Or(a.Model, "default"))
+			}
+		}
+	}
 	return w
 }
 
 // entry is one provider of the providers: block.
 type entry struct {
-	cfg provider.Config
-	bad bool // already reported; actions using it add no errors of their own
+	cfg   provider.Config
+	price *pricing.Price // price:, for every model of the provider
+	bad   bool           // already reported; actions using it add no errors of their own
 }
 
 func (p *parser) providers(f field) {
@@ -193,7 +213,7 @@ func (p *parser) provider(name string, f field) *entry {
 	e := &entry{cfg: cfg}
 	before := len(p.errs)
 	defer func() { e.bad = len(p.errs) > before }()
-	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "limits", "sim")
+	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "limits", "sim", "price")
 	if !ok {
 		return e
 	}
@@ -273,6 +293,9 @@ func (p *parser) provider(name string, f field) *entry {
 				}
 			}
 		}
+	}
+	if v, ok := pf["price"]; ok {
+		e.price, _ = p.price(v)
 	}
 	if v, ok := pf["sim"]; ok {
 		if e.cfg.Kind != provider.KindSim {
@@ -437,6 +460,10 @@ type spec struct {
 	expect       opt[*Expect]
 	maxCalls     opt[int]
 	batch        opt[BatchConfig]
+	onTruncated  opt[string]
+	onFiltered   opt[string]
+	price        opt[*pricing.Price]
+	maxCost      opt[float64] // defaults: only
 
 	encodedLine int
 	compiled    *compiledPrompt
@@ -446,11 +473,12 @@ type spec struct {
 }
 
 // specFields are the fields an action shares with defaults:.
-var specFields = []string{"provider", "model", "system", "params", "stream", "json", "retry", "expect", "max_calls", "mode", "batch", "fallback"}
+var specFields = []string{"provider", "model", "system", "params", "stream", "json", "retry", "expect", "max_calls", "mode", "batch", "fallback",
+	"on_truncated", "on_filtered", "price"}
 
 func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 	n = deref(n)
-	known := specFields
+	known := slices.Concat(specFields, []string{"max_cost"}) // a job's budget: defaults: only
 	if action {
 		known = append([]string{"name", "prompt"}, specFields...)
 		if p.encoded {
@@ -555,6 +583,26 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 			}
 		case "line":
 			s.encodedLine, _ = p.intIn(v, 1, math.MaxInt)
+		case "on_truncated":
+			if x, ok := p.oneOf(v, OnTruncatedFail, OnTruncatedOK, OnTruncatedGrow); ok {
+				s.onTruncated = some(x, line)
+			}
+		case "on_filtered":
+			if x, ok := p.oneOf(v, OnFilteredFail, OnFilteredOK); ok {
+				s.onFiltered = some(x, line)
+			}
+		case "price":
+			if x, ok := p.price(v); ok {
+				s.price = some(x, line)
+			}
+		case "max_cost":
+			if x, ok := p.money(v); ok {
+				if x > 0 && x < MaxCostMin {
+					p.errorf(line, v.path, "%v is below %v (0 means no budget)", x, MaxCostMin)
+				} else {
+					s.maxCost = some(x, line)
+				}
+			}
 		}
 	}
 	if action {
@@ -896,6 +944,13 @@ func (p *parser) resolve(s, d *spec, index int, w *Workflow) *Action {
 		a.Expect = &c
 	}
 	a.MaxCalls = pick(s.maxCalls, d.maxCalls).v
+	a.OnTruncated = pick(s.onTruncated, d.onTruncated).v
+	a.OnFiltered = pick(s.onFiltered, d.onFiltered).v
+	var entryPrice *pricing.Price
+	if e, ok := p.entries[a.Provider]; ok {
+		entryPrice = e.price
+	}
+	a.Price = actionPrice(pick(s.price, d.price).v, entryPrice, a.Provider, a.Model)
 	a.Mode = cmp.Or(pick(s.mode, d.mode).v, ModeDefault)
 	if a.Mode == ModeBatch {
 		b := pick(s.batch, d.batch).v

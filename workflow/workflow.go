@@ -4,6 +4,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/jetpool/jetpool/pricing"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 )
@@ -52,6 +53,11 @@ type Workflow struct {
 	// so that preflight never demands a key for an unused endpoint.
 	Providers map[string]provider.Config
 	Actions   []*Action
+	// MaxCost (defaults: max_cost, in dollars; 0: no budget) stops the job's
+	// new calls once its spend reaches it (worker/cost.go).
+	MaxCost float64
+	// Carry lists record fields copied into every result line (carry:).
+	Carry []string
 }
 
 // Action is one step of the per-record pipeline, with defaults applied.
@@ -86,6 +92,16 @@ type Action struct {
 	Mode     string      // ModeOnline or ModeBatch
 	Batch    BatchConfig // set, defaults applied, when Mode is ModeBatch; zero otherwise
 	Fallback string      // "" or ModeOnline (batch mode only): where a batch's stragglers go
+
+	// OnTruncated is what an answer cut at max_tokens does: OnTruncatedFail,
+	// OnTruncatedOK, OnTruncatedGrow, or OnTruncatedDefault ("").
+	OnTruncated string
+	// OnFiltered is what an answer stopped by a content filter does:
+	// OnFilteredFail ("" too) or OnFilteredOK.
+	OnFiltered string
+	// Price bills the action's calls (price:, its provider's price:, or the
+	// built-in table); nil when unknown: its cost is then not reported.
+	Price *pricing.Price
 
 	prompt *compiledPrompt // nil for an Action not built by Parse or Decode
 }

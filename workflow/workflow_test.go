@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jetpool/jetpool/pricing"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 )
@@ -43,6 +44,8 @@ func TestParseEveryField(t *testing.T) {
 	require.NoError(t, err)
 
 	require.Equal(t, "full", w.Name)
+	require.Equal(t, 25.50, w.MaxCost)
+	require.Equal(t, []string{"id", "text"}, w.Carry)
 	require.Equal(t, "testdata/full.yaml", w.File)
 	require.Len(t, w.Actions, 3)
 
@@ -61,7 +64,7 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, 0, i)
 	require.Equal(t, "extract_metadata", a.Name)
 	require.Equal(t, 0, a.Index)
-	require.Equal(t, 33, a.Line)
+	require.Equal(t, 38, a.Line)
 	require.Equal(t, "groq", a.Provider)
 	require.Equal(t, "llama-3.1-8b-instant", a.Model)
 	require.Equal(t, "Answer in JSON.", a.System)
@@ -70,15 +73,18 @@ func TestParseEveryField(t *testing.T) {
 	require.False(t, a.Stream, "the action's stream: false beats the provider's stream: true")
 	require.True(t, a.JSON)
 	require.Equal(t, retry.Policy{Enabled: true, MaxAttempts: 5, Backoff: 2 * time.Second, MaxBackoff: 30 * time.Second,
-		Budget: 20 * time.Second, OnExhausted: retry.Raise, MaxDeliveries: 3, RedeliverBackoff: 1500 * time.Millisecond}, a.Retry)
+		Budget: 20 * time.Second, OnExhausted: retry.Raise, MaxDeliveries: 3, RedeliverBackoff: 1500 * time.Millisecond, MaxWait: retry.MaxWaitDefault}, a.Retry)
 	require.Equal(t, &Expect{
 		Format: FormatJSON,
 		Schema: map[string]any{"type": "object", "required": []any{"title", "author"}, "properties": map[string]any{
 			"title": map[string]any{"type": "string"}, "author": map[string]any{"type": "string"},
 			"year": map[string]any{"type": "integer", "minimum": 0.0}}},
-		SchemaFile: "schemas/metadata.json", SchemaLine: 43, RepairAttempts: 2, RepairOnExhausted: retry.ReturnLast,
+		SchemaFile: "schemas/metadata.json", SchemaLine: 48, RepairAttempts: 2, RepairOnExhausted: retry.ReturnLast,
 	}, a.Expect)
 	require.Equal(t, 10, a.MaxCalls)
+	require.Equal(t, OnTruncatedGrow, a.OnTruncated)
+	require.Equal(t, OnFilteredFail, a.OnFiltered, "on_filtered from defaults")
+	require.Equal(t, &pricing.Price{InputPerMTok: 0.05, OutputPerMTok: 0.08, Source: "workflow"}, a.Price, "the provider entry's price")
 	require.Equal(t, ModeOnline, a.Mode)
 	require.Zero(t, a.Batch)
 	require.Empty(t, a.Fallback)
@@ -91,8 +97,11 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, map[string]any{"temperature": 0.0, "top_p": 0.9}, a.Params)
 	require.Equal(t, retry.Policy{}, a.Retry, "retry: false")
 	require.Equal(t, &Expect{Format: FormatJSON, Schema: map[string]any{"type": "object", "required": []any{"summary"}},
-		SchemaLine: 59, RepairOnExhausted: retry.ReturnLast}, a.Expect, "a schema alone implies json")
+		SchemaLine: 65, RepairOnExhausted: retry.ReturnLast}, a.Expect, "a schema alone implies json")
 	require.Equal(t, 20, a.MaxCalls, "max_calls from defaults")
+	require.Equal(t, OnTruncatedOK, a.OnTruncated)
+	require.Equal(t, OnFilteredOK, a.OnFiltered)
+	require.Equal(t, &pricing.Price{Source: "workflow"}, a.Price, "a free local model: the action's own price")
 
 	a, _ = w.Action("classify")
 	require.Equal(t, "mysim", a.Provider)

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -46,6 +48,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the extension)")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed lines (bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
+	maxCostFlag(fs, &f.maxCost)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -69,6 +72,9 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
 	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
+		return err
+	}
+	if err := f.applyMaxCost(ctx, b, res.Job); err != nil {
 		return err
 	}
 	if res.Existing {
@@ -146,8 +152,14 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdResults(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "results", "JOB [--output FILE]", "Export a job's final results as JSONL (one line per record).")
+	fs := newFlags(e, "results", "JOB [--output FILE] [--format jsonl|csv] [--sorted] [--include-input [--input FILE]]",
+		"Export a job's final results (one line per record), as JSONL or CSV.")
 	out := fs.String("output", "", "write here instead of standard output")
+	format := fs.String("format", ExportJSONL, "jsonl or csv (CSV: one column per result field, input.<field> per carried field)")
+	sorted := fs.Bool("sorted", false, "in input order (an external sort over temp files: memory stays flat)")
+	withInput := fs.Bool("include-input", false, "add each record as it was read (JSONL: \"record\"; CSV: an input column); implies --sorted")
+	input := fs.String("input", "", "with --include-input: the input file (default: the job's, as dispatched)")
+	inFormat := fs.String("input-format", "", "with --include-input: jsonl or csv (default: from the extension)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -155,6 +167,9 @@ func cmdResults(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 1 {
 		fs.Usage()
 		return usageErr("want exactly one JOB")
+	}
+	if *format != ExportJSONL && *format != ExportCSV {
+		return usageErr("--format %q: want jsonl or csv", *format)
 	}
 	b, err := connect(ctx, e)
 	if err != nil {
@@ -165,22 +180,30 @@ func cmdResults(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *out != "" {
-		s, err := summarize(ctx, b, job, *out)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stderr, "%d results (%d ok, %d failed) written to %s\n", s.records, s.ok, s.failed, *out)
-		return nil
+	o := exportOptions{format: *format, sorted: *sorted, inputFormat: *inFormat}
+	if wf, err := workflow.Decode(job.Workflow); err == nil {
+		o.carry = wf.Carry
 	}
-	enc := json.NewEncoder(e.stdout)
-	enc.SetEscapeHTML(false)
-	return b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
-		if final {
-			return enc.Encode(r)
+	if *withInput {
+		o.input = cmp.Or(*input, job.Input)
+		if o.input == "" {
+			return usageErr("--include-input: the job records no input file; name it with --input FILE")
 		}
-		return nil
-	})
+		if _, err := os.Stat(o.input); err != nil {
+			return usageErr("--include-input: %v (name the input file with --input FILE)", err)
+		}
+	}
+	if *out == "" {
+		_, err := exportResults(ctx, b, job, e.stdout, o)
+		return err
+	}
+	o.tmpDir = filepath.Dir(*out)
+	n, err := writeFileAtomic(*out, func(w io.Writer) (exportCounts, error) { return exportResults(ctx, b, job, w, o) })
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "%d results (%d ok, %d failed) written to %s\n", n.records, n.ok, n.failed, *out)
+	return nil
 }
 
 func cmdServer(ctx context.Context, e *env, args []string) error {

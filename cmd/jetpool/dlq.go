@@ -203,12 +203,17 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	conc := fs.Int("concurrency", 0, "concurrent model calls when working the replay here")
 	output := fs.String("output", "", "write the job's results JSONL here when done")
 	noProgress := fs.Bool("no-progress", false, "no progress bar")
+	var maxCost float64
+	maxCostFlag(fs, &maxCost)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return usageErr("unexpected arguments %v", pos)
+	}
+	if maxCost > 0 && f.Job == "" {
+		return usageErr("--max-cost sets one job's budget: name it with --job")
 	}
 	f.Limit = *limit
 	if err := checkFilter(*f); err != nil {
@@ -222,6 +227,11 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if maxCost > 0 && !*dry {
+		if err := raiseBudget(ctx, e, b, f.Job, maxCost); err != nil { // cost.go
+			return err
+		}
+	}
 	start := time.Now()
 	res, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: *f, DryRun: *dry, Mode: *mode,
 		Each: func(en *deadletter.Entry, replayed bool, why string) {

@@ -25,6 +25,7 @@ type metrics struct {
 	tokens     *prometheus.CounterVec
 	deliveries *prometheus.CounterVec
 	inflight   prometheus.Gauge
+	cost       *prometheus.CounterVec // metrics_cost.go
 	ready      atomic.Bool
 }
 
@@ -41,7 +42,8 @@ func newMetrics() *metrics {
 	m.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetpool_deliveries_total",
 		Help: "JetStream deliveries handled, by job."}, []string{"job"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetpool_in_flight", Help: "Records being worked now."})
-	m.reg.MustRegister(m.records, m.calls, m.latency, m.tokens, m.deliveries, m.inflight,
+	m.cost = newCostCounter()
+	m.reg.MustRegister(m.records, m.calls, m.latency, m.tokens, m.deliveries, m.inflight, m.cost,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	m.ready.Store(true)
 	return m
@@ -60,6 +62,7 @@ func (m *metrics) Call(p string, class retry.Class, d time.Duration, u provider.
 	if u.OutputTokens > 0 {
 		m.tokens.WithLabelValues(p, "output").Add(float64(u.OutputTokens))
 	}
+	addTokenParts(m.tokens, p, u) // metrics_cost.go
 }
 
 func (m *metrics) Delivery(job string) { m.deliveries.WithLabelValues(job).Inc() }

@@ -19,6 +19,7 @@ type runFlags struct {
 	input, output, job, idField, format string
 	concurrency                         int
 	skipBad, noProgress, noPreflight    bool
+	maxCost                             float64 // cost.go
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
@@ -35,6 +36,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed input lines (reason bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
+	maxCostFlag(fs, &f.maxCost)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -69,6 +71,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	job := res.Job
+	if err := f.applyMaxCost(ctx, b, job); err != nil {
+		return err
+	}
 	if res.Existing {
 		fmt.Fprintf(e.stderr, "job %s was dispatched before: resuming it (records that succeeded are not run again)\n", job.ID)
 	} else {
@@ -105,6 +110,9 @@ func (f *runFlags) prepare(ctx context.Context, path string) (*workflow.Workflow
 		if err := preflight(ctx, wf); err != nil {
 			return nil, opts, configErr(err)
 		}
+	}
+	if err := f.budget(wf); err != nil { // cost.go: after the job id, which the flag leaves as it is
+		return nil, opts, configErr(err)
 	}
 	opts.JobID, opts.Checked = jobID, true
 	return wf, opts, nil

@@ -74,6 +74,9 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		if s.Reason != "" {
 			fmt.Fprintf(e.stdout, "%s failed: %s\n", s.Job, s.Reason)
 		}
+		if line := costLine(s); line != "" {
+			fmt.Fprintf(e.stdout, "%s %s\n", s.Job, line)
+		}
 		if r := s.Replay; r != nil {
 			fmt.Fprintf(e.stdout, "%s: a replay of %s at %s is not finished ('jetpool retry --job %s' finishes it on the embedded server)\n",
 				s.Job, plural(int64(r.Records), "dead letter"), r.At.Local().Format(time.DateTime), s.Job)

@@ -30,6 +30,13 @@ type summary struct {
 	recovered int64 // ok records that needed more than one call
 	tokensIn  int64
 	tokensOut int64
+	// cost (summary_cost.go): every result's, by action; unpriced counts
+	// results of calls at an unknown price.
+	cost         float64
+	costByAction map[string]float64
+	unpriced     int64
+	cached       int64
+	reasoning    int64
 }
 
 // summarize reads every result of the job once, writes the final result of
@@ -57,6 +64,7 @@ func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output st
 		s.calls += int64(r.Recovery.Attempts)
 		s.tokensIn += int64(r.Usage.InputTokens)
 		s.tokensOut += int64(r.Usage.OutputTokens)
+		s.addCost(r) // summary_cost.go
 		if !final {
 			return nil
 		}
@@ -119,8 +127,9 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	fmt.Fprintf(out, "  attempts: %d, retries spent: %d, records recovered by retry: %d; model calls this run: %d\n",
 		s.calls, retries, s.recovered, callsThisRun)
 	if s.tokensIn+s.tokensOut > 0 {
-		fmt.Fprintf(out, "  tokens: %d in, %d out\n", s.tokensIn, s.tokensOut)
+		fmt.Fprintf(out, "  tokens: %d in, %d out%s\n", s.tokensIn, s.tokensOut, s.tokenParts())
 	}
+	s.printCost(out) // summary_cost.go
 	rate := float64(s.records) / elapsed.Seconds()
 	fmt.Fprintf(out, "  elapsed: %s, %.1f records/s\n", elapsed.Round(time.Millisecond), rate)
 	if s.failed > 0 {

@@ -34,6 +34,11 @@ type Job struct {
 	Created    time.Time        `json:"created"`
 	Workers    int              `json:"workers"`
 	Batches    []Batch          `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+	// Cost is what the job's calls have cost so far, in dollars, as the
+	// workers added it to the job entry (each at most a second behind):
+	// O(1), no walk over results. MaxCost is its budget.
+	Cost    float64 `json:"cost,omitempty"`
+	MaxCost float64 `json:"max_cost,omitempty"`
 	// Replay is an unfinished replay of the job's dead letters (jetpool retry).
 	Replay *broker.ReplayMark `json:"replay,omitempty"`
 	// StorageFaults are the writes the workers' store refuses now: their
@@ -99,7 +104,7 @@ func Read(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byReason bo
 // of is job j's status; info is its consumer's (nil: none, or
 // unreadable).
 func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (Job, error) {
-	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay}
+	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay, Cost: j.Cost, MaxCost: j.MaxCost}
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
 		return s, err

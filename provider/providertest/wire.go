@@ -16,17 +16,27 @@ func q(s string) string {
 
 // OpenAIChat is a chat.completion body.
 func OpenAIChat(model, text string, in, out int) string {
+	return OpenAIChatFinish(model, text, "stop", in, out)
+}
+
+// OpenAIChatFinish is a chat.completion body with the given finish_reason.
+func OpenAIChatFinish(model, text, finish string, in, out int) string {
 	return fmt.Sprintf(`{"id":"chatcmpl-abc123","object":"chat.completion","created":1741570283,"model":%s,`+
-		`"choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],`+
+		`"choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":%s}],`+
 		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,`+
 		`"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},`+
-		`"service_tier":"default","system_fingerprint":"fp_06737a9306"}`, q(model), q(text), in, out, in+out)
+		`"service_tier":"default","system_fingerprint":"fp_06737a9306"}`, q(model), q(text), q(finish), in, out, in+out)
 }
 
 // OpenAIStream is the SSE events of a streamed completion with
 // stream_options.include_usage: a role chunk, one chunk per delta, a
 // finish_reason chunk, a usage chunk with empty choices, and [DONE].
 func OpenAIStream(model string, deltas []string, in, out int) []string {
+	return OpenAIStreamFinish(model, deltas, "stop", in, out)
+}
+
+// OpenAIStreamFinish is OpenAIStream with the given finish_reason.
+func OpenAIStreamFinish(model string, deltas []string, finish string, in, out int) []string {
 	chunk := func(choices string) string {
 		return fmt.Sprintf("data: {\"id\":\"chatcmpl-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,"+
 			"\"model\":%s,\"system_fingerprint\":\"fp_06737a9306\",\"choices\":%s,\"usage\":null}\n\n", q(model), choices)
@@ -35,7 +45,7 @@ func OpenAIStream(model string, deltas []string, in, out int) []string {
 	for _, d := range deltas {
 		evs = append(evs, chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"logprobs":null,"finish_reason":null}]`, q(d))))
 	}
-	evs = append(evs, chunk(`[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]`))
+	evs = append(evs, chunk(fmt.Sprintf(`[{"index":0,"delta":{},"logprobs":null,"finish_reason":%s}]`, q(finish))))
 	evs = append(evs, fmt.Sprintf("data: {\"id\":\"chatcmpl-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,"+
 		"\"model\":%s,\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n",
 		q(model), in, out, in+out))
@@ -64,10 +74,15 @@ func OpenAIModels(ids ...string) string {
 
 // AnthropicMessage is a Messages API response body.
 func AnthropicMessage(model, text string, in, out int) string {
+	return AnthropicMessageStop(model, text, "end_turn", in, out)
+}
+
+// AnthropicMessageStop is a Messages API response body with the given stop_reason.
+func AnthropicMessageStop(model, text, stop string, in, out int) string {
 	return fmt.Sprintf(`{"id":"msg_013Zva2CMHLNnXjNJJKqJ2EF","type":"message","role":"assistant","model":%s,`+
-		`"content":[{"type":"text","text":%s}],"stop_reason":"end_turn","stop_sequence":null,`+
+		`"content":[{"type":"text","text":%s}],"stop_reason":%s,"stop_sequence":null,`+
 		`"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":%d,"service_tier":"standard"}}`,
-		q(model), q(text), in, out)
+		q(model), q(text), q(stop), in, out)
 }
 
 // anthropicEvent is one SSE event of the Messages stream.
@@ -79,6 +94,11 @@ func anthropicEvent(name, data string) string {
 // them: message_start, content_block_start, ping, content_block_delta…,
 // content_block_stop, message_delta, message_stop.
 func AnthropicStream(model string, deltas []string, in, out int) []string {
+	return AnthropicStreamStop(model, deltas, "end_turn", in, out)
+}
+
+// AnthropicStreamStop is AnthropicStream with the given stop_reason.
+func AnthropicStreamStop(model string, deltas []string, stop string, in, out int) []string {
 	evs := []string{
 		anthropicEvent("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY","type":"message","role":"assistant","content":[],"model":%s,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}`, q(model), in)),
 		anthropicEvent("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`),
@@ -90,7 +110,7 @@ func AnthropicStream(model string, deltas []string, in, out int) []string {
 	}
 	return append(evs,
 		anthropicEvent("content_block_stop", `{"type":"content_block_stop","index":0}`),
-		anthropicEvent("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":%d}}`, out)),
+		anthropicEvent("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":%s,"stop_sequence":null},"usage":{"output_tokens":%d}}`, q(stop), out)),
 		anthropicEvent("message_stop", `{"type":"message_stop"}`),
 	)
 }
@@ -131,15 +151,25 @@ func GeminiResponse(model, text string, in, out int) string {
 	return geminiChunk(model, text, "STOP", in, out)
 }
 
+// GeminiResponseFinish is a generateContent response body with the given finishReason.
+func GeminiResponseFinish(model, text, finish string, in, out int) string {
+	return geminiChunk(model, text, finish, in, out)
+}
+
 // GeminiStream is the alt=sse events of streamGenerateContent: each a whole
 // response, CRLF-framed as Google sends them; the last carries finishReason
 // and the usage.
 func GeminiStream(model string, deltas []string, in, out int) []string {
+	return GeminiStreamFinish(model, deltas, "STOP", in, out)
+}
+
+// GeminiStreamFinish is GeminiStream with the given finishReason.
+func GeminiStreamFinish(model string, deltas []string, finish string, in, out int) []string {
 	evs := make([]string, len(deltas))
 	for i, d := range deltas {
 		fin, ci, co := "", 0, 0
 		if i == len(deltas)-1 {
-			fin, ci, co = "STOP", in, out
+			fin, ci, co = finish, in, out
 		}
 		evs[i] = "data: " + geminiChunk(model, d, fin, ci, co) + "\r\n\r\n"
 	}
