@@ -371,7 +371,7 @@ func (jr *jobRunner) finishFailed(ctx context.Context, d *delivery, final *retry
 	}
 	p.cfg.Metrics.Record(d.job, d.action.Name, string(reason), final.Class)
 	p.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Str("reason", string(reason)).
-		Msg(diag)
+		Msg(logDiag(diag))
 	if reason != retry.ReasonJobFailed && reason != retry.ReasonBadInput && exhaustedPolicy(d.action, reason, final) == retry.Raise {
 		jr.raise(ctx, d, diag)
 	}
