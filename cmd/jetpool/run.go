@@ -56,6 +56,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	defer b.Close()
 	tuneGC(b)
+	if err := serveLocal(b); err != nil {
+		return err
+	}
 
 	start := time.Now()
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
