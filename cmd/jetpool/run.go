@@ -192,6 +192,7 @@ func waitJobEvery(ctx context.Context, e *env, b *broker.Broker, jobID string, p
 			counted = time.Now()
 		}
 		st.Counts = counts
+		bar.actions(ctx, b, job)
 		bar.update(st.Done, job.Total, st)
 		if st.Drained() && st.Finished(job) {
 			if job.Status != broker.JobFailed && job.Status != broker.JobCompleted {
