@@ -104,6 +104,22 @@ func transitions(root *cmdSpec) map[string][]string {
 	return t
 }
 
+// writeFollow writes the body of the bash and zsh scripts' loop over the
+// words before the cursor: it follows $w from the command to its
+// subcommand in $cmdpath, skipping flags.
+func writeFollow(w io.Writer, root *cmdSpec) {
+	fmt.Fprint(w, `        [[ $w == -* ]] && continue
+        case "$cmdpath" in
+        "") cmdpath=$w ;;
+`)
+	for _, c := range root.subs {
+		if subs := transitions(root)[c.name]; len(subs) > 0 {
+			fmt.Fprintf(w, "        %s) case $w in %s) cmdpath=\"%s $w\" ;; esac ;;\n", c.name, strings.Join(subs, "|"), c.name)
+		}
+	}
+	fmt.Fprint(w, "        esac\n")
+}
+
 func names(ws []word) string {
 	s := make([]string, len(ws))
 	for i, w := range ws {
@@ -129,22 +145,14 @@ func writeBash(w io.Writer, root *cmdSpec) {
 _jetpool() {
     local cur=${COMP_WORDS[COMP_CWORD]} prev=
     ((COMP_CWORD > 1)) && prev=${COMP_WORDS[COMP_CWORD-1]}
-    local path= w i
+    local cmdpath= w i
     for ((i = 1; i < COMP_CWORD; i++)); do
         w=${COMP_WORDS[i]}
-        [[ $w == -* ]] && continue
-        case "$path" in
-        "") path=$w ;;
 `)
-	for _, c := range root.subs {
-		if subs := transitions(root)[c.name]; len(subs) > 0 {
-			fmt.Fprintf(w, "        %s) case $w in %s) path=\"%s $w\" ;; esac ;;\n", c.name, strings.Join(subs, "|"), c.name)
-		}
-	}
-	fmt.Fprint(w, `        esac
-    done
+	writeFollow(w, root)
+	fmt.Fprint(w, `    done
     local words= flags= values=
-    case "$path" in
+    case "$cmdpath" in
 `)
 	for _, n := range completionNodes(root) {
 		fmt.Fprintf(w, "    %q) words=%q flags=%q values=%q ;;\n", n.path, names(n.words), names(n.flags), strings.Join(n.value, " "))
@@ -188,17 +196,9 @@ _jetpool() {
     local -a opts flags values
     for ((i = 2; i < CURRENT; i++)); do
         w=${words[i]}
-        [[ $w == -* ]] && continue
-        case "$cmdpath" in
-        "") cmdpath=$w ;;
 `)
-	for _, c := range root.subs {
-		if subs := transitions(root)[c.name]; len(subs) > 0 {
-			fmt.Fprintf(w, "        %s) case $w in %s) cmdpath=\"%s $w\" ;; esac ;;\n", c.name, strings.Join(subs, "|"), c.name)
-		}
-	}
-	fmt.Fprint(w, `        esac
-    done
+	writeFollow(w, root)
+	fmt.Fprint(w, `    done
     case "$cmdpath" in
 `)
 	for _, n := range completionNodes(root) {
