@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -365,9 +366,15 @@ func connect(ctx context.Context, e *env) (*broker.Broker, error) {
 }
 
 func connectErr(err error) error {
+	var op *net.OpError
 	switch {
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
-		errors.Is(err, nats.ErrAccountAuthExpired), errors.Is(err, nats.ErrNkeysNotSupported):
+		errors.Is(err, nats.ErrAccountAuthExpired), errors.Is(err, nats.ErrNkeysNotSupported),
+		// A TLS handshake that failed (nats.go wraps it in ErrTLS), or a
+		// client certificate the server refused after it (TLS 1.3): the
+		// server's alert, which crypto/tls reports as a "remote error",
+		// or the connection closed (ErrTLS again).
+		errors.Is(err, nats.ErrTLS), errors.As(err, &op) && op.Op == "remote error":
 		return &exitError{code: exitUsage, err: fmt.Errorf("%w (check the JETPOOL_NATS_* credentials)", err)}
 	case errors.Is(err, context.Canceled):
 		return err
