@@ -45,7 +45,7 @@ func TestStatusBesideRun(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	env := map[string]string{"JETPOOL_DATA_DIR": data}
 	wf := testenv.WriteFile(t, "pipeline.yaml", `providers:
-  sim: {kind: sim, sim: {latency: 150ms}}
+  sim: {kind: sim, sim: {latency: 100ms}}
 defaults: {provider: sim, model: sim-1}
 actions:
   - name: extract
