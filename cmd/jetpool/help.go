@@ -17,7 +17,6 @@ import (
 // command completes with nothing else to keep in step.
 type cmdSpec struct {
 	name, summary string
-	args          string        // the usage line after the name
 	flags         *flag.FlagSet // nil: none
 	subs          []*cmdSpec
 	words         []string // the words its argument takes, when it is one of a few (help, completion)

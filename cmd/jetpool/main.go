@@ -271,7 +271,7 @@ func newFlags(e *env, name, args string, summary string) *flag.FlagSet {
 	fs.SetOutput(h)
 	fs.Usage = func() { fmt.Fprintf(h.Writer, "Usage: jetpool %s %s\n", name, args) }
 	if e.describe != nil {
-		e.describe.flags, e.describe.args = fs, args
+		e.describe.flags = fs
 	}
 	return fs
 }
