@@ -14,12 +14,15 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 
 COPY . .
+# `jetpool version` reports these (docker build --build-arg VERSION=v1.2.3
+# --build-arg COMMIT=$(git rev-parse HEAD)); unset, what Go stamps (needs git).
 ARG VERSION=dev
+ARG COMMIT=
 # Static binary: no cgo, no libc, runs on distroless/static (or scratch).
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=linux go build -trimpath \
-      -ldflags="-s -w -X main.version=${VERSION}" \
+      -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
       -o /out/jetpool ./cmd/jetpool
 
 # ---- run ----------------------------------------------------------------------

@@ -88,6 +88,9 @@ func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so Serve
 		}
 		return nil, fmt.Errorf("%s: %w; run `jetpool server` and point every process at it with JETPOOL_NATS_URL", dir, err)
 	}
+	// A server file left by a process that was killed names a server that
+	// is gone: whoever holds the lock now writes its own, or none.
+	_ = os.Remove(filepath.Join(dir, ServerFile))
 	always, interval, err := cfg.syncPolicy()
 	if err != nil {
 		lock.Close()
@@ -243,6 +246,10 @@ func (b *Broker) Close() {
 	if b == nil {
 		return
 	}
+	if b.lock != nil {
+		// First, so no process reads the file of a server that is stopping.
+		_ = os.Remove(filepath.Join(filepath.Dir(b.lock.Name()), ServerFile))
+	}
 	if b.NC != nil {
 		_ = b.NC.Drain()
 		b.NC.Close()
@@ -252,12 +259,12 @@ func (b *Broker) Close() {
 		b.srv.WaitForShutdown()
 	}
 	if b.lock != nil {
-		_ = os.Remove(filepath.Join(filepath.Dir(b.lock.Name()), ServerFile))
 		b.lock.Close()
 	}
 }
 
-// WriteServerFile records the URL of this embedded server in the data dir.
+// WriteServerFile records the URL of this embedded server in the data dir,
+// where other local processes find it (Connect); Close removes it.
 func (b *Broker) WriteServerFile(url string) error {
 	if b.lock == nil {
 		return nil

@@ -4,6 +4,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -15,42 +16,48 @@ import (
 )
 
 // Config is the process configuration, read from JETPOOL_* environment variables.
+//
+// Every envconfig tag is the variable's whole name, read with no prefix:
+// envconfig falls back from PREFIX_TAG to the bare TAG, so a tag "NATS_URL"
+// under the prefix JETPOOL also read the nats CLI's own NATS_URL (a shell
+// set up for `nats` pointed jetpool at that server). A full name is looked
+// up once; TestConfigReadsOnlyPrefixedNames keeps every tag so.
 type Config struct {
 	// NATSURL: unset starts an embedded nats-server under DataDir.
-	NATSURL string `envconfig:"NATS_URL"`
+	NATSURL string `envconfig:"JETPOOL_NATS_URL"`
 	// DataDir of the embedded server's file store (DataDirDefault).
-	DataDir string `envconfig:"DATA_DIR" default:".jetpool"`
+	DataDir string `envconfig:"JETPOOL_DATA_DIR" default:".jetpool"`
 
-	NATSCreds    string `envconfig:"NATS_CREDS"`
-	NATSNKey     string `envconfig:"NATS_NKEY"` // path to an nkey seed file
-	NATSUser     string `envconfig:"NATS_USER"`
-	NATSPassword string `envconfig:"NATS_PASSWORD"`
-	NATSToken    string `envconfig:"NATS_TOKEN"`
-	TLSCert      string `envconfig:"NATS_TLS_CERT"`
-	TLSKey       string `envconfig:"NATS_TLS_KEY"`
-	TLSCA        string `envconfig:"NATS_TLS_CA"`
+	NATSCreds    string `envconfig:"JETPOOL_NATS_CREDS"`
+	NATSNKey     string `envconfig:"JETPOOL_NATS_NKEY"` // path to an nkey seed file
+	NATSUser     string `envconfig:"JETPOOL_NATS_USER"`
+	NATSPassword string `envconfig:"JETPOOL_NATS_PASSWORD"`
+	NATSToken    string `envconfig:"JETPOOL_NATS_TOKEN"`
+	TLSCert      string `envconfig:"JETPOOL_NATS_TLS_CERT"`
+	TLSKey       string `envconfig:"JETPOOL_NATS_TLS_KEY"`
+	TLSCA        string `envconfig:"JETPOOL_NATS_TLS_CA"`
 
 	// Replicas of every stream and bucket jetpool creates (1; 3 on a cluster).
-	Replicas int `envconfig:"REPLICAS" default:"1"`
+	Replicas int `envconfig:"JETPOOL_REPLICAS" default:"1"`
 
-	LogLevel  string `envconfig:"LOG_LEVEL" default:"info"`
-	LogFormat string `envconfig:"LOG_FORMAT"` // json | console; console on a terminal when unset
+	LogLevel  string `envconfig:"JETPOOL_LOG_LEVEL" default:"info"`
+	LogFormat string `envconfig:"JETPOOL_LOG_FORMAT"` // json | console; console on a terminal when unset
 
-	Concurrency int    `envconfig:"CONCURRENCY" default:"64"`
-	MetricsAddr string `envconfig:"METRICS_ADDR"`
+	Concurrency int    `envconfig:"JETPOOL_CONCURRENCY" default:"64"`
+	MetricsAddr string `envconfig:"JETPOOL_METRICS_ADDR"`
 
 	// SyncInterval is the embedded server's fsync policy: "always", or a
 	// duration. SyncIntervalDefault; see docs/durability.md for the trade-off.
-	SyncInterval string `envconfig:"SYNC_INTERVAL" default:"1s"`
+	SyncInterval string `envconfig:"JETPOOL_SYNC_INTERVAL" default:"1s"`
 
 	// AckWait of the work consumers (AckWaitDefault). Long calls send
 	// InProgress heartbeats at a third of it.
-	AckWait time.Duration `envconfig:"ACK_WAIT" default:"30s"`
+	AckWait time.Duration `envconfig:"JETPOOL_ACK_WAIT" default:"30s"`
 	// MaxAckPending per job consumer. A delayed Nak holds a slot until it
 	// is redelivered, so this must cover in-flight plus waiting records.
-	MaxAckPending int `envconfig:"MAX_ACK_PENDING" default:"20000"`
+	MaxAckPending int `envconfig:"JETPOOL_MAX_ACK_PENDING" default:"20000"`
 	// DedupeWindow of the work, results and DLQ streams.
-	DedupeWindow time.Duration `envconfig:"DEDUPE_WINDOW" default:"2h"`
+	DedupeWindow time.Duration `envconfig:"JETPOOL_DEDUPE_WINDOW" default:"2h"`
 }
 
 // Defaults of Config, as documented in the README.
@@ -65,7 +72,11 @@ const (
 // LoadConfig reads the environment.
 func LoadConfig() (Config, error) {
 	var c Config
-	if err := envconfig.Process("JETPOOL", &c); err != nil {
+	if err := envconfig.Process("", &c); err != nil {
+		var pe *envconfig.ParseError
+		if errors.As(err, &pe) {
+			return c, fmt.Errorf("%s: %q is not a valid %s", pe.KeyName, pe.Value, pe.TypeName)
+		}
 		return c, err
 	}
 	return c, c.Validate()
@@ -92,6 +103,19 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait < time.Second {
 		return fmt.Errorf("JETPOOL_ACK_WAIT: %s is shorter than 1s", c.AckWait)
+	}
+	// A credentials file that is not there is a configuration error,
+	// found before any connection is tried (not a server out of reach).
+	for _, f := range []struct{ name, path string }{
+		{"JETPOOL_NATS_CREDS", c.NATSCreds}, {"JETPOOL_NATS_NKEY", c.NATSNKey},
+		{"JETPOOL_NATS_TLS_CERT", c.TLSCert}, {"JETPOOL_NATS_TLS_KEY", c.TLSKey}, {"JETPOOL_NATS_TLS_CA", c.TLSCA},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
 	}
 	return nil
 }

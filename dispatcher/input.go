@@ -164,6 +164,11 @@ func (r *Reader) nextJSONL() (Record, error) {
 		}
 		r.line++
 		line := bytes.TrimSpace(raw)
+		if r.line == 1 {
+			// A UTF-8 byte order mark, as Windows editors write (CSV
+			// headers get the same treatment).
+			line = bytes.TrimPrefix(line, []byte("\ufeff"))
+		}
 		if len(line) == 0 {
 			continue
 		}

@@ -193,18 +193,18 @@ func TestAuthFromEnvironment(t *testing.T) {
 
 		// The server's CA, but no client certificate: refused by the server.
 		noCert := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TLS_CA": pki.ca})
-		assert.NotZero(t, noCert.code)
+		assert.Equal(t, 2, noCert.code, "refused credentials are configuration: %s", noCert.stderr)
 		assert.Contains(t, noCert.stderr, "connect to NATS at")
 		// A client certificate from another CA: refused too.
 		other := newPKI(t)
 		wrong := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TLS_CA": pki.ca,
 			"JETPOOL_NATS_TLS_CERT": other.clientCert, "JETPOOL_NATS_TLS_KEY": other.clientKey})
-		assert.NotZero(t, wrong.code)
+		assert.Equal(t, 2, wrong.code, wrong.stderr)
 		// A missing file is named.
 		missing := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TLS_CA": pki.ca,
 			"JETPOOL_NATS_TLS_CERT": filepath.Join(t.TempDir(), "nope.pem"), "JETPOOL_NATS_TLS_KEY": pki.clientKey})
-		assert.NotZero(t, missing.code)
-		assert.Regexp(t, regexp.MustCompile(`JETPOOL_NATS_TLS_CERT/KEY: .*nope\.pem`), missing.stderr)
+		assert.Equal(t, 2, missing.code, "a configuration error")
+		assert.Regexp(t, regexp.MustCompile(`JETPOOL_NATS_TLS_CERT: stat .*nope\.pem`), missing.stderr)
 	})
 }
 

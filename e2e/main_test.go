@@ -38,7 +38,10 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	jetpoolBin = filepath.Join(dir, "jetpool")
-	build := exec.Command("go", "build", "-o", jetpoolBin, "github.com/jetpool/jetpool/cmd/jetpool")
+	// Versioned as a release build is (the Dockerfile's -X main.version):
+	// TestVersionFromLdflags.
+	build := exec.Command("go", "build", "-ldflags", "-X main.version="+e2eVersion+" -X main.commit="+e2eCommit,
+		"-o", jetpoolBin, "github.com/jetpool/jetpool/cmd/jetpool")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: go build ./cmd/jetpool:", err)

@@ -213,7 +213,7 @@ func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.It
 		return err
 	}
 	jr.p.cfg.Metrics.Record(d.job, a.Name, string(reason), final.Class)
-	jr.p.log.Info().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("reason", string(reason)).Msg(diag)
+	jr.p.log.Info().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("reason", string(reason)).Msg(logDiag(diag))
 	if reason != retry.ReasonJobFailed && exhaustedPolicy(a, reason, final) == retry.Raise {
 		if err := (brokerStore{jr.p}).failJob(ctx, d, diag); err != nil {
 			jr.p.log.Error().Err(err).Str("job", d.job).Msg("could not mark the job failed")

@@ -416,7 +416,7 @@ func (c *completer) finish(s *settling) {
 	}
 	if o.kind == outcomeDeadLetter {
 		c.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).
-			Str("reason", string(o.entry.Reason)).Msg(o.entry.Error)
+			Str("reason", string(o.entry.Reason)).Msg(logDiag(o.entry.Error))
 		if o.raise != "" {
 			if err := c.st.failJob(ctx, d, o.raise); err != nil {
 				c.log.Error().Err(err).Str("job", d.job).Msg("could not mark the job failed")

@@ -112,6 +112,9 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	}
 	defer b.Close()
 	tuneGC(b)
+	if err := serveLocal(b); err != nil {
+		return err
+	}
 	m := newMetrics()
 	var only []string
 	if *jobs != "" {

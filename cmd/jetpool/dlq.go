@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -13,13 +14,15 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/worker"
 )
 
 func filterFlags(fs *flag.FlagSet) *deadletter.Filter {
 	f := &deadletter.Filter{}
 	fs.StringVar(&f.Job, "job", "", "only this job")
 	fs.StringVar(&f.Action, "action", "", "only this action")
-	fs.StringVar(&f.Reason, "reason", "", "only this reason (permanent, exhausted, context_overflow, schema_violation, programming_error, bad_input, max_deliveries, batch_not_returned, job_failed, max_calls)")
+	fs.StringVar(&f.Reason, "reason", "", "only this reason ("+reasonList()+")")
 	fs.StringVar(&f.Class, "class", "", "only this error class (rate_limit, server, network, auth, …)")
 	fs.DurationVar(&f.Since, "since", 0, "only dead letters younger than this (e.g. 2h)")
 	return f
@@ -32,24 +35,18 @@ const dlqUsage = `Usage: jetpool dlq list [filters] [--json]
 Inspect dead letters (stream JETPOOL_DLQ). Replay them with 'jetpool retry'.
 `
 
+// dlqCommands are the subcommands of dlq.
+var dlqCommands = []command{
+	{"list", "list dead letters, oldest first", dlqList},
+	{"show", "show one dead letter: headers, full diagnostic, the record", dlqShow},
+	{"purge", "delete matching dead letters for good", dlqPurge},
+}
+
 func cmdDLQ(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(e.stderr, dlqUsage)
-		if len(args) == 0 {
-			return usageErr("want a subcommand: list, show or purge")
-		}
-		return nil
+	if len(args) > 0 && args[0] == "ls" {
+		args = append([]string{"list"}, args[1:]...)
 	}
-	switch args[0] {
-	case "list", "ls":
-		return dlqList(ctx, e, args[1:])
-	case "show":
-		return dlqShow(ctx, e, args[1:])
-	case "purge":
-		return dlqPurge(ctx, e, args[1:])
-	}
-	fmt.Fprint(e.stderr, dlqUsage)
-	return usageErr("unknown subcommand %q", args[0])
+	return subcommands(ctx, e, dlqUsage, dlqCommands, args)
 }
 
 func dlqList(ctx context.Context, e *env, args []string) error {
@@ -192,13 +189,14 @@ func dlqPurge(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdRetry(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "retry", "[filters] [--limit N] [--dry-run] [--wait]",
+	fs := newFlags(e, "retry", "[filters] [--limit N] [--dry-run] [--wait [--timeout DUR]]",
 		"Replay dead letters into the work stream as a new replay generation. With the embedded server, also work\n"+
 			"them to completion and print a summary; with an external server, return after republishing (--wait follows).")
 	f := filterFlags(fs)
 	limit := fs.Int("limit", 0, "replay at most this many")
 	dry := fs.Bool("dry-run", false, "show what would be replayed; change nothing")
 	wait := fs.Bool("wait", false, "with an external server, wait until the replayed jobs are done")
+	timeout := fs.Duration("timeout", 0, "with --wait, give up after this long (0: wait until they are done)")
 	mode := fs.String("mode", "", "\"online\": run replayed batch-mode records online")
 	conc := fs.Int("concurrency", 0, "concurrent model calls when working the replay here")
 	output := fs.String("output", "", "write the job's results JSONL here when done")
@@ -227,6 +225,9 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := serveLocal(b); err != nil {
+		return err
+	}
 	if maxCost > 0 && !*dry {
 		if err := raiseBudget(ctx, e, b, f.Job, maxCost); err != nil { // cost.go
 			return err
@@ -290,7 +291,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 			}
 			continue
 		}
-		j, err := waitJob(ctx, e, b, job, !*noProgress)
+		j, err := waitForWorkers(ctx, e, b, job, !*noProgress, *timeout)
 		if err != nil {
 			return err
 		}
@@ -301,6 +302,47 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		s.print(e, time.Since(start), 0)
 	}
 	return nil
+}
+
+// noWorkerAfter is how long `retry --wait` waits before it asks whether any
+// worker runs, and says so when none does.
+var noWorkerAfter = 5 * time.Second
+
+// waitForWorkers waits, as waitJob does, for workers elsewhere to finish
+// job: a wait that no worker answers would be silent for ever, so after
+// noWorkerAfter it asks (jetpool.ctl.stats) and says when none runs; a
+// timeout above 0 bounds the wait.
+func waitForWorkers(ctx context.Context, e *env, b *broker.Broker, job string, progress bool, timeout time.Duration) (*broker.Job, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if timeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		t := time.NewTimer(noWorkerAfter)
+		defer t.Stop()
+		select {
+		case <-wctx.Done():
+			return
+		case <-t.C:
+		}
+		if stats, _ := worker.Gather(b); len(stats) == 0 {
+			fmt.Fprintf(e.stderr, "no worker answered on %s after %s: the replayed records of job %s wait for one "+
+				"(start `jetpool worker` with JETPOOL_NATS_URL=%s; --timeout bounds this wait)\n",
+				broker.SubjectControl, noWorkerAfter, job, b.NC.ConnectedUrlRedacted())
+		}
+	}()
+	j, err := waitJob(wctx, e, b, job, progress)
+	timedOut := err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)
+	cancel()
+	<-asked
+	if timedOut {
+		return nil, &exitError{code: exitJobFailed, err: fmt.Errorf("--timeout %s passed before job %s was done; its replayed records stay queued for a worker", timeout, job)}
+	}
+	return j, err
 }
 
 func short(s string, n int) string {
@@ -316,4 +358,13 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// reasonList is every dead-letter reason, for flag help.
+func reasonList() string {
+	names := make([]string, len(retry.Reasons))
+	for i, r := range retry.Reasons {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
 }

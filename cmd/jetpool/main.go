@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
@@ -17,17 +18,22 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/jetpool/jetpool/broker"
 )
 
-// Exit codes.
+// Exit codes, one meaning each (README "Exit codes", `jetpool help`), so a
+// script can tell a failed job from a typo from a server that is down.
 const (
-	exitOK        = 0
-	exitJobFailed = 1
-	exitUsage     = 2
-	exitInterrupt = 130
+	exitOK          = 0
+	exitJobFailed   = 1 // a raise action failed the job, or the command failed otherwise
+	exitUsage       = 2 // usage, configuration or input error: nothing was done
+	exitUnavailable = 3 // NATS or JetStream unreachable or not ready
+	// 4 is kept for "the job completed, with failed records".
+	exitInterrupt = 130 // SIGINT or SIGTERM (128 + SIGINT, as shells report it)
 )
 
 // exitError carries an exit code with its message.
@@ -63,6 +69,9 @@ var commands = []command{
 	{"server", "run the embedded NATS server on its own", cmdServer},
 	{"ui", "serve the web dashboard: jobs, records, dead letters, providers", cmdUI},
 	{"bench", "measure jetpool side by side with the raw JetStream engine", cmdBench},
+	{"help", "show help: of jetpool, or of one command (help COMMAND [SUBCOMMAND])", cmdHelp},
+	{"version", "print jetpool's version, commit and Go version", cmdVersion},
+	{"completion", "print a shell completion script: completion bash|zsh|fish", cmdCompletion},
 }
 
 const usageHead = `jetpool runs batch jobs of model calls on workers fed by NATS JetStream.
@@ -72,28 +81,55 @@ Usage: jetpool COMMAND [flags]
 Commands:
 `
 
-const usageTail = `
+// usageEnv lists every variable of README "Environment"
+// (TestHelpMatchesReadme keeps the two the same).
+const usageEnv = `
 Environment (process configuration):
   JETPOOL_NATS_URL       NATS server or cluster; unset: an embedded server under JETPOOL_DATA_DIR
   JETPOOL_DATA_DIR       embedded server's store (default .jetpool)
-  JETPOOL_NATS_CREDS, JETPOOL_NATS_NKEY, JETPOOL_NATS_USER/JETPOOL_NATS_PASSWORD, JETPOOL_NATS_TOKEN,
-  JETPOOL_NATS_TLS_CERT/_KEY/_CA
+  JETPOOL_NATS_CREDS, JETPOOL_NATS_NKEY, JETPOOL_NATS_USER, JETPOOL_NATS_PASSWORD, JETPOOL_NATS_TOKEN
+                         NATS auth
+  JETPOOL_NATS_TLS_CERT, JETPOOL_NATS_TLS_KEY, JETPOOL_NATS_TLS_CA
+                         TLS with client certificates
   JETPOOL_REPLICAS       replicas of every stream and bucket (default 1; 3 on a cluster)
-  JETPOOL_CONCURRENCY    worker concurrency (default 64)
+  JETPOOL_CONCURRENCY    concurrent model calls per worker process (default 64)
   JETPOOL_SYNC_INTERVAL  embedded server fsync: "always" or a duration (default 1s)
   JETPOOL_ACK_WAIT       work consumer AckWait (default 30s)
-  JETPOOL_LOG_LEVEL, JETPOOL_LOG_FORMAT (json|console), JETPOOL_METRICS_ADDR
-
-Exit codes: 0 job completed, 1 a raise action failed the job, 2 usage or configuration error.
-Run 'jetpool COMMAND -h' for a command's flags.
+  JETPOOL_MAX_ACK_PENDING  per job consumer (default 20000)
+  JETPOOL_DEDUPE_WINDOW  Nats-Msg-Id window of the work and DLQ streams (default 2h)
+  JETPOOL_LOG_LEVEL      zerolog level (default info)
+  JETPOOL_LOG_FORMAT     json or console (default json; console on a terminal)
+  JETPOOL_METRICS_ADDR   jetpool worker serves /metrics, /healthz, /readyz here
+  JETPOOL_UI_TOKEN       the dashboard's token: required off loopback (jetpool ui, --ui)
+  JETPOOL_CPUPROFILE, JETPOOL_MEMPROFILE
+                         write a CPU profile of the command / a heap profile of a stopping worker
+  Only JETPOOL_ names are read: NATS_URL (the nats CLI's) and other bare names are ignored.
 `
 
-func usage(w io.Writer) {
-	fmt.Fprint(w, usageHead)
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
-	}
+const usageTail = `
+Exit codes:
+  0    done (a job that completed, failed records under return_last included)
+  1    a raise action failed the job, or the command failed
+  2    usage, configuration or input error: nothing was done
+  3    NATS or JetStream unreachable or not ready
+  130  interrupted (SIGINT or SIGTERM); run the same command again to resume
+
+Run 'jetpool help COMMAND' (or 'jetpool COMMAND -h') for a command's flags.
+`
+
+// usage is `jetpool help`: the commands, the environment, the exit codes.
+func usage(w io.Writer, cmds []command) {
+	shortUsage(w, cmds)
+	fmt.Fprint(w, usageEnv)
 	fmt.Fprint(w, usageTail)
+}
+
+// shortUsage is what `jetpool` alone prints (on stderr, exit 2).
+func shortUsage(w io.Writer, cmds []command) {
+	fmt.Fprint(w, usageHead)
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+	}
 }
 
 func main() {
@@ -105,33 +141,49 @@ type env struct {
 	stdout, stderr io.Writer
 	log            zerolog.Logger
 	cfg            broker.Config
+
+	// commands is the command table (help and completion walk it; a
+	// reference to the table itself from a command would be an
+	// initialization cycle).
+	commands []command
+	// describe, when set, asks the command for its flags and subcommands
+	// instead of running it (completion, help): see cmdSpec.
+	describe *cmdSpec
+}
+
+func lookup(cmds []command, name string) *command {
+	for i := range cmds {
+		if cmds[i].name == name {
+			return &cmds[i]
+		}
+	}
+	return nil
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stdout)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+	if len(args) == 0 {
+		shortUsage(stderr, commands)
+		fmt.Fprintln(stderr, "\nRun 'jetpool help' for the environment and exit codes, 'jetpool help COMMAND' for a command.")
+		return exitUsage
 	}
-	var cmd *command
-	for i := range commands {
-		if commands[i].name == args[0] {
-			cmd = &commands[i]
-		}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
 	}
+	cmd := lookup(commands, name)
 	if cmd == nil {
-		fmt.Fprintf(stderr, "jetpool: unknown command %q\n\n", args[0])
-		usage(stderr)
+		fmt.Fprintf(stderr, "jetpool: unknown command %q\nRun 'jetpool help' for the commands.\n", name)
 		return exitUsage
 	}
 	cfg, err := broker.LoadConfig()
-	if err != nil {
+	if err != nil && !needsNoConfig(cmd.name, args[1:]) {
 		fmt.Fprintf(stderr, "jetpool: configuration: %v\n", err)
 		return exitUsage
 	}
-	e := &env{stdout: stdout, stderr: stderr, cfg: cfg, log: cfg.Logger()}
+	e := &env{stdout: stdout, stderr: stderr, cfg: cfg, log: cfg.Logger(), commands: commands}
 	if path := os.Getenv("JETPOOL_CPUPROFILE"); path != "" {
 		stop, err := startCPUProfile(path)
 		if err != nil {
@@ -143,46 +195,143 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err = cmd.run(ctx, e, args[1:])
-	if err == nil {
-		return exitOK
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	var xe *exitError
-	if errors.As(err, &xe) {
-		if xe.err != nil && xe.err.Error() != "" {
-			fmt.Fprintf(stderr, "jetpool %s: %v\n", cmd.name, xe.err)
+	code := exitCode(ctx, err)
+	if code != exitOK {
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintf(stderr, "jetpool %s: %s\n", cmd.name, msg)
 		}
-		return xe.code
+		if code == exitUsage && cmd.name != "help" {
+			fmt.Fprintf(stderr, "Run 'jetpool help %s' for its usage.\n", cmd.name)
+		}
 	}
-	fmt.Fprintf(stderr, "jetpool %s: %v\n", cmd.name, err)
-	if ctx.Err() != nil {
+	return code
+}
+
+// needsNoConfig: help, version and completion (and any -h) work whatever
+// the environment holds.
+func needsNoConfig(name string, args []string) bool {
+	switch name {
+	case "help", "version", "completion":
+		return true
+	}
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
+// exitCode is the exit code of a command that returned err.
+func exitCode(ctx context.Context, err error) int {
+	var xe *exitError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &xe):
+		return xe.code
+	case ctx.Err() != nil:
 		return exitInterrupt
+	case unavailable(err):
+		return exitUnavailable
 	}
 	return exitJobFailed
 }
 
-// newFlags makes a command's flag set; errors are printed by parse.
+// unavailable reports whether err says the NATS server (or its JetStream)
+// could not be reached or did not answer: exit 3, something to wait for or
+// fix in the deployment, not in the job.
+func unavailable(err error) bool {
+	for _, target := range []error{
+		nats.ErrNoServers, nats.ErrConnectionClosed, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrConnectionReconnecting, nats.ErrDisconnected,
+		jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount,
+		broker.ErrDataDirBusy, syscall.ECONNREFUSED,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jsClusterNotAvailable
+}
+
+// jsClusterNotAvailable is nats-server's JSClusterNotAvailErr ("JetStream
+// system temporarily unavailable": no meta leader yet), which nats.go
+// names no constant for.
+const jsClusterNotAvailable jetstream.ErrorCode = 10008
+
+// newFlags makes a command's flag set. `-h` prints the command's help on
+// stdout (parse); a usage error prints the short usage line on stderr
+// (fs.Usage, which commands also call for a wrong argument).
 func newFlags(e *env, name, args string, summary string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: jetpool %s %s\n\n%s\n\nFlags:\n", name, args, summary)
-		fs.PrintDefaults()
+	h := &flagHelp{Writer: e.stderr, stdout: e.stdout, name: name, args: args, summary: summary}
+	fs.SetOutput(h)
+	fs.Usage = func() { fmt.Fprintf(h.Writer, "Usage: jetpool %s %s\n", name, args) }
+	if e.describe != nil {
+		e.describe.flags = fs
 	}
 	return fs
 }
 
-// parse parses flags interspersed with positional arguments.
+// flagHelp is a flag set's output (stderr) and what its help says.
+type flagHelp struct {
+	io.Writer
+	stdout              io.Writer
+	name, args, summary string
+}
+
+// printHelp writes the command's whole help: usage, summary and every flag,
+// spelled --name as the docs do (the flag package takes -name too).
+func (h *flagHelp) printHelp(fs *flag.FlagSet) {
+	w := h.stdout
+	fmt.Fprintf(w, "Usage: jetpool %s %s\n\n%s\n", h.name, h.args, h.summary)
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		if n == 0 {
+			fmt.Fprint(w, "\nFlags:\n")
+		}
+		n++
+		kind, text := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s", f.Name)
+		if kind != "" {
+			fmt.Fprintf(w, " %s", kind)
+		}
+		fmt.Fprintf(w, "\n    \t%s", strings.ReplaceAll(text, "\n", "\n    \t"))
+		switch f.DefValue {
+		case "", "0", "false", "0s":
+		default:
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// parse parses flags interspersed with positional arguments. -h prints the
+// command's help on stdout and returns flag.ErrHelp (exit 0); a bad flag
+// is a usage error (exit 2) naming it.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	h, _ := fs.Output().(*flagHelp)
+	short := fs.Usage
+	fs.Usage = func() {} // the flag package calls it for -h and for errors alike; they differ here
+	defer func() { fs.Usage = short }()
+	out := fs.Output()
+	fs.SetOutput(io.Discard) // the error goes out once, as jetpool CMD: error
+	defer fs.SetOutput(out)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				if h != nil {
+					h.printHelp(fs)
+				}
 				return nil, err
 			}
-			return nil, &exitError{code: exitUsage, err: errors.New("")}
+			return nil, &exitError{code: exitUsage, err: err}
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -196,16 +345,61 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// errDescribe is what connect returns in describe mode: a command asked
+// for its flags must not reach any server.
+var errDescribe = errors.New("describe mode: not connecting")
+
+// connect connects to NATS (or starts the embedded server) and ensures
+// jetpool's streams. A server that cannot be reached or whose JetStream is
+// not ready exits 3; credentials it refuses are configuration (exit 2).
 func connect(ctx context.Context, e *env) (*broker.Broker, error) {
+	if e.describe != nil {
+		return nil, errDescribe
+	}
 	b, err := broker.Connect(ctx, e.cfg, e.log)
 	if err != nil {
-		return nil, err
+		return nil, connectErr(err)
 	}
 	if err := b.Ensure(ctx); err != nil {
 		b.Close()
-		return nil, err
+		return nil, connectErr(err)
 	}
 	return b, nil
+}
+
+func connectErr(err error) error {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		errors.Is(err, nats.ErrAccountAuthExpired), errors.Is(err, nats.ErrNkeysNotSupported),
+		// A TLS handshake that failed (nats.go wraps it in ErrTLS), or a
+		// client certificate the server refused after it (TLS 1.3): the
+		// server's alert, which crypto/tls reports as a "remote error",
+		// or the connection closed (ErrTLS again).
+		errors.Is(err, nats.ErrTLS), errors.As(err, &op) && op.Op == "remote error":
+		return &exitError{code: exitUsage, err: fmt.Errorf("%w (check the JETPOOL_NATS_* credentials)", err)}
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, nats.ErrNoResponders):
+		err = fmt.Errorf("%w: no JetStream answers on that server (is JetStream enabled?)", err)
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) && !unavailable(err) {
+		return err // the server answered and refused: not a reachability problem
+	}
+	return &exitError{code: exitUnavailable, err: err}
+}
+
+// serveLocal lets other local processes use the embedded server b runs, if
+// it runs one: `jetpool status`, `dlq` and `results` beside a running `run`,
+// `retry` or `worker` on the same data dir. It writes the server file that
+// `jetpool server` writes (Close removes it); the server listens on
+// loopback only, on a port of its own.
+func serveLocal(b *broker.Broker) error {
+	if b.Server() == nil {
+		return nil
+	}
+	return b.WriteServerFile(b.Server().ClientURL())
 }
 
 // WorkerGOGC is the garbage collector's target a worker process runs with

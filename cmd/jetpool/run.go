@@ -58,6 +58,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	defer b.Close()
 	tuneGC(b)
+	if err := serveLocal(b); err != nil {
+		return err
+	}
 
 	start := time.Now()
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
@@ -197,6 +200,7 @@ func waitJobEvery(ctx context.Context, e *env, b *broker.Broker, jobID string, p
 			counted = time.Now()
 		}
 		st.Counts = counts
+		bar.actions(ctx, b, job)
 		bar.update(st.Done, job.Total, st)
 		if st.Drained() && st.Finished(job) {
 			if job.Status != broker.JobFailed && (job.Status != broker.JobCompleted || job.Replay != nil) {

@@ -4,14 +4,19 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -26,7 +31,7 @@ type summary struct {
 	byClass   map[string]int64
 	byReason  map[string]int64
 	calls     int64
-	retries   int64
+	results   int64 // results of every action that made a call
 	recovered int64 // ok records that needed more than one call
 	tokensIn  int64
 	tokensOut int64
@@ -47,7 +52,7 @@ func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output st
 	var tmp *os.File
 	if output != "" {
 		var err error
-		tmp, err = os.CreateTemp(filepath.Dir(output), ".jetpool-results-*")
+		tmp, err = createBeside(output)
 		if err != nil {
 			return nil, err
 		}
@@ -62,6 +67,9 @@ func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output st
 	}
 	err := b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
 		s.calls += int64(r.Recovery.Attempts)
+		if r.Recovery.Attempts > 0 {
+			s.results++
+		}
 		s.tokensIn += int64(r.Usage.InputTokens)
 		s.tokensOut += int64(r.Usage.OutputTokens)
 		s.addCost(r) // summary_cost.go
@@ -105,6 +113,23 @@ func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output st
 	return s, nil
 }
 
+// createBeside creates a new temporary file in output's directory, to be
+// renamed to output when it is complete, with the mode os.Create gives
+// (0666 less the umask; os.CreateTemp's 0600 made a results file that
+// others the umask allows could not read).
+func createBeside(output string) (*os.File, error) {
+	dir := filepath.Dir(output)
+	for range 100 {
+		name := filepath.Join(dir, fmt.Sprintf(".jetpool-results-%016x", rand.Uint64()))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("%s: no free temporary name for the results", dir)
+}
+
 func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	out := e.stdout
 	status := "completed"
@@ -116,11 +141,9 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 		fmt.Fprintf(out, "  failed by class:  %s\n", kvList(s.byClass))
 		fmt.Fprintf(out, "  failed by reason: %s\n", kvList(s.byReason))
 	}
-	actionResults := s.records // lower bound of calls needed
-	retries := s.calls - actionResults
-	if retries < 0 {
-		retries = 0
-	}
+	// Every action's result took one call at least (a pipeline's record
+	// one per action it reached); the calls beyond are retries.
+	retries := max(s.calls-s.results, 0)
 	// Attempts come from the results (all runs of the job); calls are this
 	// process's, and include 429s the shared limiter absorbed, which spend
 	// no attempt.
@@ -157,6 +180,12 @@ func kvList(m map[string]int64) string {
 type progress struct {
 	bar   *progressbar.ProgressBar
 	total int64
+	rate  rateEstimate
+	// at is, for a pipeline, the records at each action (queued, in flight
+	// or waiting for redelivery), read every actionsEvery.
+	at          map[string]uint64
+	actionOrder []string
+	atPolled    time.Time
 }
 
 func newProgress(e *env, want bool) *progress {
@@ -168,11 +197,44 @@ func newProgress(e *env, want bool) *progress {
 		progressbar.OptionSetWriter(f),
 		progressbar.OptionSetDescription("records"),
 		progressbar.OptionShowCount(),
-		progressbar.OptionShowIts(),
-		progressbar.OptionSetItsString("rec"),
+		// The bar's own rate and time left follow the last few seconds'
+		// counts, which move in steps (results are counted every 2 s):
+		// the description carries a smoothed rate and ETA instead.
+		progressbar.OptionSetPredictTime(false),
+		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 	)}
+}
+
+// actionsEvery is how often the bar reads the per-action counts of a pipeline.
+const actionsEvery = 2 * time.Second
+
+// actions reads, for a pipeline, how many records are at each action: one
+// stream info request over the job's work subjects (one per action).
+func (p *progress) actions(ctx context.Context, b *broker.Broker, job *broker.Job) {
+	if p.bar == nil || len(job.Actions) < 2 || time.Since(p.atPolled) < actionsEvery {
+		return
+	}
+	p.atPolled = time.Now()
+	s, err := b.Stream(ctx, broker.StreamWork)
+	if err != nil {
+		return
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(broker.WorkFilter(job.ID)))
+	if err != nil {
+		return // the bar goes without them; the wait reports what matters
+	}
+	p.at = map[string]uint64{}
+	for subj, n := range info.State.Subjects {
+		if parts := broker.SubjectParts(subj); len(parts) == 2 {
+			p.at[parts[1]] += n
+		}
+	}
+	for _, a := range job.Actions {
+		p.at[a] += 0 // every action shows, those with none too
+	}
+	p.actionOrder = job.Actions
 }
 
 func (p *progress) update(done, total int64, st broker.Progress) {
@@ -183,8 +245,92 @@ func (p *progress) update(done, total int64, st broker.Progress) {
 		p.total = total
 		p.bar.ChangeMax64(total)
 	}
-	p.bar.Describe(fmt.Sprintf("records (%d queued, %d in flight/waiting)", st.Queued, st.AckPending))
+	now := time.Now()
+	p.rate.observe(now, done)
+	p.bar.Describe(progressLine(st, p.actionOrder, p.at, p.rate.perSecond(), p.rate.left(done, total)))
 	_ = p.bar.Set64(done)
+}
+
+// progressLine is the bar's description: the backlog, a pipeline's records
+// by action, the smoothed rate and the time left.
+func progressLine(st broker.Progress, actions []string, at map[string]uint64, rate float64, left time.Duration) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "records (%d queued, %d in flight/waiting", st.Queued, st.AckPending)
+	if len(at) > 0 {
+		parts := make([]string, 0, len(actions))
+		for _, a := range actions {
+			parts = append(parts, fmt.Sprintf("%s %d", a, at[a]))
+		}
+		fmt.Fprintf(&sb, "; at %s", strings.Join(parts, ", "))
+	}
+	sb.WriteString(")")
+	if rate > 0 {
+		fmt.Fprintf(&sb, " %.1f rec/s", rate)
+	}
+	if left > 0 {
+		fmt.Fprintf(&sb, ", ETA %s", roundLeft(left))
+	}
+	return sb.String()
+}
+
+// roundLeft rounds a time left to what a reader can use: seconds under two
+// minutes, ten seconds under ten minutes, then minutes.
+func roundLeft(d time.Duration) time.Duration {
+	switch {
+	case d < 2*time.Minute:
+		return d.Round(time.Second)
+	case d < 10*time.Minute:
+		return d.Round(10 * time.Second)
+	}
+	return d.Round(time.Minute)
+}
+
+// rateEstimate is a job's finishing rate, smoothed: an exponentially
+// weighted average of the rate between successive changes of the done
+// count, with time constant rateTau. The count moves in steps (the results
+// are counted every 2 s), so the rate between two polls swings between 0
+// and a burst; between two changes it is what was finished in that time.
+// A count that stays still for rateStall counts as a rate of 0, so a job
+// that stopped does not keep its old ETA.
+type rateEstimate struct {
+	at   time.Time // when done last changed (or was first seen)
+	done int64
+	rate float64 // records/s; 0 until the first change
+	seen bool
+}
+
+const (
+	rateTau   = 20 * time.Second
+	rateStall = 10 * time.Second
+)
+
+func (r *rateEstimate) observe(now time.Time, done int64) {
+	if !r.seen {
+		r.at, r.done, r.seen = now, done, true
+		return
+	}
+	dt := now.Sub(r.at)
+	if done == r.done && dt < rateStall || dt <= 0 {
+		return
+	}
+	sample := float64(done-r.done) / dt.Seconds()
+	if r.rate == 0 && done != r.done {
+		r.rate = sample // the first change: nothing to average with yet
+	} else {
+		alpha := 1 - math.Exp(-dt.Seconds()/rateTau.Seconds())
+		r.rate += alpha * (sample - r.rate)
+	}
+	r.at, r.done = now, done
+}
+
+func (r *rateEstimate) perSecond() float64 { return r.rate }
+
+// left is the time the rest of total takes at the smoothed rate (0: unknown).
+func (r *rateEstimate) left(done, total int64) time.Duration {
+	if r.rate <= 0 || total <= done {
+		return 0
+	}
+	return time.Duration(float64(total-done) / r.rate * float64(time.Second))
 }
 
 func (p *progress) finish() {
