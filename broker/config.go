@@ -51,6 +51,24 @@ type Config struct {
 	MaxAckPending int `envconfig:"MAX_ACK_PENDING" default:"20000"`
 	// DedupeWindow of the work, results and DLQ streams.
 	DedupeWindow time.Duration `envconfig:"DEDUPE_WINDOW" default:"2h"`
+
+	// Lifecycle of finished jobs and the limits of the results and DLQ
+	// streams (broker/lifecycle.go, docs/operations.md "Retention").
+	//
+	// JobRetention: a finished job is deleted this long after it finished
+	// (JobRetentionDefault; 0 keeps finished jobs until `jetpool job
+	// delete|purge`). Unfinished jobs are never aged out.
+	JobRetention time.Duration `split_words:"true" default:"720h"`
+	// ConsumerGrace: a finished job's work consumer is removed this long
+	// after the job finished (ConsumerGraceDefault).
+	ConsumerGrace time.Duration `split_words:"true" default:"1h"`
+	// ResultsMaxBytes and DLQMaxBytes cap those streams (0: no cap on a new
+	// stream, an existing stream's cap left as it is; -1: no cap). At the
+	// cap new messages are refused, never old ones dropped.
+	ResultsMaxBytes ByteSize `split_words:"true"`
+	DLQMaxBytes     ByteSize `split_words:"true"`
+	// Compression of the results and DLQ streams: "s2" (CompressionDefault) or "none".
+	Compression string `split_words:"true" default:"s2"`
 }
 
 // Defaults of Config, as documented in the README.
@@ -93,7 +111,7 @@ func (c Config) Validate() error {
 	if c.AckWait < time.Second {
 		return fmt.Errorf("JETPOOL_ACK_WAIT: %s is shorter than 1s", c.AckWait)
 	}
-	return nil
+	return c.validateLifecycle() // broker/lifecycle.go
 }
 
 func (c Config) syncPolicy() (always bool, interval time.Duration, err error) {

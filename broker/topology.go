@@ -30,6 +30,14 @@ func (b *Broker) Ensure(ctx context.Context) error {
 	if dedupe <= 0 {
 		dedupe = 2 * time.Hour
 	}
+	// The results and dead letters are JSON, kept for days: S2 pays there
+	// (docs/operations.md "Retention"). A cap refuses new messages rather
+	// than dropping old ones (Discard new): nothing is lost silently; a
+	// worker keeps the record and tries the store again.
+	compression, err := b.Cfg.compression()
+	if err != nil {
+		return err
+	}
 	streams := []jetstream.StreamConfig{
 		{
 			Name:        StreamWork,
@@ -50,6 +58,9 @@ func (b *Broker) Ensure(ctx context.Context) error {
 			Replicas:    r,
 			Duplicates:  dedupe,
 			AllowDirect: true,
+			Discard:     jetstream.DiscardNew,
+			MaxBytes:    int64(b.Cfg.DLQMaxBytes),
+			Compression: compression,
 		},
 		{
 			Name:              StreamResults,
@@ -61,6 +72,9 @@ func (b *Broker) Ensure(ctx context.Context) error {
 			MaxMsgsPerSubject: 1,
 			Duplicates:        dedupe,
 			AllowDirect:       true,
+			Discard:           jetstream.DiscardNew,
+			MaxBytes:          int64(b.Cfg.ResultsMaxBytes),
+			Compression:       compression,
 		},
 		{
 			Name:        StreamAdvisories,
@@ -124,21 +138,42 @@ func (b *Broker) ensureStream(ctx context.Context, sc jetstream.StreamConfig) er
 	if err != nil {
 		return err
 	}
-	if streamAsWanted(s.CachedInfo().Config, sc) {
+	have := s.CachedInfo().Config
+	if streamAsWanted(have, sc) {
 		return nil
 	}
+	if sc.MaxBytes == 0 {
+		sc.MaxBytes = have.MaxBytes // unset here: an operator's cap stays
+	}
 	_, err = b.JS.CreateOrUpdateStream(ctx, sc)
+	if err != nil && streamAsWanted(have, tunedAs(sc, have)) {
+		// Only its limits or compression differ: a process that may not
+		// update streams (the deploy/ worker) works with them as they are.
+		b.Log.Warn().Str("stream", sc.Name).Err(err).
+			Msg("stream limits or compression differ from this process's settings and could not be updated; using them as they are")
+		return nil
+	}
 	return err
 }
 
 // streamAsWanted compares the settings jetpool sets; a zero setting is the
-// server's default and is not compared (the server fills it in).
+// server's default and is not compared (the server fills it in): a MaxBytes
+// of 0 (JETPOOL_RESULTS_MAX_BYTES unset) leaves the stream's cap as it is.
 func streamAsWanted(have, want jetstream.StreamConfig) bool {
 	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
 		have.Retention == want.Retention && have.Storage == want.Storage && have.Replicas == want.Replicas &&
 		have.Discard == want.Discard && have.AllowDirect == want.AllowDirect && have.MaxAge == want.MaxAge &&
+		have.Compression == want.Compression &&
 		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
-		(want.MaxMsgsPerSubject == 0 || have.MaxMsgsPerSubject == want.MaxMsgsPerSubject)
+		(want.MaxMsgsPerSubject == 0 || have.MaxMsgsPerSubject == want.MaxMsgsPerSubject) &&
+		(want.MaxBytes == 0 || have.MaxBytes == want.MaxBytes)
+}
+
+// tunedAs is want with the settings an operator may tune (limits, discard,
+// compression) taken from have.
+func tunedAs(want, have jetstream.StreamConfig) jetstream.StreamConfig {
+	want.MaxBytes, want.Discard, want.Compression = have.MaxBytes, have.Discard, have.Compression
+	return want
 }
 
 // ensureBucket creates kc, or updates it when a setting jetpool chooses

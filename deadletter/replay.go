@@ -62,13 +62,18 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 		if !res.Jobs[e.Job] {
 			// A job that failed (on_exhausted: raise) or completed runs
 			// again once replayed.
-			if _, err := b.UpdateJob(ctx, e.Job, func(j *broker.Job) bool {
+			j, err := b.UpdateJob(ctx, e.Job, func(j *broker.Job) bool {
 				if j.Status != broker.JobFailed && j.Status != broker.JobCompleted {
 					return false
 				}
 				j.Status, j.Reason = broker.JobRunning, ""
 				return true
-			}); err != nil {
+			})
+			if err != nil {
+				return res, fmt.Errorf("job %s: %w", e.Job, err)
+			}
+			// A finished job's work consumer goes after a grace (broker.Sweep).
+			if err := b.RestoreConsumer(ctx, j); err != nil {
 				return res, fmt.Errorf("job %s: %w", e.Job, err)
 			}
 			res.Jobs[e.Job] = true
