@@ -59,6 +59,7 @@ var commands = []command{
 	{"results", "export a job's results as JSONL", cmdResults},
 	{"dlq", "inspect dead letters: list, show, purge", cmdDLQ},
 	{"retry", "replay dead letters into the work stream", cmdRetry},
+	{"job", "delete a job, or purge finished jobs older than the retention", cmdJob},
 	{"validate", "check a workflow and print each action's retry budget", cmdValidate},
 	{"server", "run the embedded NATS server on its own", cmdServer},
 	{"bench", "measure jetpool side by side with the raw JetStream engine", cmdBench},
