@@ -145,16 +145,25 @@ func (b *Broker) ensureStream(ctx context.Context, sc jetstream.StreamConfig) er
 	if sc.MaxBytes == 0 {
 		sc.MaxBytes = have.MaxBytes // unset here: an operator's cap stays
 	}
-	_, err = b.JS.CreateOrUpdateStream(ctx, sc)
-	if err != nil && streamAsWanted(have, tunedAs(sc, have)) {
-		// Only its limits or compression differ: a process that may not
-		// update streams (the deploy/ worker) works with them as they are.
+	if !streamAsWanted(have, tunedAs(sc, have)) {
+		_, err = b.JS.CreateOrUpdateStream(ctx, sc)
+		return err
+	}
+	// Only its limits or compression differ: a process that may not update
+	// streams (the deploy/ worker, whose refused request goes unanswered)
+	// works with them as they are, after a short wait.
+	uctx, cancel := context.WithTimeout(ctx, tunedUpdateWait)
+	defer cancel()
+	if _, err := b.JS.CreateOrUpdateStream(uctx, sc); err != nil {
 		b.Log.Warn().Str("stream", sc.Name).Err(err).
 			Msg("stream limits or compression differ from this process's settings and could not be updated; using them as they are")
-		return nil
 	}
-	return err
+	return nil
 }
+
+// tunedUpdateWait bounds an update of a stream's limits or compression
+// only: the server answers one it allows at once.
+const tunedUpdateWait = 2 * time.Second
 
 // streamAsWanted compares the settings jetpool sets; a zero setting is the
 // server's default and is not compared (the server fills it in): a MaxBytes
