@@ -30,10 +30,10 @@ func (b *Broker) Ensure(ctx context.Context) error {
 	if dedupe <= 0 {
 		dedupe = 2 * time.Hour
 	}
-	// The results and dead letters are JSON, kept for days: S2 pays there
-	// (docs/operations.md "Retention"). A cap refuses new messages rather
-	// than dropping old ones (Discard new): nothing is lost silently; a
-	// worker keeps the record and tries the store again.
+	// The results and dead letters are JSON, kept for days: S2 pays there;
+	// the work stream's messages go on ack (docs/operations.md "Retention").
+	// A cap refuses new messages rather than dropping old ones (Discard
+	// new): nothing is dropped silently.
 	compression, err := b.Cfg.compression()
 	if err != nil {
 		return err
