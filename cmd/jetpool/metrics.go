@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
@@ -58,7 +59,7 @@ func newMetrics() *metrics {
 		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version(), "commit": commit}})
 	info.Set(1)
 	m.reg.MustRegister(m.records, m.calls, m.latency, m.tokens, m.deliveries, m.inflight, info,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.ready.Store(true)
 	return m
 }
