@@ -157,8 +157,8 @@ func jetpoolArgs(cmd string) []string {
 	for len(f) > 0 && strings.Contains(f[0], "=") && !strings.HasPrefix(f[0], "-") {
 		f = f[1:]
 	}
-	if len(f) < 2 || f[0] != "jetpool" {
-		return nil
+	if len(f) < 2 || f[0] != "jetpool" || strings.Contains(f[1], "…") {
+		return nil // no jetpool command, or prose about one (`jetpool …`)
 	}
 	return f[1:]
 }
