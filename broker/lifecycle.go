@@ -290,14 +290,14 @@ type SweepOptions struct {
 
 // Swept is what Sweep did (or, in a dry run, would do) to one job.
 type Swept struct {
-	Job             string
-	Status          string
-	Finished        time.Time // when the job was last updated in a finished state
-	Deleted         *DeleteReport
-	ConsumerRemoved bool
+	Job             string        `json:"job"`
+	Status          string        `json:"status"`
+	Finished        time.Time     `json:"finished"` // when the job was last updated in a finished state
+	Deleted         *DeleteReport `json:"deleted,omitempty"`
+	ConsumerRemoved bool          `json:"consumer_removed,omitempty"`
 	// Completed: the job had finished without anyone marking it (workers
 	// never do), and Sweep marked it completed; its grace starts now.
-	Completed bool
+	Completed bool `json:"completed,omitempty"`
 }
 
 // Sweep applies the lifecycle of finished jobs: a job is finished when
