@@ -58,6 +58,24 @@ type Config struct {
 	MaxAckPending int `envconfig:"JETPOOL_MAX_ACK_PENDING" default:"20000"`
 	// DedupeWindow of the work, results and DLQ streams.
 	DedupeWindow time.Duration `envconfig:"JETPOOL_DEDUPE_WINDOW" default:"2h"`
+
+	// Lifecycle of finished jobs and the limits of the results and DLQ
+	// streams (broker/lifecycle.go, docs/operations.md "Retention").
+	//
+	// JobRetention: a finished job is deleted this long after it finished
+	// (JobRetentionDefault; 0 keeps finished jobs until `jetpool job
+	// delete|purge`). Unfinished jobs are never aged out.
+	JobRetention time.Duration `envconfig:"JETPOOL_JOB_RETENTION" default:"720h"`
+	// ConsumerGrace: a finished job's work consumer is removed this long
+	// after the job finished (ConsumerGraceDefault).
+	ConsumerGrace time.Duration `envconfig:"JETPOOL_CONSUMER_GRACE" default:"1h"`
+	// ResultsMaxBytes and DLQMaxBytes cap those streams (0: no cap on a new
+	// stream, an existing stream's cap left as it is; -1: no cap). At the
+	// cap new messages are refused, never old ones dropped.
+	ResultsMaxBytes ByteSize `envconfig:"JETPOOL_RESULTS_MAX_BYTES"`
+	DLQMaxBytes     ByteSize `envconfig:"JETPOOL_DLQ_MAX_BYTES"`
+	// Compression of the results and DLQ streams: "s2" (CompressionDefault) or "none".
+	Compression string `envconfig:"JETPOOL_COMPRESSION" default:"s2"`
 }
 
 // Defaults of Config, as documented in the README.
@@ -117,7 +135,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
-	return nil
+	return c.validateLifecycle() // broker/lifecycle.go
 }
 
 func (c Config) syncPolicy() (always bool, interval time.Duration, err error) {

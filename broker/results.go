@@ -444,9 +444,14 @@ func (b *Broker) JobProgress(ctx context.Context, j *Job, byReason bool) (Progre
 
 // Backlog reads only the job consumer's queued and ack-pending counts: one
 // cheap request, fit for tight polling (the result counts are not filled in).
+// A job without a work consumer has nothing to deliver: its consumer goes
+// once it has finished (Sweep), so it reads as drained.
 func (b *Broker) Backlog(ctx context.Context, job string) (Progress, error) {
 	var p Progress
 	cons, err := b.JS.Consumer(ctx, StreamWork, ConsumerName(job))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return p, nil
+	}
 	if err != nil {
 		return p, fmt.Errorf("job %s: %w", job, err)
 	}

@@ -74,6 +74,14 @@ func (b *Broker) ensure(ctx context.Context) error {
 	if dedupe <= 0 {
 		dedupe = 2 * time.Hour
 	}
+	// The results and dead letters are JSON, kept for days: S2 pays there;
+	// the work stream's messages go on ack (docs/operations.md "Retention").
+	// A cap refuses new messages rather than dropping old ones (Discard
+	// new): nothing is dropped silently.
+	compression, err := b.Cfg.compression()
+	if err != nil {
+		return err
+	}
 	streams := []jetstream.StreamConfig{
 		{
 			Name:        StreamWork,
@@ -94,6 +102,9 @@ func (b *Broker) ensure(ctx context.Context) error {
 			Replicas:    r,
 			Duplicates:  dedupe,
 			AllowDirect: true,
+			Discard:     jetstream.DiscardNew,
+			MaxBytes:    int64(b.Cfg.DLQMaxBytes),
+			Compression: compression,
 		},
 		{
 			Name:              StreamResults,
@@ -105,6 +116,9 @@ func (b *Broker) ensure(ctx context.Context) error {
 			MaxMsgsPerSubject: 1,
 			Duplicates:        dedupe,
 			AllowDirect:       true,
+			Discard:           jetstream.DiscardNew,
+			MaxBytes:          int64(b.Cfg.ResultsMaxBytes),
+			Compression:       compression,
 		},
 		{
 			Name:        StreamAdvisories,
@@ -168,21 +182,51 @@ func (b *Broker) ensureStream(ctx context.Context, sc jetstream.StreamConfig) er
 	if err != nil {
 		return err
 	}
-	if streamAsWanted(s.CachedInfo().Config, sc) {
+	have := s.CachedInfo().Config
+	if streamAsWanted(have, sc) {
 		return nil
 	}
-	_, err = b.JS.CreateOrUpdateStream(ctx, sc)
-	return err
+	if sc.MaxBytes == 0 {
+		sc.MaxBytes = have.MaxBytes // unset here: an operator's cap stays
+	}
+	if !streamAsWanted(have, tunedAs(sc, have)) {
+		_, err = b.JS.CreateOrUpdateStream(ctx, sc)
+		return err
+	}
+	// Only its limits or compression differ: a process that may not update
+	// streams (the deploy/ worker, whose refused request goes unanswered)
+	// works with them as they are, after a short wait.
+	uctx, cancel := context.WithTimeout(ctx, tunedUpdateWait)
+	defer cancel()
+	if _, err := b.JS.CreateOrUpdateStream(uctx, sc); err != nil {
+		b.Log.Warn().Str("stream", sc.Name).Err(err).
+			Msg("stream limits or compression differ from this process's settings and could not be updated; using them as they are")
+	}
+	return nil
 }
 
+// tunedUpdateWait bounds an update of a stream's limits or compression
+// only: the server answers one it allows at once.
+const tunedUpdateWait = 2 * time.Second
+
 // streamAsWanted compares the settings jetpool sets; a zero setting is the
-// server's default and is not compared (the server fills it in).
+// server's default and is not compared (the server fills it in): a MaxBytes
+// of 0 (JETPOOL_RESULTS_MAX_BYTES unset) leaves the stream's cap as it is.
 func streamAsWanted(have, want jetstream.StreamConfig) bool {
 	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
 		have.Retention == want.Retention && have.Storage == want.Storage && have.Replicas == want.Replicas &&
 		have.Discard == want.Discard && have.AllowDirect == want.AllowDirect && have.MaxAge == want.MaxAge &&
+		have.Compression == want.Compression &&
 		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
-		(want.MaxMsgsPerSubject == 0 || have.MaxMsgsPerSubject == want.MaxMsgsPerSubject)
+		(want.MaxMsgsPerSubject == 0 || have.MaxMsgsPerSubject == want.MaxMsgsPerSubject) &&
+		(want.MaxBytes == 0 || have.MaxBytes == want.MaxBytes)
+}
+
+// tunedAs is want with the settings an operator may tune (limits, discard,
+// compression) taken from have.
+func tunedAs(want, have jetstream.StreamConfig) jetstream.StreamConfig {
+	want.MaxBytes, want.Discard, want.Compression = have.MaxBytes, have.Discard, have.Compression
+	return want
 }
 
 // ensureBucket creates kc, or updates it when a setting jetpool chooses

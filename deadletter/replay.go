@@ -70,13 +70,18 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 			// before anything is republished, so that a replay killed half
 			// way is found and finished by the next (Unfinished).
 			n := perJob[e.Job]
-			if _, err := b.UpdateJob(ctx, e.Job, func(j *broker.Job) bool {
+			j, err := b.UpdateJob(ctx, e.Job, func(j *broker.Job) bool {
 				if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
 					j.Status, j.Reason = broker.JobRunning, ""
 				}
 				j.Replay = &broker.ReplayMark{At: time.Now().UTC(), Records: n}
 				return true
-			}); err != nil {
+			})
+			if err != nil {
+				return res, fmt.Errorf("job %s: %w", e.Job, err)
+			}
+			// A finished job's work consumer goes after a grace (broker.Sweep).
+			if err := b.RestoreConsumer(ctx, j); err != nil {
 				return res, fmt.Errorf("job %s: %w", e.Job, err)
 			}
 			res.Jobs[e.Job] = true

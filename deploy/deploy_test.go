@@ -90,6 +90,8 @@ func TestYAMLFilesParse(t *testing.T) {
 		"k8s/worker-deployment.yaml",
 		"k8s/worker-pdb.yaml",
 		"k8s/keda-scaledobject.yaml",
+		"k8s/worker-podmonitor.yaml",
+		"k8s/purge-cronjob.yaml",
 	} {
 		assert.Contains(t, files, want)
 	}
@@ -159,7 +161,7 @@ func TestComposeContract(t *testing.T) {
 		assert.Contains(t, url, n+":4222")
 	}
 	assert.Equal(t, "worker", env["JETPOOL_NATS_USER"])
-	assert.Equal(t, []string{"worker"}, toStrings(dig(w, "command")))
+	assert.Equal(t, []string{"worker", "--drain", "130s"}, toStrings(dig(w, "command")), "drain: TestDrainFitsGrace")
 }
 
 func TestKubernetesContract(t *testing.T) {
@@ -167,9 +169,7 @@ func TestKubernetesContract(t *testing.T) {
 	require.NotNil(t, dep)
 	pod := dig(dep, "spec", "template", "spec")
 	assert.Equal(t, true, dig(pod, "securityContext", "runAsNonRoot"))
-	grace, _ := dig(pod, "terminationGracePeriodSeconds").(int)
-	assert.GreaterOrEqual(t, grace, 60, "terminationGracePeriodSeconds must leave room to drain")
-	c := dig(pod, "containers", 0)
+	c := dig(pod, "containers", 0) // its drain and grace: TestDrainFitsGrace
 	assert.Equal(t, "/healthz", dig(c, "livenessProbe", "httpGet", "path"))
 	assert.Equal(t, "/readyz", dig(c, "readinessProbe", "httpGet", "path"))
 	assert.EqualValues(t, 9090, dig(c, "ports", 0, "containerPort"))
@@ -183,12 +183,28 @@ func TestKubernetesContract(t *testing.T) {
 
 	so := byKind(decodeAll(t, "k8s/keda-scaledobject.yaml"), "ScaledObject")
 	require.NotNil(t, so)
-	trig := dig(so, "spec", "triggers", 0)
-	assert.Equal(t, "nats-jetstream", dig(trig, "type"))
-	assert.Equal(t, "JETPOOL_WORK", dig(trig, "metadata", "stream"))
-	assert.Equal(t, "JETPOOL", dig(trig, "metadata", "account"))
-	cons, _ := dig(trig, "metadata", "consumer").(string)
-	assert.True(t, strings.HasPrefix(cons, "jetpool-"), "consumer %q follows jetpool-<job>", cons)
+	triggers, _ := dig(so, "spec", "triggers").([]any)
+	require.Len(t, triggers, 1, "one trigger for every job")
+	trig := triggers[0]
+	assert.Equal(t, "prometheus", dig(trig, "type"))
+	query, _ := dig(trig, "metadata", "query").(string)
+	assert.Contains(t, query, "sum(max by (jetpool_job) (jetpool_backlog", "the max per job across workers, summed over jobs")
+	assert.Contains(t, query, "or vector(0)", "no job: a backlog of 0, not an empty result")
+	assert.NotContains(t, query, "jetpool-", "no job named in the trigger")
+	assert.Equal(t, "false", dig(trig, "metadata", "ignoreNullValues"))
+	assert.EqualValues(t, 1, dig(so, "spec", "minReplicaCount"), "one worker reports the backlog")
+
+	pm := byKind(decodeAll(t, "k8s/worker-podmonitor.yaml"), "PodMonitor")
+	require.NotNil(t, pm)
+	assert.Equal(t, dig(dep, "spec", "selector", "matchLabels"), dig(pm, "spec", "selector", "matchLabels"))
+	assert.Equal(t, dig(c, "ports", 0, "name"), dig(pm, "spec", "podMetricsEndpoints", 0, "port"))
+
+	cj := byKind(decodeAll(t, "k8s/purge-cronjob.yaml"), "CronJob")
+	require.NotNil(t, cj)
+	assert.Equal(t, "Forbid", dig(cj, "spec", "concurrencyPolicy"))
+	pc := dig(cj, "spec", "jobTemplate", "spec", "template", "spec", "containers", 0)
+	assert.Equal(t, []string{"job", "purge", "--yes"}, toStrings(dig(pc, "args")))
+	assert.Equal(t, dig(c, "image"), dig(pc, "image"), "the worker's image")
 
 	pdb := byKind(decodeAll(t, "k8s/worker-pdb.yaml"), "PodDisruptionBudget")
 	require.NotNil(t, pdb)

@@ -195,7 +195,7 @@ actions:
 
 	// The worker's observability endpoints.
 	metrics := httpGet(t, "http://"+metricsAddr+"/metrics")
-	assert.Contains(t, metrics, `jetpool_records_total{action="answer",class="",job="ops",outcome="ok"} `+fmt.Sprint(ok))
+	assert.Contains(t, metrics, `jetpool_records_total{action="answer",class="",outcome="ok"} `+fmt.Sprint(ok))
 	assert.Contains(t, metrics, "jetpool_call_duration_seconds_bucket")
 	assert.Contains(t, httpGet(t, "http://"+metricsAddr+"/healthz"), "ok")
 	assert.Contains(t, httpGet(t, "http://"+metricsAddr+"/readyz"), "ready")

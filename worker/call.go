@@ -56,10 +56,10 @@ func (jr *jobRunner) callOnce(ctx context.Context, providerName string, pr provi
 	resp, err := pr.Call(ctx, req)
 	if err != nil {
 		e := retry.AsError(err)
-		jr.p.cfg.Metrics.Call(providerName, e.Class, jr.p.cfg.Clock.Now().Sub(start), provider.Usage{})
+		jr.p.cfg.Metrics.Call(providerName, req.Model, e.Class, jr.p.cfg.Clock.Now().Sub(start), provider.Usage{})
 		return provider.Response{}, e
 	}
-	jr.p.cfg.Metrics.Call(providerName, "", jr.p.cfg.Clock.Now().Sub(start), resp.Usage)
+	jr.p.cfg.Metrics.Call(providerName, req.Model, "", jr.p.cfg.Clock.Now().Sub(start), resp.Usage)
 	return resp, nil
 }
 

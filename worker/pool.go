@@ -76,17 +76,17 @@ type Config struct {
 // Metrics receives the pool's events (Prometheus in cmd/jetpool).
 type Metrics interface {
 	Record(job, action, outcome string, class retry.Class)
-	Call(provider string, class retry.Class, d time.Duration, usage provider.Usage)
+	Call(provider, model string, class retry.Class, d time.Duration, usage provider.Usage)
 	Delivery(job string)
 	InFlight(delta int)
 }
 
 type nopMetrics struct{}
 
-func (nopMetrics) Record(string, string, string, retry.Class)              {}
-func (nopMetrics) Call(string, retry.Class, time.Duration, provider.Usage) {}
-func (nopMetrics) Delivery(string)                                         {}
-func (nopMetrics) InFlight(int)                                            {}
+func (nopMetrics) Record(string, string, string, retry.Class)                      {}
+func (nopMetrics) Call(string, string, retry.Class, time.Duration, provider.Usage) {}
+func (nopMetrics) Delivery(string)                                                 {}
+func (nopMetrics) InFlight(int)                                                    {}
 
 // Pool is a worker pool. Start it, then Stop it; both are safe to call twice.
 type Pool struct {

@@ -73,6 +73,7 @@ type wireRetry struct {
 	Budget      string         `json:"budget,omitempty"`
 	OnExhausted string         `json:"on_exhausted,omitempty"`
 	Redeliver   *wireRedeliver `json:"redeliver,omitempty"`
+	MaxWait     string         `json:"max_wait,omitempty"`
 }
 
 type wireRedeliver struct {
@@ -160,14 +161,18 @@ func (w *Workflow) Encode() ([]byte, error) {
 }
 
 func wirePolicy(p retry.Policy) any {
+	wait := ""
+	if p.MaxWait != 0 && p.MaxWait != retry.MaxWaitDefault {
+		wait = dur(p.MaxWait)
+	}
 	if !p.Enabled {
-		if p.OnExhausted == "" || p.OnExhausted == retry.OnExhaustedDefault {
+		if (p.OnExhausted == "" || p.OnExhausted == retry.OnExhaustedDefault) && wait == "" {
 			return false
 		}
-		return wireRetry{OnExhausted: string(p.OnExhausted)}
+		return wireRetry{OnExhausted: string(p.OnExhausted), MaxWait: wait}
 	}
 	wr := wireRetry{Enabled: true, MaxAttempts: p.MaxAttempts, Backoff: dur(p.Backoff), MaxBackoff: dur(p.MaxBackoff),
-		Budget: dur(p.Budget), OnExhausted: string(p.OnExhausted)}
+		Budget: dur(p.Budget), OnExhausted: string(p.OnExhausted), MaxWait: wait}
 	if p.MaxDeliveries != 0 || p.RedeliverBackoff != 0 {
 		wr.Redeliver = &wireRedeliver{MaxDeliveries: p.MaxDeliveries, Backoff: dur(p.RedeliverBackoff)}
 	}

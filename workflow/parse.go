@@ -663,7 +663,7 @@ func (p *parser) retry(f field) (retry.Policy, bool) {
 		return retry.Policy{}, false
 	}
 	before := len(p.errs)
-	rf, _ := p.fields(n, f.path, "enabled", "max_attempts", "backoff", "max_backoff", "budget", "on_exhausted", "redeliver")
+	rf, _ := p.fields(n, f.path, "enabled", "max_attempts", "backoff", "max_backoff", "budget", "on_exhausted", "redeliver", "max_wait")
 	pol := retry.Policy{Enabled: true}
 	if v, ok := rf["enabled"]; ok {
 		pol.Enabled, _ = p.boolean(v)
@@ -682,6 +682,9 @@ func (p *parser) retry(f field) (retry.Policy, bool) {
 	}
 	if v, ok := rf["on_exhausted"]; ok {
 		pol.OnExhausted, _ = p.onExhausted(v)
+	}
+	if v, ok := rf["max_wait"]; ok {
+		pol.MaxWait, _ = p.duration(v)
 	}
 	if v, ok := rf["redeliver"]; ok {
 		if df, ok := p.fields(v.val, v.path, "max_deliveries", "backoff"); ok {
@@ -710,10 +713,12 @@ func (p *parser) retry(f field) (retry.Policy, bool) {
 	if !pol.Enabled {
 		// Off: one call, one delivery. An explicit raise is kept, so
 		// `{enabled: false, on_exhausted: raise}` fails the job at once.
+		// max_wait bounds waiting, which is not retrying: it stays too.
+		off := retry.Policy{MaxWait: pol.MaxWait}
 		if pol.OnExhausted == retry.Raise {
-			return retry.Policy{OnExhausted: retry.Raise}, true
+			off.OnExhausted = retry.Raise
 		}
-		return retry.Policy{}, true
+		return off, true
 	}
 	return pol.WithDefaults(), true
 }

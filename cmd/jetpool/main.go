@@ -65,6 +65,7 @@ var commands = []command{
 	{"results", "export a job's results as JSONL", cmdResults},
 	{"dlq", "inspect dead letters: list, show, purge", cmdDLQ},
 	{"retry", "replay dead letters into the work stream", cmdRetry},
+	{"job", "delete a job, or purge finished jobs older than the retention", cmdJob},
 	{"validate", "check a workflow and print each action's retry budget", cmdValidate},
 	{"server", "run the embedded NATS server on its own", cmdServer},
 	{"ui", "serve the web dashboard: jobs, records, dead letters, providers", cmdUI},
@@ -101,6 +102,11 @@ Environment (process configuration):
   JETPOOL_LOG_FORMAT     json or console (default json; console on a terminal)
   JETPOOL_METRICS_ADDR   jetpool worker serves /metrics, /healthz, /readyz here
   JETPOOL_UI_TOKEN       the dashboard's token: required off loopback (jetpool ui, --ui)
+  JETPOOL_JOB_RETENTION  a finished job is deleted this long after it finished (default 720h; 0 keeps them)
+  JETPOOL_CONSUMER_GRACE a finished job's work consumer goes this long after it finished (default 1h)
+  JETPOOL_RESULTS_MAX_BYTES, JETPOOL_DLQ_MAX_BYTES
+                         caps of the results and DLQ streams (default none): new messages are refused, old kept
+  JETPOOL_COMPRESSION    s2 (default) or none: compression of the results and DLQ streams
   JETPOOL_CPUPROFILE, JETPOOL_MEMPROFILE
                          write a CPU profile of the command / a heap profile of a stopping worker
   Only JETPOOL_ names are read: NATS_URL (the nats CLI's) and other bare names are ignored.

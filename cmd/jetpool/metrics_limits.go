@@ -14,7 +14,6 @@ type limitGauges struct {
 	circuit  *prometheus.GaugeVec
 	limit    *prometheus.GaugeVec
 	cooldown *prometheus.GaugeVec
-	absorbed *prometheus.GaugeVec
 }
 
 var limitMetrics limitGauges
@@ -31,9 +30,7 @@ func (m *metrics) Limiter(st ratelimit.Status) {
 			Help: "Concurrency limit of the provider: adaptive (this process) or limits.concurrency."}, labels)
 		g.cooldown = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "jetpool_limiter_cooldown_seconds",
 			Help: "Seconds left of the provider's shared cooldown after a 429."}, labels)
-		g.absorbed = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "jetpool_limiter_absorbed",
-			Help: "429s absorbed by the shared limiter in this process (re-issued without spending an attempt)."}, labels)
-		m.reg.MustRegister(g.circuit, g.limit, g.cooldown, g.absorbed)
+		m.reg.MustRegister(g.circuit, g.limit, g.cooldown)
 	})
 	open := 0.0
 	if st.Circuit != ratelimit.CircuitClosed {
@@ -42,5 +39,4 @@ func (m *metrics) Limiter(st ratelimit.Status) {
 	g.circuit.WithLabelValues(st.Provider, st.Key).Set(open)
 	g.limit.WithLabelValues(st.Provider, st.Key).Set(st.Limit)
 	g.cooldown.WithLabelValues(st.Provider, st.Key).Set(st.Cooldown.Seconds())
-	g.absorbed.WithLabelValues(st.Provider, st.Key).Set(float64(st.Absorbed))
 }

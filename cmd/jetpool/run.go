@@ -89,7 +89,11 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintln(e.stderr)
 	}
-	return workAndReport(ctx, e, b, job.ID, f.concurrency, f.output, !f.noProgress, start)
+	err = workAndReport(ctx, e, b, job.ID, f.concurrency, f.output, !f.noProgress, start)
+	if b.Embedded() {
+		housekeep(ctx, e, b, job.ID) // job.go: no operator runs `jetpool job purge` here
+	}
+	return err
 }
 
 // prepare does everything run and dispatch do before they publish: load
