@@ -79,6 +79,7 @@ func (b *Broker) Ensure(ctx context.Context) error {
 	}
 	buckets := []jetstream.KeyValueConfig{
 		{Bucket: BucketJobs, Description: "jetpool jobs: workflow, totals, status", History: 1, Replicas: r, Storage: jetstream.FileStorage},
+		{Bucket: BucketJobState, Description: "jetpool job states: status and reason, written by workers", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketAttempts, Description: "jetpool: attempts of records waiting for redelivery", History: 1, Replicas: r, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketLimits, Description: "jetpool: shared rate-limit state per provider", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},

@@ -247,12 +247,18 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if err != nil {
 		return nil, err
 	}
-	job, err = d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
+	if _, err := d.B.UpdateJobSpec(ctx, jobID, func(j *broker.Job) bool {
 		j.Total += res.Published + res.BadLines
 		j.Dispatched = true
-		if j.Status == broker.JobDispatching {
-			j.Status = broker.JobRunning
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	job, err = d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
+		if j.Status != broker.JobDispatching {
+			return false
 		}
+		j.Status = broker.JobRunning
 		return true
 	})
 	if err != nil {

@@ -75,7 +75,7 @@ func TestDispatchTwiceRunsOnce(t *testing.T) {
 	testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
 	// Force a full re-dispatch of the same job: Nats-Msg-Id dedupes it, and
 	// beyond the dedupe window workers skip records that already succeeded.
-	_, err := b.UpdateJob(context.Background(), res.Job.ID, func(j *broker.Job) bool { j.Dispatched = false; return true })
+	_, err := b.UpdateJobSpec(context.Background(), res.Job.ID, func(j *broker.Job) bool { j.Dispatched = false; return true })
 	require.NoError(t, err)
 	again := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
 	require.Zero(t, again.Published)

@@ -281,10 +281,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.started {
 		return nil
 	}
-	kv, err := p.b.KV(ctx, broker.BucketJobs)
-	if err != nil {
-		return err
-	}
+	var err error
 	p.limits = p.cfg.Limits
 	if p.limits == nil {
 		store, err := ratelimit.NewKVStore(ctx, p.b)
@@ -325,7 +322,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.runCtx, p.stopRun = context.WithCancel(context.WithoutCancel(ctx))
 	p.hctx, p.stopH = context.WithCancel(context.WithoutCancel(ctx))
-	w, err := broker.WatchAll(p.runCtx, kv)
+	w, err := p.b.WatchJobs(p.runCtx)
 	if err != nil {
 		p.stopRun()
 		p.stopH()
@@ -347,25 +344,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	go func() {
 		defer p.loops.Done()
 		defer w.Stop()
-		for {
-			select {
-			case <-p.runCtx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
-					continue
-				}
-				var j broker.Job
-				if err := json.Unmarshal(e.Value(), &j); err != nil {
-					p.log.Warn().Str("job", e.Key()).Err(err).Msg("unreadable job entry")
-					continue
-				}
-				p.onJob(&j)
-			}
-		}
+		w.Each(p.runCtx, p.onJob)
 	}()
 	return nil
 }
