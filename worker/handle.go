@@ -76,6 +76,9 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 		return
 	} else if ok != nil {
 		if err := jr.forward(ctx, d, ok.Output); err != nil {
+			if jr.forwardTooLarge(ctx, d, err, nil, d.prior) { // worker/bounds.go
+				return
+			}
 			log().Warn().Err(err).Msg("forward to next action failed; handing back")
 			_ = msg.NakWithDelay(time.Second)
 			return
@@ -109,6 +112,9 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 	case retry.VerdictDone:
 		res := jr.result(d, run, all)
 		if err := jr.forward(ctx, d, run.output); err != nil {
+			if jr.forwardTooLarge(ctx, d, err, run, all) { // worker/bounds.go
+				return
+			}
 			log().Warn().Err(err).Msg("forward to next action failed; will redeliver")
 			_ = msg.NakWithDelay(time.Second)
 			return
@@ -291,6 +297,9 @@ func (jr *jobRunner) forward(ctx context.Context, d *delivery, output any) error
 		// The one run of this action for the record: this is the one
 		// publish of the next action's message.
 		m.Header.Set(broker.HeaderFirstRun, "1")
+	}
+	if err := jr.fits(m, next.Name); err != nil { // worker/bounds.go
+		return err
 	}
 	_, err = jr.p.b.JS.PublishMsg(ctx, m)
 	return err

@@ -18,6 +18,7 @@ import (
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/worker"
 )
 
@@ -358,10 +359,12 @@ func TestPoolPullsConnection(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return b.Server().NumClients() == before }, "Stop closes it")
 }
 
-// A record whose next action cannot be published (here it would exceed the
-// server's max payload) is handed back and run again, and holds nothing up:
-// with concurrency 1 the records after it still run through both actions.
-func TestForwardFailureHandsBack(t *testing.T) {
+// A record whose next action's message would exceed the server's max
+// payload (the outputs of earlier actions travel with it) is dead-lettered
+// as bad_input at once, saying so, instead of being handed back and paid
+// for again on every delivery; it holds nothing up: with concurrency 1 the
+// records after it still run through both actions.
+func TestForwardTooLargeIsBadInput(t *testing.T) {
 	t.Parallel()
 	b := testenv.Broker(t)
 	wf := testenv.Workflow(t, `
@@ -378,10 +381,15 @@ actions:
 	big := strings.Repeat("x", 4<<20+512<<10) // the record and its echo: 9 MiB, over 8
 	input := testenv.WriteFile(t, "records.jsonl",
 		fmt.Sprintf("{\"id\":\"big\",\"text\":%q}\n{\"id\":\"r1\",\"text\":\"a\"}\n{\"id\":\"r2\",\"text\":\"b\"}\n", big))
-	testenv.Dispatch(t, b, wf, input, dispatcher.Options{})
+	res := testenv.Dispatch(t, b, wf, input, dispatcher.Options{})
 	counter := testenv.NewCounter()
 	testenv.Pool(t, b, worker.Config{Concurrency: 1, NewProvider: counter.New})
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		return counter.Calls("big") >= 2 && counter.Calls("r1") == 2 && counter.Calls("r2") == 2
-	}, "big handed back and run again; r1 and r2 through both actions")
+	j, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 2, p.OK)
+	require.Equal(t, 1, counter.Calls("big"), "paid once, not once a delivery")
+	require.Equal(t, 2, counter.Calls("r1"))
+	require.Equal(t, 2, counter.Calls("r2"))
+	r := testenv.Results(t, b, j)["big"]
+	require.Equal(t, string(retry.ReasonBadInput), r.Reason)
+	require.Regexp(t, `^failed permanently: BadInputError: the record with the outputs of its actions so far is a \d+-byte work message for action short, more than the NATS server's max_payload of 8388608 bytes \(raise max_payload`, r.Error.Message)
 }

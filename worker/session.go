@@ -99,7 +99,7 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionRun {
 	run := &sessionRun{model: a.Model, repairs: repairsOf(d.prior, false)}
 	prompt, err := render(a, d)
 	if err != nil {
-		run.outcome = retry.Outcome{Err: &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error()}}
+		run.outcome, run.reason = renderFailure(err) // worker/bounds.go: bad_input past the bounds
 		return run
 	}
 	pr, err := jr.provider(a.Provider)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -28,15 +29,283 @@ var TemplateFuncs = template.FuncMap{
 // programming) by Render when the prompt reads a field the data lacks.
 var ErrMissingField = errors.New("missing field")
 
+// Bounds of one Render. A prompt is a program over a record: without
+// bounds, two nested {{range}}s over a 300-element field took a worker to
+// 3.4 GB, and over 2,000 elements never finished.
+const (
+	// MaxPromptBytes caps a rendered prompt (ErrPromptTooLarge): 8 MiB, the
+	// largest record jetpool's embedded server takes, and more than any
+	// model's context window.
+	MaxPromptBytes = 8 << 20
+	// MaxBuiltBytes caps the text one render builds with printf, print,
+	// println, json, html, js and urlquery, which allocate before anything
+	// is written (ErrPromptTooLarge).
+	MaxBuiltBytes = 4 * MaxPromptBytes
+	// MaxTemplateSteps caps the work of one render (ErrRenderTooLong): each
+	// {{range}} iteration and {{template}} call counts the nodes it runs,
+	// at least one. About a second of a worker's CPU.
+	MaxTemplateSteps = 5_000_000
+	// MaxPrintfWidth caps a printf width or precision (%9999999d would
+	// allocate its width first).
+	MaxPrintfWidth = 1 << 16
+)
+
+// ErrBadInput is matched by the errors of a record that cannot be rendered
+// within the bounds above: a worker dead-letters such a record with reason
+// bad_input and goes on (the record, not the worker, is at fault).
+var ErrBadInput = errors.New("bad input")
+
+var (
+	// ErrPromptTooLarge is returned (wrapped in a *retry.Error of class
+	// invalid_request) by Render when the prompt passes MaxPromptBytes or
+	// builds more than MaxBuiltBytes. It wraps ErrBadInput.
+	ErrPromptTooLarge = fmt.Errorf("prompt too large: %w", ErrBadInput)
+	// ErrRenderTooLong is returned (wrapped in a *retry.Error of class
+	// invalid_request) by Render when it passes MaxTemplateSteps. It wraps
+	// ErrBadInput.
+	ErrRenderTooLong = fmt.Errorf("prompt takes too long to render: %w", ErrBadInput)
+)
+
 // templateTypeName is the diagnostic type name of Render's errors.
 const templateTypeName = "TemplateError"
 
+// stepFunc is the function instrument puts at the head of every loop body
+// and template: the work of one render is counted as it runs.
+const stepFunc = "_jetpool_step"
+
+// budget is what one render has spent; the bounded functions of a
+// renderer charge it.
+type budget struct {
+	steps, built int
+}
+
+func (b *budget) step(n int) (string, error) {
+	if b.steps += n; b.steps > MaxTemplateSteps {
+		return "", fmt.Errorf("more than %d steps (nested {{range}}s over large fields?): %w", MaxTemplateSteps, ErrRenderTooLong)
+	}
+	return "", nil
+}
+
+// build charges s, built by a function, and returns it.
+func (b *budget) build(s string) (string, error) {
+	if b.built += len(s); b.built > MaxBuiltBytes {
+		return "", fmt.Errorf("the functions it calls built more than %d bytes: %w", MaxBuiltBytes, ErrPromptTooLarge)
+	}
+	return s, nil
+}
+
+// funcs are the bounded versions of the functions that build text, and the
+// step counter, over b. They replace the built-ins of the same names.
+func (b *budget) funcs() template.FuncMap {
+	built := func(f func(...any) string) func(...any) (string, error) {
+		return func(args ...any) (string, error) { return b.build(f(args...)) }
+	}
+	return template.FuncMap{
+		stepFunc: b.step,
+		"printf": func(format string, args ...any) (string, error) {
+			if err := checkFormat(format); err != nil {
+				return "", err
+			}
+			return b.build(fmt.Sprintf(format, args...))
+		},
+		"print":    built(fmt.Sprint),
+		"println":  built(fmt.Sprintln),
+		"html":     built(template.HTMLEscaper),
+		"js":       built(template.JSEscaper),
+		"urlquery": built(template.URLQueryEscaper),
+		"json": func(v any) (string, error) {
+			out, err := json.Marshal(v)
+			if err != nil {
+				return "", err
+			}
+			return b.build(string(out))
+		},
+	}
+}
+
+// checkFormat refuses a printf width or precision that would allocate more
+// than MaxPrintfWidth, and one taken from an argument (*).
+func checkFormat(format string) error {
+	digit := func(i int) bool { return i < len(format) && format[i] >= '0' && format[i] <= '9' }
+	at := func(i int, c byte) bool { return i < len(format) && format[i] == c }
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' {
+			continue
+		}
+		for i++; i < len(format) && strings.IndexByte("+-# 0", format[i]) >= 0; i++ {
+		}
+		for part := range 2 { // the width, then the precision after a '.'
+			if at(i, '[') { // an argument index, %[2]d
+				for i < len(format) && format[i] != ']' {
+					i++
+				}
+				i++
+			}
+			n := 0
+			for ; digit(i); i++ {
+				if n = n*10 + int(format[i]-'0'); n > MaxPrintfWidth {
+					return fmt.Errorf("printf %q: a width or precision above %d: %w", format, MaxPrintfWidth, ErrPromptTooLarge)
+				}
+			}
+			if at(i, '*') {
+				return fmt.Errorf("printf %q: a width or precision from an argument (*) is not allowed in a prompt", format)
+			}
+			if part > 0 || !at(i, '.') {
+				break
+			}
+			i++
+		}
+	}
+	return nil
+}
+
+// cappedWriter is a rendered prompt that refuses to pass MaxPromptBytes:
+// text/template stops at the first write error.
+type cappedWriter struct{ strings.Builder }
+
+func (w *cappedWriter) Write(p []byte) (int, error) {
+	if w.Len()+len(p) > MaxPromptBytes {
+		return 0, fmt.Errorf("the rendered prompt passes %d bytes: %w", MaxPromptBytes, ErrPromptTooLarge)
+	}
+	return w.Builder.Write(p)
+}
+
+// renderer is one goroutine's copy of a prompt template, its bounded
+// functions bound to its own budget.
+type renderer struct {
+	tmpl *template.Template
+	b    *budget
+}
+
 func compilePrompt(name, text string) (*compiledPrompt, error) {
-	t, err := template.New(name).Option("missingkey=error").Funcs(TemplateFuncs).Parse(text)
+	t, err := template.New(name).Option("missingkey=error").Funcs(TemplateFuncs).Funcs((&budget{}).funcs()).Parse(text)
 	if err != nil {
 		return nil, err
 	}
-	return &compiledPrompt{tmpl: t, fields: templateFields(t)}, nil
+	cp := &compiledPrompt{tmpl: t, fields: templateFields(t)}
+	instrument(t)
+	cp.renderers.New = func() any {
+		c, err := cp.tmpl.Clone()
+		if err != nil {
+			panic(err) // Clone fails only on a template already executed by html/template
+		}
+		r := &renderer{tmpl: c, b: &budget{}}
+		c.Funcs(r.b.funcs())
+		return r
+	}
+	return cp, nil
+}
+
+// execute renders cp over data within the bounds above.
+func (cp *compiledPrompt) execute(data map[string]any) (string, error) {
+	r := cp.renderers.Get().(*renderer)
+	defer cp.renderers.Put(r)
+	*r.b = budget{}
+	var w cappedWriter
+	if err := r.tmpl.Execute(&w, data); err != nil {
+		return "", err
+	}
+	return w.String(), nil
+}
+
+// instrument puts a step call, charged with the nodes it runs, at the head
+// of every {{range}} body, so every loop counts against MaxTemplateSteps;
+// and, when t calls templates ({{template}}, which may recurse), at the
+// head of every template. A prompt without either runs in time linear in
+// its text, and gets no call.
+func instrument(t *template.Template) {
+	calls := false
+	var walk func(n parse.Node)
+	var list func(l *parse.ListNode)
+	list = func(l *parse.ListNode) {
+		if l == nil {
+			return
+		}
+		for _, n := range l.Nodes {
+			walk(n)
+		}
+	}
+	walk = func(n parse.Node) {
+		switch n := n.(type) {
+		case *parse.ListNode:
+			list(n)
+		case *parse.IfNode:
+			list(n.List)
+			list(n.ElseList)
+		case *parse.WithNode:
+			list(n.List)
+			list(n.ElseList)
+		case *parse.TemplateNode:
+			calls = true
+		case *parse.RangeNode:
+			list(n.List)
+			list(n.ElseList)
+			if n.List != nil {
+				n.List.Nodes = append([]parse.Node{stepNode(n.List, cost(n.List))}, n.List.Nodes...)
+			}
+		}
+	}
+	var roots []*parse.ListNode
+	for _, tt := range t.Templates() {
+		if tt.Tree != nil && tt.Root != nil {
+			list(tt.Root)
+			roots = append(roots, tt.Root)
+		}
+	}
+	if calls {
+		for _, r := range roots {
+			r.Nodes = append([]parse.Node{stepNode(r, cost(r))}, r.Nodes...)
+		}
+	}
+}
+
+// cost counts the nodes l runs, not those of loop bodies within it (which
+// count themselves).
+func cost(l *parse.ListNode) int {
+	n := 1
+	var walk func(parse.Node)
+	walk = func(x parse.Node) {
+		n++
+		switch x := x.(type) {
+		case *parse.ListNode:
+			if x != nil {
+				for _, c := range x.Nodes {
+					walk(c)
+				}
+			}
+		case *parse.IfNode:
+			walk(x.List)
+			if x.ElseList != nil {
+				walk(x.ElseList)
+			}
+		case *parse.WithNode:
+			walk(x.List)
+			if x.ElseList != nil {
+				walk(x.ElseList)
+			}
+		case *parse.RangeNode:
+			if x.ElseList != nil {
+				walk(x.ElseList)
+			}
+		case *parse.ActionNode:
+			if x.Pipe != nil {
+				n += len(x.Pipe.Cmds)
+			}
+		}
+	}
+	for _, c := range l.Nodes {
+		walk(c)
+	}
+	return n
+}
+
+// stepNode is {{_jetpool_step n}}, which prints nothing.
+func stepNode(at *parse.ListNode, n int) parse.Node {
+	id := parse.NewIdentifier(stepFunc).SetPos(at.Pos)
+	num := &parse.NumberNode{NodeType: parse.NodeNumber, Pos: at.Pos, IsInt: true, Int64: int64(n), Text: strconv.Itoa(n)}
+	cmd := &parse.CommandNode{NodeType: parse.NodeCommand, Pos: at.Pos, Args: []parse.Node{id, num}}
+	return &parse.ActionNode{NodeType: parse.NodeAction, Pos: at.Pos, Line: 1,
+		Pipe: &parse.PipeNode{NodeType: parse.NodePipe, Pos: at.Pos, Line: 1, Cmds: []*parse.CommandNode{cmd}}}
 }
 
 // Fields returns the top-level fields the prompt reads, sorted: the first
@@ -55,7 +324,10 @@ func (a *Action) Fields() []string {
 // Render executes the prompt over data (the record's fields and the outputs
 // of earlier actions, keyed by action name). Its errors are *retry.Error of
 // class programming, so they dead-letter at once; a field the data lacks
-// wraps ErrMissingField and names the field.
+// wraps ErrMissingField and names the field. A record the prompt cannot be
+// rendered over within MaxPromptBytes, MaxBuiltBytes and MaxTemplateSteps
+// gets a *retry.Error of class invalid_request wrapping ErrPromptTooLarge or
+// ErrRenderTooLong (both match ErrBadInput).
 func (a *Action) Render(data map[string]any) (string, error) {
 	cp, err := a.compiled()
 	if err != nil {
@@ -68,15 +340,35 @@ func (a *Action) Render(data map[string]any) (string, error) {
 				fmt.Errorf("%w %q", ErrMissingField, f))
 		}
 	}
-	var b strings.Builder
-	if err := cp.tmpl.Execute(&b, data); err != nil {
+	prompt, err := cp.execute(data)
+	if err != nil {
 		if m := missingKeyRE.FindStringSubmatch(err.Error()); m != nil {
 			return "", a.templateError(fmt.Sprintf("prompt reads %s: no field %q", m[1], m[2]),
 				fmt.Errorf("%w %q: %w", ErrMissingField, m[2], err))
 		}
+		if errors.Is(err, ErrBadInput) {
+			return "", &retry.Error{Class: retry.ClassInvalidRequest, TypeName: badInputTypeName,
+				Message: "action " + a.Name + ": prompt: " + boundReason(err), Err: err}
+		}
 		return "", a.templateError(fmt.Sprintf("prompt: %v", err), err)
 	}
-	return b.String(), nil
+	return prompt, nil
+}
+
+// badInputTypeName is the diagnostic type name of a record that cannot be
+// rendered within the bounds.
+const badInputTypeName = "BadInputError"
+
+// boundReason is the end of a bound's error: what was passed, without
+// text/template's location prefix, which names our step function.
+func boundReason(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "error calling "); i >= 0 {
+		if j := strings.Index(msg[i:], ": "); j >= 0 {
+			return msg[i+j+2:]
+		}
+	}
+	return msg
 }
 
 var missingKeyRE = regexp.MustCompile(`at <([^>]*)>: map has no entry for key "([^"]*)"`)
