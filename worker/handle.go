@@ -269,7 +269,7 @@ func (jr *jobRunner) deadLetterBroken(ctx context.Context, msg jetstream.Msg, ca
 		rec = "unknown"
 	}
 	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError,
-		Class: retry.ClassProgramming, Error: "failed permanently: ProgrammingError: " + cause.Error(), Data: msg.Data()}
+		Class: retry.ClassProgramming, Error: "failed permanently: ProgrammingError: " + cause.Error(), Data: msg.Data(), Worker: jr.p.id}
 	if err := deadletter.Publish(ctx, jr.p.b, e); err != nil {
 		jr.p.log.Error().Err(err).Msg("dead-letter failed; the message stays for redelivery")
 		_ = msg.NakWithDelay(5 * time.Second)
@@ -355,7 +355,7 @@ func (jr *jobRunner) finishFailed(ctx context.Context, d *delivery, final *retry
 	e := &deadletter.Entry{
 		Job: d.job, Record: d.env.ID, Action: d.action.Name, Reason: reason, Class: final.Class, Error: diag,
 		Attempts: totalCalls, Deliveries: d.n, Provider: d.action.Provider, Model: cmp.Or(final.Model, d.action.Model),
-		Replays: d.replays, Data: d.msg.Data(), FailedAt: time.Now().UTC(),
+		Replays: d.replays, Data: d.msg.Data(), FailedAt: time.Now().UTC(), Worker: p.id,
 	}
 	if err := deadletter.Publish(ctx, p.b, e); err != nil {
 		p.log.Error().Err(err).Str("record", d.env.ID).Msg("dead-letter publish failed; record stays for redelivery")

@@ -4,6 +4,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,6 +74,15 @@ type Config struct {
 	// DieOn, for tests and chaos drills, makes the worker abandon a record
 	// as a crashed process would: no ack, no nak, no result.
 	DieOn func(job, action, record string) bool
+
+	// Trust is the operator's policy for the keys and endpoints a job's
+	// workflow may use (provider.DefaultTrust); a job it refuses is not
+	// served (worker/serve.go).
+	Trust *provider.Trust
+	// OnUnservable, when set, is told once per reason of a running job this
+	// pool will not serve (with the pool's lock held: it must not call the
+	// pool).
+	OnUnservable func(job string, why error)
 }
 
 // Metrics receives the pool's events (Prometheus in cmd/jetpool).
@@ -114,6 +124,7 @@ type Pool struct {
 	loops    sync.WaitGroup // fetch loops and the watcher
 	inflight sync.WaitGroup
 	ctlSub   *nats.Subscription
+	serve    serveState // jobs this worker cannot serve (serve.go)
 	limits   *ratelimit.Registry
 	ownLim   bool // limits made by Start, closed by Stop
 
@@ -252,6 +263,9 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	if cfg.IdlePoll <= 0 {
 		cfg.IdlePoll = IdlePollMax
 	}
+	if cfg.Trust == nil {
+		cfg.Trust = provider.DefaultTrust()
+	}
 	if cfg.Heartbeat <= 0 {
 		aw := b.Cfg.AckWait
 		if aw <= 0 {
@@ -262,7 +276,7 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	host, _ := os.Hostname()
 	return &Pool{
 		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
-		jobs: map[string]*jobRunner{}, id: fmt.Sprintf("%s-%d", host, os.Getpid()),
+		jobs: map[string]*jobRunner{}, id: cmp.Or(b.Cfg.WorkerName, fmt.Sprintf("%s-%d", host, os.Getpid())),
 		tasks: make(chan task), quit: make(chan struct{}), writes: make(chan struct{}, cfg.Concurrency),
 		commits: make(chan committing, cfg.Concurrency), ahead: newReadAhead(),
 	}
@@ -374,9 +388,8 @@ func (p *Pool) onJob(j *broker.Job) {
 		jr.setJob(j)
 		return
 	}
-	wf, err := workflow.Decode(j.Workflow)
-	if err != nil {
-		p.log.Error().Str("job", j.ID).Err(err).Msg("job's workflow is unusable; not serving it")
+	wf := p.admit(j) // worker/serve.go: nil when this worker cannot serve the job
+	if wf == nil {
 		return
 	}
 	jr := &jobRunner{p: p, id: j.ID, wf: wf, workPrefix: broker.WorkSubject(j.ID, ""), providers: map[string]provider.Provider{}}
@@ -474,12 +487,15 @@ type Stats struct {
 	ReadAhead map[string]int64 `json:"read_ahead,omitempty"`
 	Calls     int64            `json:"calls"`
 	Handled   int64            `json:"handled"`
+	// Unservable is the running jobs this worker will not serve, with why
+	// (worker/serve.go).
+	Unservable map[string]string `json:"unservable,omitempty"`
 }
 
 // Snapshot returns the pool's stats.
 func (p *Pool) Snapshot() Stats {
 	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
-		Storing: map[string]int64{}, ReadAhead: p.ahead.counts()}
+		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Unservable: p.serve.snapshot()}
 	p.mu.Lock()
 	for id, jr := range p.jobs {
 		if n := jr.inFlight.Load(); n > 0 {

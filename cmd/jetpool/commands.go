@@ -15,6 +15,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
@@ -55,7 +56,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return usageErr("want WORKFLOW and --input FILE")
 	}
-	wf, opts, err := f.prepare(ctx, pos[0])
+	wf, err := loadWorkflow(pos[0])
 	if err != nil {
 		return err
 	}
@@ -64,6 +65,10 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	opts, err := f.prepare(ctx, wf, b)
+	if err != nil {
+		return err
+	}
 	if b.Embedded() {
 		fmt.Fprintln(e.stderr, "note: JETPOOL_NATS_URL is unset: the job goes to the embedded store in "+e.cfg.DataDir+"; `jetpool worker` with the same data dir (or `jetpool run`) will work it")
 	}
@@ -97,6 +102,10 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	if n <= 0 {
 		n = e.cfg.Concurrency
 	}
+	trust, err := provider.LoadTrust(os.LookupEnv)
+	if err != nil {
+		return configErr(err)
+	}
 	b, err := connect(ctx, e)
 	if err != nil {
 		return err
@@ -108,7 +117,8 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	if *jobs != "" {
 		only = []string{*jobs}
 	}
-	pool := worker.New(b, worker.Config{Concurrency: n, Log: e.log, Jobs: only, Metrics: m})
+	pool := worker.New(b, worker.Config{Concurrency: n, Log: e.log, Jobs: only, Metrics: m, Trust: trust})
+	m.unservable = pool.Unservable
 	if err := pool.Start(ctx); err != nil {
 		return err
 	}

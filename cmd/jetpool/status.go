@@ -32,6 +32,15 @@ type jobStatus struct {
 	Created    time.Time        `json:"created"`
 	Workers    int              `json:"workers"`
 	Batches    []batchStatus    `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+	// Unservable is the workers that will not serve this job, with why
+	// (no key, an endpoint their operator does not allow, a newer format).
+	Unservable []refusal `json:"unservable,omitempty"`
+}
+
+// refusal is a worker that cannot serve a job.
+type refusal struct {
+	Worker string `json:"worker"`
+	Reason string `json:"reason"`
 }
 
 // batchStatus is one outstanding provider batch (JETPOOL_BATCHES).
@@ -88,6 +97,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		s.Workers = workers
+		s.Unservable = ws.refused[j.ID]
 		out = append(out, s)
 	}
 	if *asJSON {
@@ -118,6 +128,9 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		}
 		if s.Reason != "" {
 			fmt.Fprintf(e.stdout, "%s failed: %s\n", s.Job, s.Reason)
+		}
+		for _, r := range s.Unservable {
+			fmt.Fprintf(e.stdout, "worker %s cannot serve job %s: %s\n", r.Worker, s.Job, r.Reason)
 		}
 	}
 	printBatches(e, out)
@@ -189,7 +202,10 @@ const (
 )
 
 // workerCounts is what the live workers answered, by job.
-type workerCounts struct{ inFlight, storing, readAhead map[string]int64 }
+type workerCounts struct {
+	inFlight, storing, readAhead map[string]int64
+	refused                      map[string][]refusal // by job: the workers that cannot serve it
+}
 
 // addCounts adds a worker's counts by job to the sums.
 func addCounts(sum, counts map[string]int64) {
@@ -202,7 +218,8 @@ func addCounts(sum, counts map[string]int64) {
 // on jetpool.ctl.stats). With no worker, the server's no-responders status
 // ends it at once; otherwise it ends statsQuiet after the last answer.
 func workerStats(b *broker.Broker) (workerCounts, int) {
-	ws := workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{}}
+	ws := workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{},
+		refused: map[string][]refusal{}}
 	inbox := nats.NewInbox()
 	ch := make(chan *nats.Msg, 256)
 	sub, err := b.NC.ChanSubscribe(inbox, ch)
@@ -230,6 +247,9 @@ func workerStats(b *broker.Broker) (workerCounts, int) {
 				addCounts(ws.inFlight, s.InFlight)
 				addCounts(ws.storing, s.Storing)
 				addCounts(ws.readAhead, s.ReadAhead)
+				for j, why := range s.Unservable {
+					ws.refused[j] = append(ws.refused[j], refusal{Worker: s.Worker, Reason: why})
+				}
 			}
 			quiet.Reset(statsQuiet)
 		case <-quiet.C:
