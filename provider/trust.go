@@ -354,7 +354,7 @@ func (t *Trust) Check(c Config) error {
 	}
 	ue := &UntrustedError{Provider: c.Name, Source: describeSource(src), Host: e.String()}
 	if name, ok := strings.CutPrefix(src, "env:"); ok && strings.HasPrefix(name, "JETPOOL_") {
-		ue.Why = "is jetpool's own configuration, never sent as a provider key"
+		ue.Why = fmt.Sprintf("is jetpool's own configuration, never sent as a provider key (not to %s, nor anywhere)", e)
 		return ue
 	}
 	rules := t.keys[src]

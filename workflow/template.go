@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -41,10 +42,12 @@ const (
 	// println, json, html, js and urlquery, which allocate before anything
 	// is written (ErrPromptTooLarge).
 	MaxBuiltBytes = 4 * MaxPromptBytes
-	// MaxTemplateSteps caps the work of one render (ErrRenderTooLong): each
-	// {{range}} iteration and {{template}} call counts the nodes it runs,
-	// at least one. About a second of a worker's CPU.
-	MaxTemplateSteps = 5_000_000
+	// MaxTemplateSteps caps the work of one render (ErrRenderTooLong): a
+	// {{range}} counts, before it starts, the nodes of its body times the
+	// elements it ranges over (at least one a element), and a {{template}}
+	// call the nodes of the template. At most about a second of a worker's
+	// CPU (BenchmarkRender).
+	MaxTemplateSteps = 2_000_000
 	// MaxPrintfWidth caps a printf width or precision (%9999999d would
 	// allocate its width first).
 	MaxPrintfWidth = 1 << 16
@@ -69,9 +72,12 @@ var (
 // templateTypeName is the diagnostic type name of Render's errors.
 const templateTypeName = "TemplateError"
 
-// stepFunc is the function instrument puts at the head of every loop body
-// and template: the work of one render is counted as it runs.
-const stepFunc = "_jetpool_step"
+// The functions instrument puts into a prompt's {{range}}s and
+// {{template}} calls, which count the work of one render as it runs.
+const (
+	loopFunc = "_jetpool_range"    // {{range PIPE | _jetpool_range COST}}
+	callFunc = "_jetpool_template" // {{template "t" (PIPE | _jetpool_template COST)}}
+)
 
 // budget is what one render has spent; the bounded functions of a
 // renderer charge it.
@@ -79,11 +85,45 @@ type budget struct {
 	steps, built int
 }
 
-func (b *budget) step(n int) (string, error) {
-	if b.steps += n; b.steps > MaxTemplateSteps {
-		return "", fmt.Errorf("more than %d steps (nested {{range}}s over large fields?): %w", MaxTemplateSteps, ErrRenderTooLong)
+// charge adds n steps.
+func (b *budget) charge(n int) error {
+	if n < 0 || n > MaxTemplateSteps-b.steps {
+		b.steps = MaxTemplateSteps + 1
+		return fmt.Errorf("more than %d steps (nested {{range}}s over large fields?): %w", MaxTemplateSteps, ErrRenderTooLong)
 	}
-	return "", nil
+	b.steps += n
+	return nil
+}
+
+// loop is a {{range}}'s charge: cost for each element of v, which it passes
+// on. Counting before the loop runs needs one call a loop, not one an
+// element (a call costs as much as a few nodes).
+func (b *budget) loop(cost int, v any) (any, error) {
+	n := 0
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Slice, reflect.Array, reflect.Map, reflect.Chan, reflect.String:
+		n = rv.Len()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n = int(min(max(rv.Int(), 0), MaxTemplateSteps+1))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		n = int(min(rv.Uint(), MaxTemplateSteps+1))
+	}
+	if n > 0 && cost > (MaxTemplateSteps+1)/n {
+		return nil, b.charge(-1)
+	}
+	return v, b.charge(cost * n)
+}
+
+// call is a {{template}} call's charge; it passes the call's data on (none
+// when the call has none).
+func (b *budget) call(cost int, v ...any) (any, error) {
+	if err := b.charge(cost); err != nil {
+		return nil, err
+	}
+	if len(v) == 0 {
+		return nil, nil
+	}
+	return v[0], nil
 }
 
 // build charges s, built by a function, and returns it.
@@ -101,7 +141,8 @@ func (b *budget) funcs() template.FuncMap {
 		return func(args ...any) (string, error) { return b.build(f(args...)) }
 	}
 	return template.FuncMap{
-		stepFunc: b.step,
+		loopFunc: b.loop,
+		callFunc: b.call,
 		"printf": func(format string, args ...any) (string, error) {
 			if err := checkFormat(format); err != nil {
 				return "", err
@@ -208,13 +249,13 @@ func (cp *compiledPrompt) execute(data map[string]any) (string, error) {
 	return w.String(), nil
 }
 
-// instrument puts a step call, charged with the nodes it runs, at the head
-// of every {{range}} body, so every loop counts against MaxTemplateSteps;
-// and, when t calls templates ({{template}}, which may recurse), at the
-// head of every template. A prompt without either runs in time linear in
-// its text, and gets no call.
+// instrument makes every {{range}} of t charge its body's cost for each
+// element before it starts (_jetpool_range at the end of its pipeline), and
+// every {{template}} call the called template's (_jetpool_template around
+// the call's data): so nested loops and (recursive) calls count against
+// MaxTemplateSteps, and the rest of a prompt runs in time linear in its
+// text.
 func instrument(t *template.Template) {
-	calls := false
 	var walk func(n parse.Node)
 	var list func(l *parse.ListNode)
 	list = func(l *parse.ListNode) {
@@ -235,34 +276,54 @@ func instrument(t *template.Template) {
 		case *parse.WithNode:
 			list(n.List)
 			list(n.ElseList)
-		case *parse.TemplateNode:
-			calls = true
 		case *parse.RangeNode:
 			list(n.List)
 			list(n.ElseList)
-			if n.List != nil {
-				n.List.Nodes = append([]parse.Node{stepNode(n.List, cost(n.List))}, n.List.Nodes...)
+			n.Pipe.Cmds = append(n.Pipe.Cmds, costCmd(loopFunc, n.Pipe.Pos, 1+cost(n.List)))
+		case *parse.TemplateNode:
+			c := templateCost
+			if callee := t.Lookup(n.Name); callee != nil && callee.Tree != nil {
+				c += cost(callee.Root)
 			}
+			if n.Pipe == nil {
+				n.Pipe = &parse.PipeNode{NodeType: parse.NodePipe, Pos: n.Pos, Line: n.Line}
+			}
+			n.Pipe.Cmds = append(n.Pipe.Cmds, costCmd(callFunc, n.Pos, c))
 		}
 	}
-	var roots []*parse.ListNode
 	for _, tt := range t.Templates() {
 		if tt.Tree != nil && tt.Root != nil {
 			list(tt.Root)
-			roots = append(roots, tt.Root)
-		}
-	}
-	if calls {
-		for _, r := range roots {
-			r.Nodes = append([]parse.Node{stepNode(r, cost(r))}, r.Nodes...)
 		}
 	}
 }
 
-// cost counts the nodes l runs, not those of loop bodies within it (which
-// count themselves).
+// Weights of cost: a function call (printf, slice, index, …) costs as much
+// as several nodes, and a {{template}} call more (a new scope, its data
+// evaluated), measured by BenchmarkRender.
+const (
+	funcCost     = 5
+	templateCost = 20
+)
+
+// cost counts the nodes l runs, a function call as funcCost, not those of
+// loop bodies or called templates within it (which are charged when they
+// run).
 func cost(l *parse.ListNode) int {
 	n := 1
+	pipe := func(p *parse.PipeNode) {
+		if p == nil {
+			return
+		}
+		for _, c := range p.Cmds {
+			n++
+			if len(c.Args) > 0 {
+				if _, ok := c.Args[0].(*parse.IdentifierNode); ok {
+					n += funcCost
+				}
+			}
+		}
+	}
 	var walk func(parse.Node)
 	walk = func(x parse.Node) {
 		n++
@@ -273,39 +334,42 @@ func cost(l *parse.ListNode) int {
 					walk(c)
 				}
 			}
+		case *parse.ActionNode:
+			pipe(x.Pipe)
 		case *parse.IfNode:
+			pipe(x.Pipe)
 			walk(x.List)
 			if x.ElseList != nil {
 				walk(x.ElseList)
 			}
 		case *parse.WithNode:
+			pipe(x.Pipe)
 			walk(x.List)
 			if x.ElseList != nil {
 				walk(x.ElseList)
 			}
 		case *parse.RangeNode:
+			pipe(x.Pipe)
 			if x.ElseList != nil {
 				walk(x.ElseList)
 			}
-		case *parse.ActionNode:
-			if x.Pipe != nil {
-				n += len(x.Pipe.Cmds)
-			}
+		case *parse.TemplateNode:
+			pipe(x.Pipe)
 		}
 	}
-	for _, c := range l.Nodes {
-		walk(c)
+	if l != nil {
+		for _, c := range l.Nodes {
+			walk(c)
+		}
 	}
 	return n
 }
 
-// stepNode is {{_jetpool_step n}}, which prints nothing.
-func stepNode(at *parse.ListNode, n int) parse.Node {
-	id := parse.NewIdentifier(stepFunc).SetPos(at.Pos)
-	num := &parse.NumberNode{NodeType: parse.NodeNumber, Pos: at.Pos, IsInt: true, Int64: int64(n), Text: strconv.Itoa(n)}
-	cmd := &parse.CommandNode{NodeType: parse.NodeCommand, Pos: at.Pos, Args: []parse.Node{id, num}}
-	return &parse.ActionNode{NodeType: parse.NodeAction, Pos: at.Pos, Line: 1,
-		Pipe: &parse.PipeNode{NodeType: parse.NodePipe, Pos: at.Pos, Line: 1, Cmds: []*parse.CommandNode{cmd}}}
+// costCmd is the pipeline command "fn n".
+func costCmd(fn string, pos parse.Pos, n int) *parse.CommandNode {
+	id := parse.NewIdentifier(fn).SetPos(pos)
+	num := &parse.NumberNode{NodeType: parse.NodeNumber, Pos: pos, IsInt: true, Int64: int64(n), Text: strconv.Itoa(n)}
+	return &parse.CommandNode{NodeType: parse.NodeCommand, Pos: pos, Args: []parse.Node{id, num}}
 }
 
 // Fields returns the top-level fields the prompt reads, sorted: the first
