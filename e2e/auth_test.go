@@ -299,7 +299,9 @@ include accounts.conf
 var deployPasswords = map[string]string{"NATS_DISPATCHER_PASSWORD": "dispatcherTestPw1", "NATS_WORKER_PASSWORD": "workerTestPw1",
 	"NATS_OPERATOR_PASSWORD": "operatorTestPw1", "NATS_SYS_PASSWORD": "sysTestPw1"}
 
-func deployPassword(user string) string { return deployPasswords["NATS_"+strings.ToUpper(user)+"_PASSWORD"] }
+func deployPassword(user string) string {
+	return deployPasswords["NATS_"+strings.ToUpper(user)+"_PASSWORD"]
+}
 
 // The deploy/ permissions, end to end: the accounts file the cluster ships
 // with, a `jetpool dispatch` as the dispatcher user and a `jetpool worker`

@@ -274,3 +274,31 @@ func TestRecordOverMaxPayload(t *testing.T) {
 	require.Zero(t, st.code, st.stderr)
 	require.Contains(t, st.stdout, "no jobs", "no job left dispatching")
 }
+
+// `jetpool server --host 0.0.0.0` listened on every interface with no auth
+// and no warning. Off loopback it now refuses to start without a token or
+// a user and password, saying why (before it listens anywhere); with one it
+// requires it of every client.
+func TestServerOffLoopbackNeedsAuth(t *testing.T) {
+	t.Parallel()
+	for _, host := range []string{"0.0.0.0", "::", "192.0.2.1"} {
+		r := jetpool(t, map[string]string{"JETPOOL_DATA_DIR": t.TempDir()}, "server", "--host", host, "--port", "-1", "--http-port", "0")
+		require.Equal(t, 2, r.code, "host %q: %s", host, r.stderr)
+		require.Contains(t, r.stderr, "listens beyond this machine, and the server has no auth unless you give it one: "+
+			"set JETPOOL_NATS_TOKEN, or JETPOOL_NATS_USER and JETPOOL_NATS_PASSWORD")
+	}
+	r := jetpool(t, map[string]string{"JETPOOL_DATA_DIR": t.TempDir(), "JETPOOL_NATS_USER": "jp"}, "server", "--host", "0.0.0.0")
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "set both JETPOOL_NATS_USER and JETPOOL_NATS_PASSWORD, or neither")
+
+	// With a token (here on loopback: tests listen nowhere else), every
+	// client needs it.
+	srv := start(t, map[string]string{"JETPOOL_DATA_DIR": t.TempDir(), "JETPOOL_NATS_TOKEN": "tok-server-e2e"},
+		"server", "--port", "-1", "--http-port", "0")
+	url := srv.waitOutput(t, regexp.MustCompile(`listening on (nats://127\.0\.0\.1:\d+)`), 20*time.Second)
+	ok := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_TOKEN": "tok-server-e2e"})
+	require.Zero(t, ok.code, ok.stderr)
+	none := statusWith(t, map[string]string{"JETPOOL_NATS_URL": url})
+	require.NotZero(t, none.code)
+	require.Contains(t, strings.ToLower(none.stderr), "authorization violation")
+}

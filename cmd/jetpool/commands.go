@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -188,10 +190,12 @@ func cmdResults(ctx context.Context, e *env, args []string) error {
 
 func cmdServer(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "server", "[--port N] [--http-port N] [--host ADDR]",
-		"Run the embedded NATS server (JetStream, store in JETPOOL_DATA_DIR) for several local processes and the nats CLI.")
+		"Run the embedded NATS server (JetStream, store in JETPOOL_DATA_DIR) for several local processes and the nats CLI.\n"+
+			"Off loopback it requires auth: JETPOOL_NATS_TOKEN, or JETPOOL_NATS_USER and JETPOOL_NATS_PASSWORD, which clients then use too;\n"+
+			"its monitoring port, which has no auth, stays on 127.0.0.1.")
 	port := fs.Int("port", 4222, "client port")
 	httpPort := fs.Int("http-port", 8222, "monitoring port (0: off)")
-	host := fs.String("host", "127.0.0.1", "listen address (loopback by default; NATS auth is off here)")
+	host := fs.String("host", "127.0.0.1", "listen address (loopback by default, with auth only if JETPOOL_NATS_TOKEN or _USER/_PASSWORD is set; any other address requires them)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -202,7 +206,12 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	if e.cfg.NATSURL != "" {
 		return usageErr("JETPOOL_NATS_URL is set: `jetpool server` runs the embedded server; unset it")
 	}
-	b, err := broker.StartEmbedded(ctx, e.cfg, e.log, broker.ServerOptions{Host: *host, Port: *port, HTTPPort: *httpPort})
+	so, err := serverAuth(e.cfg, *host)
+	if err != nil {
+		return err
+	}
+	so.Port, so.HTTPPort = *port, *httpPort
+	b, err := broker.StartEmbedded(ctx, e.cfg, e.log, so)
 	if err != nil {
 		return err
 	}
@@ -217,11 +226,50 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "jetpool server listening on %s (store %s)\n", url, e.cfg.DataDir)
 	fmt.Fprintf(e.stdout, "  export JETPOOL_NATS_URL=%s\n", url)
 	if *httpPort > 0 {
-		fmt.Fprintf(e.stdout, "  monitoring: http://%s\n", net.JoinHostPort(*host, strconv.Itoa(*httpPort)))
+		fmt.Fprintf(e.stdout, "  monitoring: http://%s\n", net.JoinHostPort(cmp.Or(so.HTTPHost, *host), strconv.Itoa(*httpPort)))
 	}
 	<-ctx.Done()
 	fmt.Fprintln(e.stdout, "jetpool server stopping")
 	return nil
+}
+
+// serverAuth is the embedded server's listen address and auth. Off
+// loopback a server without auth would let anyone who reaches the port
+// read every job's records and workflow, and dispatch work that spends the
+// workers' keys: it refuses to start without a token or a user and
+// password, and keeps its monitoring port (no auth there) on loopback.
+func serverAuth(cfg broker.Config, host string) (broker.ServerOptions, error) {
+	so := broker.ServerOptions{Host: host, Token: cfg.NATSToken}
+	if cfg.NATSUser != "" || cfg.NATSPassword != "" {
+		if cfg.NATSUser == "" || cfg.NATSPassword == "" {
+			return so, usageErr("set both JETPOOL_NATS_USER and JETPOOL_NATS_PASSWORD, or neither")
+		}
+		so.User, so.Password = cfg.NATSUser, cfg.NATSPassword
+	}
+	if so.Token != "" && so.User != "" {
+		return so, usageErr("set JETPOOL_NATS_TOKEN or JETPOOL_NATS_USER/JETPOOL_NATS_PASSWORD, not both")
+	}
+	if isLoopback(host) {
+		return so, nil
+	}
+	if so.Token == "" && so.User == "" {
+		return so, usageErr("--host %s listens beyond this machine, and the server has no auth unless you give it one: "+
+			"set JETPOOL_NATS_TOKEN, or JETPOOL_NATS_USER and JETPOOL_NATS_PASSWORD (clients use the same variables), "+
+			"or keep the default --host 127.0.0.1", host)
+	}
+	so.HTTPHost = "127.0.0.1"
+	return so, nil
+}
+
+// isLoopback reports whether host is a loopback address, localhost, or ""
+// (which broker.StartEmbedded makes 127.0.0.1); 0.0.0.0 and :: are every
+// interface.
+func isLoopback(host string) bool {
+	if host == "" || strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 func isTerminal(w any) bool {
