@@ -89,7 +89,10 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdWorker(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "worker", "[--concurrency N]", "Run a worker: serve every running job until SIGTERM, then drain in-flight calls.")
+	fs := newFlags(e, "worker", "[--concurrency N]", "Run a worker: serve every running job until SIGTERM, then drain in-flight calls.\n"+
+		"It serves only jobs it can: each provider's key present and bound to the provider's host (presets' keys to their\n"+
+		"hosts, JETPOOL_KEY_HOSTS for others), keyless endpoints on JETPOOL_KEYLESS_HOSTS (loopback), never a JETPOOL_ variable;\n"+
+		"a job it cannot serve it leaves to other workers and says why (log, `jetpool status`, /readyz).")
 	conc := fs.Int("concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long in-flight calls may finish before they are handed back")
 	jobs := fs.String("job", "", "serve only this job")

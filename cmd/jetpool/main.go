@@ -82,6 +82,9 @@ Environment (process configuration):
   JETPOOL_SYNC_INTERVAL  embedded server fsync: "always" or a duration (default 1s)
   JETPOOL_ACK_WAIT       work consumer AckWait (default 30s)
   JETPOOL_LOG_LEVEL, JETPOOL_LOG_FORMAT (json|console), JETPOOL_METRICS_ADDR
+  JETPOOL_KEY_HOSTS      where a worker may send each key: SOURCE=HOST[,HOST...] (presets' keys to their hosts)
+  JETPOOL_KEYLESS_HOSTS  hosts a provider without a key may call (default loopback)
+  JETPOOL_WORKER_NAME    the worker's name in dead letters and status (default host-pid)
 
 Exit codes: 0 job completed, 1 a raise action failed the job, 2 usage or configuration error.
 Run 'jetpool COMMAND -h' for a command's flags.
