@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,11 +129,10 @@ func TestWorkerSendsNoSecretAWorkflowNames(t *testing.T) {
 	srv := providertest.NewServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, providertest.OpenAIChat("m", "ok", 1, 1))
 	}))
-	u, err := url.Parse(srv.URL)
-	require.NoError(t, err)
-	// localhost instead of 127.0.0.1: the same server, reached as a host
-	// name, so the keyless loopback default does not let it through either.
-	base := "http://localhost:" + u.Port() + "/v1"
+	// On loopback, where keyless calls are allowed by default: a key is
+	// sent only where it is bound, and these are bound nowhere.
+	host := strings.TrimPrefix(srv.URL, "http://")
+	base := srv.URL + "/v1"
 	b := testenv.Broker(t)
 	pool := testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: testenv.NewCounter().New})
 	for i, src := range []string{"api_key_env: JETPOOL_NATS_PASSWORD", "api_key_env: HOME", "api_key_file: /etc/hostname"} {
@@ -148,7 +146,7 @@ actions:
 		testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{JobID: job})
 		testenv.Eventually(t, 10*time.Second, func() bool { return pool.Unservable()[job] != "" }, "refused: %s", src)
 		require.Contains(t, pool.Unservable()[job], "provider evil: key ")
-		require.Contains(t, pool.Unservable()[job], "localhost:"+u.Port())
+		require.Contains(t, pool.Unservable()[job], host)
 	}
 	require.Contains(t, pool.Unservable()["steal0"], "JETPOOL_NATS_PASSWORD is jetpool's own configuration, never sent as a provider key")
 	require.Contains(t, pool.Unservable()["steal1"], "key variable HOME is bound to no host on this worker")
@@ -198,4 +196,21 @@ actions:
 	require.Equal(t, retry.ReasonBadInput, dls[0].Reason)
 	host, _ := os.Hostname()
 	require.Equal(t, fmt.Sprintf("%s-%d", host, os.Getpid()), dls[0].Worker, "the dead letter names its worker")
+}
+
+// A job encoded by a newer jetpool (a workflow format this one does not
+// read) is not served, and the worker says so.
+func TestWorkerLeavesANewerFormat(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	pool := testenv.Pool(t, b, worker.Config{Concurrency: 2})
+	wf := testenv.Workflow(t, "providers:\n  sim: {kind: sim}\nactions:\n  - {name: a, provider: sim, prompt: x}\n")
+	enc, err := wf.Encode()
+	require.NoError(t, err)
+	newer := bytes.Replace(enc, []byte(fmt.Sprintf(`"version": %d`, workflow.FormatVersion)), []byte(`"version": 99`), 1)
+	require.NotEqual(t, enc, newer)
+	require.NoError(t, b.PutJob(context.Background(), &broker.Job{ID: "future", Workflow: newer, Actions: []string{"a"},
+		Status: broker.JobRunning, MaxDeliver: 4}))
+	testenv.Eventually(t, 10*time.Second, func() bool { return pool.Unservable()["future"] != "" }, "refused")
+	require.Contains(t, pool.Unservable()["future"], "format version 99, but this jetpool reads up to version 1 (upgrade it)")
 }

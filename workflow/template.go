@@ -257,8 +257,7 @@ func (cp *compiledPrompt) execute(data map[string]any) (string, error) {
 // text.
 func instrument(t *template.Template) {
 	var walk func(n parse.Node)
-	var list func(l *parse.ListNode)
-	list = func(l *parse.ListNode) {
+	list := func(l *parse.ListNode) {
 		if l == nil {
 			return
 		}
