@@ -58,6 +58,10 @@ type ServerOptions struct {
 	Host     string // loopback only by default
 	Port     int    // -1: random
 	HTTPPort int    // monitoring; 0: off
+	HTTPHost string // monitoring's listen address; "": Host
+	// Token, or User and Password, turn client auth on (off by default:
+	// loopback only). The broker's own connection uses Config's credentials.
+	Token, User, Password string
 }
 
 // Connect connects to cfg.NATSURL, or starts an embedded server under
@@ -117,6 +121,10 @@ func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so Serve
 	if so.Port == 0 {
 		opts.Port = -1
 	}
+	if so.HTTPHost != "" {
+		opts.HTTPHost = so.HTTPHost
+	}
+	opts.Authorization, opts.Username, opts.Password = so.Token, so.User, so.Password
 	if so.HTTPPort == 0 {
 		opts.HTTPPort = 0
 	}

@@ -45,6 +45,9 @@ type Config struct {
 
 	Concurrency int    `envconfig:"JETPOOL_CONCURRENCY" default:"64"`
 	MetricsAddr string `envconfig:"JETPOOL_METRICS_ADDR"`
+	// WorkerName names this process in dead letters (Jetpool-Worker) and
+	// stats; unset: host-pid.
+	WorkerName string `envconfig:"JETPOOL_WORKER_NAME"`
 
 	// SyncInterval is the embedded server's fsync policy: "always", or a
 	// duration. SyncIntervalDefault; see docs/durability.md for the trade-off.

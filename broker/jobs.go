@@ -18,8 +18,19 @@ const (
 	JobFailed      = "failed"
 )
 
-// Job is one job's entry in the JETPOOL_JOBS bucket. Workers read the
-// workflow from here, so they need no files.
+// BucketJobState holds each job's status and reason, apart from its
+// workflow: workers may write a job's state (a raise fails the job) but
+// never its workflow, and NATS permissions tell the two apart by bucket
+// (deploy/nats/accounts.conf). A separate bucket rather than a key prefix
+// in JETPOOL_JOBS, because a writer of any key of a bucket can also roll
+// the whole bucket up (a Nats-Rollup: all header) and so erase every
+// workflow in it.
+const BucketJobState = "JETPOOL_JOB_STATE"
+
+// Job is a job as jetpool reads it: its entry in the JETPOOL_JOBS bucket
+// (the workflow and what the dispatcher knows), merged with its state in
+// BucketJobState (Status, Reason). Workers read the workflow from here, so
+// they need no files.
 type Job struct {
 	ID         string          `json:"id"`
 	Workflow   json.RawMessage `json:"workflow"` // workflow.Encode()
@@ -27,13 +38,20 @@ type Job struct {
 	Input      string          `json:"input,omitempty"`
 	Total      int64           `json:"total"`      // records dispatched (valid once Dispatched)
 	Dispatched bool            `json:"dispatched"` // every record is published
-	Status     string          `json:"status"`
+	// Status and Reason live in BucketJobState; the copy in JETPOOL_JOBS is
+	// what the dispatcher wrote, and counts only while no state entry exists
+	// (a job of an earlier version).
+	Status string `json:"status"`
 	// Reason says why a failed job failed: the diagnostic of the record that raised.
 	Reason     string    `json:"reason,omitempty"`
 	MaxDeliver int       `json:"max_deliver"`
 	Created    time.Time `json:"created"`
 	Updated    time.Time `json:"updated"`
 
+	// The rest, like Status and Reason, lives in BucketJobState: what a
+	// running job changes (workers add to Cost; retry raises MaxCost and
+	// marks a Replay).
+	//
 	// MaxCost is the job's budget in dollars (0: none): new calls stop once
 	// Cost reaches it (worker/cost.go). `jetpool retry --max-cost` raises it.
 	MaxCost float64 `json:"max_cost,omitempty"`
@@ -55,11 +73,55 @@ type ReplayMark struct {
 // OverBudget reports whether the job has a budget and has spent it.
 func (j *Job) OverBudget() bool { return j.MaxCost > 0 && j.Cost >= j.MaxCost }
 
+// jobState is a job's entry in BucketJobState.
+type jobState struct {
+	Status  string      `json:"status"`
+	Reason  string      `json:"reason,omitempty"`
+	Updated time.Time   `json:"updated"`
+	MaxCost float64     `json:"max_cost,omitempty"`
+	Cost    float64     `json:"cost,omitempty"`
+	Replay  *ReplayMark `json:"replay,omitempty"`
+}
+
+func (j *Job) state() jobState {
+	return jobState{Status: j.Status, Reason: j.Reason, Updated: j.Updated, MaxCost: j.MaxCost, Cost: j.Cost, Replay: j.Replay}
+}
+
+func (j *Job) apply(s jobState) {
+	j.Status, j.Reason, j.MaxCost, j.Cost, j.Replay = s.Status, s.Reason, s.MaxCost, s.Cost, s.Replay
+	if s.Updated.After(j.Updated) {
+		j.Updated = s.Updated
+	}
+}
+
 // ErrJobNotFound is returned by GetJob when the job does not exist.
 var ErrJobNotFound = errors.New("job not found")
 
-// GetJob reads a job and its revision.
+// GetJob reads a job, its state applied, and the revision of its
+// JETPOOL_JOBS entry.
 func (b *Broker) GetJob(ctx context.Context, id string) (*Job, uint64, error) {
+	j, rev, _, err := b.getJob(ctx, id)
+	return j, rev, err
+}
+
+// getJob reads a job and the revisions of its two entries (stateRev 0: it
+// has no state entry yet).
+func (b *Broker) getJob(ctx context.Context, id string) (j *Job, specRev, stateRev uint64, err error) {
+	j, specRev, err = b.getSpec(ctx, id)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	st, stateRev, err := b.getState(ctx, id)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if stateRev > 0 {
+		j.apply(st)
+	}
+	return j, specRev, stateRev, nil
+}
+
+func (b *Broker) getSpec(ctx context.Context, id string) (*Job, uint64, error) {
 	kv, err := b.KV(ctx, BucketJobs)
 	if err != nil {
 		return nil, 0, err
@@ -78,9 +140,35 @@ func (b *Broker) GetJob(ctx context.Context, id string) (*Job, uint64, error) {
 	return &j, e.Revision(), nil
 }
 
-// PutJob writes a job unconditionally.
+// getState reads a job's state entry; rev 0 means there is none.
+func (b *Broker) getState(ctx context.Context, id string) (jobState, uint64, error) {
+	kv, err := b.KV(ctx, BucketJobState)
+	if err != nil {
+		return jobState{}, 0, err
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return jobState{}, 0, nil
+	}
+	if err != nil {
+		return jobState{}, 0, err
+	}
+	var s jobState
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return jobState{}, 0, fmt.Errorf("job %s: corrupt state entry: %w", id, err)
+	}
+	return s, e.Revision(), nil
+}
+
+// PutJob writes a job unconditionally: its JETPOOL_JOBS entry, then its
+// state. Only a dispatcher does (the deploy/ worker user may not write
+// JETPOOL_JOBS).
 func (b *Broker) PutJob(ctx context.Context, j *Job) error {
 	kv, err := b.KV(ctx, BucketJobs)
+	if err != nil {
+		return err
+	}
+	states, err := b.KV(ctx, BucketJobState)
 	if err != nil {
 		return err
 	}
@@ -89,19 +177,32 @@ func (b *Broker) PutJob(ctx context.Context, j *Job) error {
 	if err != nil {
 		return err
 	}
-	_, err = kv.Put(ctx, j.ID, data)
+	if _, err = kv.Put(ctx, j.ID, data); err != nil {
+		return err
+	}
+	data, err = json.Marshal(j.state())
+	if err != nil {
+		return err
+	}
+	_, err = states.Put(ctx, j.ID, data)
 	return err
 }
 
-// UpdateJob applies fn to the job with compare-and-set, retrying on conflict.
-// fn returns false to leave the job as it is.
+// updateTries bounds the compare-and-set retries of one update.
+const updateTries = 50
+
+// UpdateJob applies fn to the job and writes its state (Status, Reason,
+// MaxCost, Cost, Replay) with compare-and-set, retrying on conflict. fn
+// returns false to leave the job as it is. What fn changes besides the
+// state is not written: that is the dispatcher's (UpdateJobSpec). A worker
+// may call it.
 func (b *Broker) UpdateJob(ctx context.Context, id string, fn func(*Job) bool) (*Job, error) {
-	kv, err := b.KV(ctx, BucketJobs)
+	states, err := b.KV(ctx, BucketJobState)
 	if err != nil {
 		return nil, err
 	}
-	for range 50 {
-		j, rev, err := b.GetJob(ctx, id)
+	for range updateTries {
+		j, _, rev, err := b.getJob(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -109,17 +210,71 @@ func (b *Broker) UpdateJob(ctx context.Context, id string, fn func(*Job) bool) (
 			return j, nil
 		}
 		j.Updated = time.Now().UTC()
-		data, err := json.Marshal(j)
+		data, err := json.Marshal(j.state())
 		if err != nil {
 			return nil, err
 		}
-		if _, err := kv.Update(ctx, id, data, rev); err == nil {
+		if rev == 0 {
+			_, err = states.Create(ctx, id, data)
+		} else {
+			_, err = states.Update(ctx, id, data, rev)
+		}
+		if err == nil {
 			return j, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		}
+		if !IsConflict(err) {
 			return nil, err
 		}
 	}
 	return nil, fmt.Errorf("job %s: too many concurrent updates", id)
+}
+
+// UpdateJobSpec applies fn to the job and writes its JETPOOL_JOBS entry
+// with compare-and-set, retrying on conflict; fn returns false to leave it.
+// Status and Reason are UpdateJob's: what fn changes of them is not
+// written. The dispatcher's (Total, Dispatched).
+func (b *Broker) UpdateJobSpec(ctx context.Context, id string, fn func(*Job) bool) (*Job, error) {
+	kv, err := b.KV(ctx, BucketJobs)
+	if err != nil {
+		return nil, err
+	}
+	for range updateTries {
+		spec, rev, err := b.getSpec(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		j := *spec
+		if !fn(&j) {
+			return b.withState(ctx, &j)
+		}
+		st := spec.state()
+		j.apply(st) // the state is UpdateJob's
+		j.Updated = time.Now().UTC()
+		data, err := json.Marshal(&j)
+		if err != nil {
+			return nil, err
+		}
+		_, err = kv.Update(ctx, id, data, rev)
+		if err == nil {
+			return b.withState(ctx, &j)
+		}
+		if !IsConflict(err) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("job %s: too many concurrent updates", id)
+}
+
+// withState applies the job's state entry, if any, to j.
+func (b *Broker) withState(ctx context.Context, j *Job) (*Job, error) {
+	st, rev, err := b.getState(ctx, j.ID)
+	if err != nil {
+		return nil, err
+	}
+	if rev > 0 {
+		j.apply(st)
+	}
+	return j, nil
 }
 
 // ListJobs returns every job.
@@ -144,6 +299,95 @@ func (b *Broker) ListJobs(ctx context.Context) ([]*Job, error) {
 		jobs = append(jobs, j)
 	}
 	return jobs, nil
+}
+
+// JobWatch follows every job: its JETPOOL_JOBS entry merged with its state.
+type JobWatch struct {
+	b             *Broker
+	specs, states jetstream.KeyWatcher
+}
+
+// WatchJobs starts watching both job buckets (WatchAll: a start nobody
+// answers is tried again). Each reads the changes; Stop ends the watch.
+func (b *Broker) WatchJobs(ctx context.Context) (*JobWatch, error) {
+	jobs, err := b.KV(ctx, BucketJobs)
+	if err != nil {
+		return nil, err
+	}
+	states, err := b.KV(ctx, BucketJobState)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := WatchAll(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	wt, err := WatchAll(ctx, states)
+	if err != nil {
+		_ = ws.Stop()
+		return nil, err
+	}
+	return &JobWatch{b: b, specs: ws, states: wt}, nil
+}
+
+// Each calls fn with every job, then again whenever its entry or its state
+// changes, until ctx is done or the watch is stopped. A job is passed once
+// its JETPOOL_JOBS entry is seen, with its state applied; fn owns the Job
+// it is given. A removed entry is not passed on.
+func (w *JobWatch) Each(ctx context.Context, fn func(*Job)) {
+	specs := map[string]*Job{}
+	states := map[string]jobState{}
+	emit := func(id string) {
+		spec, ok := specs[id]
+		if !ok {
+			return // its state came first: passed on with the entry
+		}
+		j := *spec
+		if st, ok := states[id]; ok {
+			j.apply(st)
+		}
+		fn(&j)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.specs.Updates():
+			if !ok {
+				return
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var j Job
+			if err := json.Unmarshal(e.Value(), &j); err != nil {
+				w.b.Log.Warn().Str("job", e.Key()).Err(err).Msg("unreadable job entry")
+				continue
+			}
+			specs[e.Key()] = &j
+			emit(e.Key())
+		case e, ok := <-w.states.Updates():
+			if !ok {
+				return
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var st jobState
+			if err := json.Unmarshal(e.Value(), &st); err != nil {
+				w.b.Log.Warn().Str("job", e.Key()).Err(err).Msg("unreadable job state entry")
+				continue
+			}
+			states[e.Key()] = st
+			emit(e.Key())
+		}
+	}
+}
+
+// Stop ends the watch.
+func (w *JobWatch) Stop() {
+	_ = w.specs.Stop()
+	_ = w.states.Stop()
 }
 
 // CompleteJob marks a job completed, once every record has its final

@@ -421,19 +421,21 @@ func (b *Broker) stillFinished(ctx context.Context, id string, finished time.Tim
 // (RestoreConsumer), whichever of the two comes last leaves one, so a
 // replayed record is never without a consumer.
 func (b *Broker) removeConsumer(ctx context.Context, id string, finished time.Time) (bool, error) {
-	still, rev, err := b.stillFinished(ctx, id, finished)
+	still, _, err := b.stillFinished(ctx, id, finished)
 	if err != nil || !still {
 		return false, err
 	}
 	if err := b.JS.DeleteConsumer(ctx, StreamWork, ConsumerName(id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false, fmt.Errorf("remove the work consumer of job %s: %w", id, err)
 	}
-	j, nrev, err := b.GetJob(ctx, id)
+	// Reopened meanwhile (its state changed: a replay)? Then the consumer
+	// is made again.
+	if still, _, err = b.stillFinished(ctx, id, finished); err != nil || still {
+		return err == nil, err
+	}
+	j, _, err := b.GetJob(ctx, id)
 	if err != nil {
-		return true, err
+		return false, err
 	}
-	if nrev != rev {
-		return false, b.RestoreConsumer(ctx, j)
-	}
-	return true, nil
+	return false, b.RestoreConsumer(ctx, j)
 }

@@ -63,6 +63,13 @@ func setJob(t *testing.T, b *broker.Broker, id, status string, ago time.Duration
 	require.NoError(t, err)
 	_, err = kv.Put(ctx, id, data)
 	require.NoError(t, err)
+	// The status lives in the job's state entry.
+	data, err = json.Marshal(map[string]any{"status": status, "updated": j.Updated})
+	require.NoError(t, err)
+	states, err := b.KV(ctx, broker.BucketJobState)
+	require.NoError(t, err)
+	_, err = states.Put(ctx, id, data)
+	require.NoError(t, err)
 }
 
 func count(t *testing.T, b *broker.Broker, stream, filter string) uint64 {

@@ -41,6 +41,7 @@ const (
 	HeaderModel      = "Jetpool-Model"
 	HeaderFailedAt   = "Jetpool-Failed-At"
 	HeaderReplays    = "Jetpool-Replays"
+	HeaderWorker     = "Jetpool-Worker"
 	HeaderMode       = "Jetpool-Mode" // "online" forces online mode on replay of a batch action
 	// HeaderFirstRun "1" says the publisher knew that no result of this
 	// action can exist for the record yet (a job's first dispatch, or the

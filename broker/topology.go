@@ -137,6 +137,7 @@ func (b *Broker) ensure(ctx context.Context) error {
 	}
 	buckets := []jetstream.KeyValueConfig{
 		{Bucket: BucketJobs, Description: "jetpool jobs: workflow, totals, status", History: 1, Replicas: r, Storage: jetstream.FileStorage},
+		{Bucket: BucketJobState, Description: "jetpool job states: status and reason, written by workers", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketAttempts, Description: "jetpool: attempts of records waiting for redelivery", History: 1, Replicas: r, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketLimits, Description: "jetpool: shared rate-limit state per provider", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},
@@ -463,6 +464,11 @@ func WatchAll(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatcher,
 
 // watchStartWait is how long WatchAll retries a start nobody answers.
 var watchStartWait = 30 * time.Second
+
+// Unanswered reports whether err is a request that got no answer in time,
+// or no server to answer it (a busy or electing cluster, a node down): worth
+// asking again, where an answer that refuses is not.
+func Unanswered(err error) bool { return unanswered(err) || errors.Is(err, jetstream.ErrNoStreamResponse) }
 
 // unanswered: a JetStream API request got no answer in time, or no server
 // to answer it.

@@ -33,7 +33,11 @@ type Entry struct {
 	Model      string       `json:"model,omitempty"`
 	FailedAt   time.Time    `json:"failed_at"`
 	Replays    int          `json:"replays"`
-	Data       []byte       `json:"-"` // the body: a work envelope, or the raw bad line
+	// Worker names the worker process that failed the record (its
+	// JETPOOL_WORKER_NAME, else host-pid); "" when no worker did (the
+	// dispatcher's bad lines, the max-deliveries catcher).
+	Worker string `json:"worker,omitempty"`
+	Data   []byte `json:"-"` // the body: a work envelope, or the raw bad line
 }
 
 // MaxHeaderError bounds the Jetpool-Error header; the full diagnostic is
@@ -68,6 +72,9 @@ func (e *Entry) Msg() *nats.Msg {
 	}
 	h.Set(broker.HeaderFailedAt, e.FailedAt.UTC().Format(time.RFC3339Nano))
 	h.Set(broker.HeaderReplays, strconv.Itoa(e.Replays))
+	if e.Worker != "" {
+		h.Set(broker.HeaderWorker, e.Worker)
+	}
 	return m
 }
 
@@ -103,6 +110,7 @@ func FromMsg(seq uint64, subject string, h nats.Header, data []byte) *Entry {
 	e.Model = h.Get(broker.HeaderModel)
 	e.FailedAt, _ = time.Parse(time.RFC3339Nano, h.Get(broker.HeaderFailedAt))
 	e.Replays, _ = strconv.Atoi(h.Get(broker.HeaderReplays))
+	e.Worker = h.Get(broker.HeaderWorker)
 	return e
 }
 

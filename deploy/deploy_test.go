@@ -454,7 +454,11 @@ func TestPermissions(t *testing.T) {
 		Name: "JETPOOL_DLQ", Subjects: []string{"jetpool.dlq.>"}, Storage: jetstream.FileStorage,
 	})
 	require.NoError(t, err)
-	_, err = op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "JETPOOL_JOBS"})
+	jobs, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "JETPOOL_JOBS"})
+	require.NoError(t, err)
+	_, err = jobs.Put(ctx, "job1", []byte(`{"workflow":{"actions":[]}}`))
+	require.NoError(t, err)
+	_, err = op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "JETPOOL_JOB_STATE"})
 	require.NoError(t, err)
 	_, err = op.js.CreateOrUpdateConsumer(ctx, "JETPOOL_WORK", jetstream.ConsumerConfig{
 		Durable: "jetpool-job1", FilterSubject: "jetpool.work.job1.>",
@@ -515,8 +519,20 @@ func TestPermissions(t *testing.T) {
 		assert.JSONEq(t, `{"id":"r2"}`, string(rec.Data))
 		require.NoError(t, work.DeleteMsg(ctx, 2))
 
-		// KV: open, put, get, list keys (an ordered consumer under the hood)
-		kv, err := w.js.KeyValue(ctx, "JETPOOL_JOBS")
+		// KV: open, put, get, list keys (an ordered consumer under the hood) on the job
+		// states; the workflows in JETPOOL_JOBS it may read (get, watch) but not write
+		wfs, err := w.js.KeyValue(ctx, "JETPOOL_JOBS")
+		require.NoError(t, err)
+		_, err = wfs.Get(ctx, "job1")
+		require.NoError(t, err)
+		wfKeys, err := wfs.ListKeys(ctx)
+		require.NoError(t, err)
+		listed := 0
+		for range wfKeys.Keys() {
+			listed++
+		}
+		assert.Equal(t, 1, listed, "the worker lists the jobs")
+		kv, err := w.js.KeyValue(ctx, "JETPOOL_JOB_STATE")
 		require.NoError(t, err)
 		_, err = kv.Put(ctx, "job1", []byte(`{"status":"running"}`))
 		require.NoError(t, err)
@@ -557,6 +573,14 @@ func TestPermissions(t *testing.T) {
 			_, err := w.js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
 			return err
 		})
+		// nor rewrite a job's workflow
+		denied(t, w, "$KV.JETPOOL_JOBS.job1", func(ctx context.Context) error {
+			_, err := wfs.Put(ctx, "job1", []byte(`{"workflow":"rewritten"}`))
+			return err
+		})
+		e, err = wfs.Get(ctx, "job1")
+		require.NoError(t, err)
+		assert.Equal(t, `{"workflow":{"actions":[]}}`, string(e.Value()), "the workflow is as the operator wrote it")
 		// nor publish outside jetpool's subjects
 		require.NoError(t, w.nc.Publish("elsewhere.x", nil))
 		w.expectViolation(t, "elsewhere.x")
@@ -585,10 +609,12 @@ func TestPermissions(t *testing.T) {
 			AckPolicy: jetstream.AckExplicitPolicy,
 		})
 		require.NoError(t, err)
-		kv, err := d.js.KeyValue(ctx, "JETPOOL_JOBS")
-		require.NoError(t, err)
-		_, err = kv.Put(ctx, "job2", []byte(`{"status":"queued"}`))
-		require.NoError(t, err)
+		for _, bucket := range []string{"JETPOOL_JOBS", "JETPOOL_JOB_STATE"} {
+			kv, err := d.js.KeyValue(ctx, bucket)
+			require.NoError(t, err)
+			_, err = kv.Put(ctx, "job2", []byte(`{"status":"queued"}`))
+			require.NoError(t, err)
+		}
 
 		// publish work
 		before := workMsgs()

@@ -38,6 +38,11 @@ type Options struct {
 	// Checked says the caller already ran Check with these options and got
 	// JobID and no bad lines (or SkipBad): Dispatch reads the input once.
 	Checked bool
+	// MaxPayload is the connected server's max_payload (nats.Conn's
+	// MaxPayload): Check refuses a record whose work message would be
+	// larger, and a workflow whose job entry would be. 0: not checked (no
+	// server yet); Dispatch sets it from its connection.
+	MaxPayload int64
 	// Progress, when set, is called with the number of records published so far.
 	Progress func(published int64)
 }
@@ -61,6 +66,9 @@ type Dispatcher struct {
 // (unless SkipBad), and returns the job id and the number of records.
 // Nothing is published.
 func Check(wf *workflow.Workflow, opts Options) (jobID string, records int64, bad []error, err error) {
+	if err := checkWorkflowSize(wf, opts.MaxPayload); err != nil {
+		return "", 0, nil, err
+	}
 	contentHash, err := eachRecord(wf, opts, func(_ Record, le *LineError) error {
 		if le != nil {
 			bad = append(bad, le)
@@ -148,6 +156,9 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 		if err == nil {
 			err = checkFields(opts.Input, rec, first, fields)
 		}
+		if err == nil {
+			err = checkSize(opts, rec, first.Name)
+		}
 		var le *LineError
 		if err != nil && !errors.As(err, &le) {
 			return "", err
@@ -183,6 +194,9 @@ func (e *BadInputError) Error() string {
 // Dispatch checks the input, creates the job and publishes every record to
 // its first action. A second dispatch of the same job publishes nothing.
 func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts Options) (*Result, error) {
+	if mp := d.B.NC.MaxPayload(); opts.MaxPayload != mp {
+		opts.MaxPayload, opts.Checked = mp, false // checked against another limit, or none
+	}
 	jobID := opts.JobID
 	if !opts.Checked || jobID == "" {
 		var bad []error
@@ -245,12 +259,18 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if err != nil {
 		return nil, err
 	}
-	job, err = d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
+	if _, err := d.B.UpdateJobSpec(ctx, jobID, func(j *broker.Job) bool {
 		j.Total += res.Published + res.BadLines
 		j.Dispatched = true
-		if j.Status == broker.JobDispatching {
-			j.Status = broker.JobRunning
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	job, err = d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
+		if j.Status != broker.JobDispatching {
+			return false
 		}
+		j.Status = broker.JobRunning
 		return true
 	})
 	if err != nil {
@@ -334,6 +354,9 @@ func (d *Dispatcher) deadLetterBad(ctx context.Context, job, action string, rec 
 		Job: job, Record: id, Action: action, Reason: retry.ReasonBadInput, Class: retry.ClassInvalidRequest,
 		Error: "bad input: " + le.Error(), Attempts: 0, Deliveries: 0, FailedAt: time.Now().UTC(),
 		Data: rec.Raw,
+	}
+	if le.tooLarge {
+		e.Data = nil // it would not fit in a dead letter either: the line is in the input file
 	}
 	if err := deadletter.Publish(ctx, d.B, e); err != nil {
 		return err

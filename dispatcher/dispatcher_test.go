@@ -159,7 +159,7 @@ func TestDispatchTwicePublishesOnce(t *testing.T) {
 	// Even forced under another dispatch of the same job id, dedupe holds.
 	j, _, err := b.GetJob(context.Background(), first.Job.ID)
 	require.NoError(t, err)
-	_, err = b.UpdateJob(context.Background(), j.ID, func(j *broker.Job) bool { j.Dispatched = false; return true })
+	_, err = b.UpdateJobSpec(context.Background(), j.ID, func(j *broker.Job) bool { j.Dispatched = false; return true })
 	require.NoError(t, err)
 	third := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
 	require.Zero(t, third.Published)

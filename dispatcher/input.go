@@ -43,6 +43,8 @@ type LineError struct {
 	File   string
 	Line   int
 	Reason string
+
+	tooLarge bool // the record does not fit in a message (checkSize)
 }
 
 func (e *LineError) Error() string {

@@ -259,11 +259,12 @@ func writePEM(t testing.TB, dir, name, typ string, der []byte) string {
 	return path
 }
 
-// The deploy/ permissions, end to end: the accounts file the cluster ships
-// with, a `jetpool dispatch` as the dispatcher user and a `jetpool worker`
-// as the worker user.
-func TestDeployPermissionsEndToEnd(t *testing.T) {
-	t.Parallel()
+// deployServer starts a loopback nats-server with the accounts file the
+// cluster ships with (deploy/nats/accounts.conf) and returns its URL and
+// the environment of a jetpool child as one of its users (dispatcher,
+// worker, operator).
+func deployServer(t testing.TB) (string, func(user string) map[string]string) {
+	t.Helper()
 	// The shipped accounts file with its $NATS_*_PASSWORD references filled
 	// in: the server would read them from the environment, and a variable of
 	// an including file does not reach into an include, so this keeps the
@@ -271,8 +272,7 @@ func TestDeployPermissionsEndToEnd(t *testing.T) {
 	data, err := os.ReadFile("../deploy/nats/accounts.conf")
 	require.NoError(t, err)
 	accounts := string(data)
-	for k, v := range map[string]string{"NATS_DISPATCHER_PASSWORD": "dispatcherTestPw1", "NATS_WORKER_PASSWORD": "workerTestPw1",
-		"NATS_OPERATOR_PASSWORD": "operatorTestPw1", "NATS_SYS_PASSWORD": "sysTestPw1"} {
+	for k, v := range deployPasswords {
 		require.Contains(t, accounts, "$"+k)
 		accounts = strings.ReplaceAll(accounts, "$"+k, v)
 	}
@@ -290,20 +290,35 @@ include accounts.conf
 	require.NoError(t, err)
 	s := startAuthServer(t, opts)
 	url := s.ClientURL()
-	as := func(user, pw string) map[string]string {
-		return map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_USER": user, "JETPOOL_NATS_PASSWORD": pw,
+	return url, func(user string) map[string]string {
+		return map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_USER": user, "JETPOOL_NATS_PASSWORD": deployPassword(user),
 			"JETPOOL_ACK_WAIT": "5s", "JETPOOL_LOG_LEVEL": "info"}
 	}
+}
+
+var deployPasswords = map[string]string{"NATS_DISPATCHER_PASSWORD": "dispatcherTestPw1", "NATS_WORKER_PASSWORD": "workerTestPw1",
+	"NATS_OPERATOR_PASSWORD": "operatorTestPw1", "NATS_SYS_PASSWORD": "sysTestPw1"}
+
+func deployPassword(user string) string {
+	return deployPasswords["NATS_"+strings.ToUpper(user)+"_PASSWORD"]
+}
+
+// The deploy/ permissions, end to end: the accounts file the cluster ships
+// with, a `jetpool dispatch` as the dispatcher user and a `jetpool worker`
+// as the worker user.
+func TestDeployPermissionsEndToEnd(t *testing.T) {
+	t.Parallel()
+	_, as := deployServer(t)
 	wfPath := filepath.Join(t.TempDir(), "workflow.yaml")
 	require.NoError(t, os.WriteFile(wfPath, []byte(simYAML(20*time.Millisecond, "")), 0o600))
 
-	d := jetpool(t, as("dispatcher", "dispatcherTestPw1"), "dispatch", wfPath, "--input", testenv.Records(t, 30), "--job", "perm", "--no-preflight")
+	d := jetpool(t, as("dispatcher"), "dispatch", wfPath, "--input", testenv.Records(t, 30), "--job", "perm", "--no-preflight")
 	require.Zero(t, d.code, "dispatch as the dispatcher user:\n%s", d.stderr)
 
-	w := start(t, as("worker", "workerTestPw1"), "worker", "--concurrency", "8")
+	w := start(t, as("worker"), "worker", "--concurrency", "8")
 	w.waitOutput(t, regexp.MustCompile(`worker started`), 20*time.Second)
 
-	op := as("operator", "operatorTestPw1")
+	op := as("operator")
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		s := jobStatus(t, op, "perm")
 		return s.Succeeded == 30

@@ -59,7 +59,7 @@ func TestDashboardInChromium(t *testing.T) {
 	failed, _ := strconv.Atoi(m[3])
 	require.Positive(t, failed, "the quickstart's auth faults dead-letter a few records")
 
-	uiEnv := map[string]string{"JETPOOL_SIM_KEY": "sk-sim-fixed"} // "fix the key"
+	uiEnv := map[string]string{"SIM_API_KEY": "sk-sim-fixed"} // "fix the key"
 	for k, v := range env {
 		uiEnv[k] = v
 	}

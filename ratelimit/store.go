@@ -77,17 +77,11 @@ func (s *KVStore) Update(ctx context.Context, key string, fn func(*State) bool) 
 		if err == nil {
 			return st, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSequence(err) {
+		if !broker.IsConflict(err) {
 			return State{}, err
 		}
 	}
 	return State{}, fmt.Errorf("%s: %w", key, ErrContention)
-}
-
-// isWrongSequence matches a CAS conflict reported as a wrong last sequence.
-func isWrongSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // Watch implements Store.

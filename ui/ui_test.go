@@ -23,6 +23,7 @@ import (
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/ui"
 	"github.com/jetpool/jetpool/worker"
@@ -55,6 +56,8 @@ type testBundle struct {
 	srv     *httptest.Server
 	c       *client
 
+	trust    *provider.Trust // the pools' (the workflow's key file bound to the sim)
+
 	mu       sync.Mutex
 	replayed []string // jobs the Replayed hook was told
 }
@@ -67,7 +70,10 @@ func setup(t *testing.T, cfg ui.Config) *testBundle {
 	require.NoError(t, os.WriteFile(tb.keyFile, []byte("sk-wrong"), 0o600))
 	wf := testenv.Workflow(t, fmt.Sprintf(keyedWorkflow, tb.keyFile))
 	res := testenv.Dispatch(t, tb.b, wf, testenv.Records(t, records), dispatcher.Options{JobID: "keyed"})
-	pool := testenv.Pool(t, tb.b, worker.Config{Concurrency: 4})
+	// The workflow's key file is bound to the sim here, as a worker's
+	// operator would bind it (JETPOOL_KEY_HOSTS).
+	tb.trust = provider.DefaultTrust().Allowing(wf.Providers)
+	pool := testenv.Pool(t, tb.b, worker.Config{Concurrency: 4, Trust: tb.trust})
 	job, p := testenv.WaitFinished(t, tb.b, res.Job.ID, 30*time.Second)
 	require.EqualValues(t, records, p.Failed)
 	require.NoError(t, pool.Stop(context.Background()))
@@ -397,7 +403,7 @@ func TestReplayAndPurge(t *testing.T) {
 	require.Empty(t, dlq(t, tb.b, deadletter.Filter{}))
 
 	require.NoError(t, os.WriteFile(tb.keyFile, []byte("sk-fixed"), 0o600)) // "fix the key"
-	testenv.Pool(t, tb.b, worker.Config{Concurrency: 4, Jobs: []string{"keyed"}})
+	testenv.Pool(t, tb.b, worker.Config{Concurrency: 4, Jobs: []string{"keyed"}, Trust: tb.trust})
 	_, p := testenv.WaitFinished(t, tb.b, "keyed", 30*time.Second)
 	require.EqualValues(t, records, p.OK)
 	require.Zero(t, p.Failed)
@@ -574,7 +580,7 @@ func TestProviders(t *testing.T) {
 	require.Equal(t, 8, l.State.Limits.Concurrency)
 	require.Empty(t, v.Workers)
 
-	testenv.Pool(t, tb.b, worker.Config{Concurrency: 2})
+	testenv.Pool(t, tb.b, worker.Config{Concurrency: 2, Trust: tb.trust})
 	require.Equal(t, http.StatusOK, tb.c.get("/api/providers", &v))
 	require.Len(t, v.Workers, 1, "the pool answers")
 	require.NotEmpty(t, v.Workers[0].Worker)

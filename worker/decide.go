@@ -173,7 +173,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 	e := &deadletter.Entry{
 		Job: d.job, Record: d.env.ID, Action: d.action.Name, Reason: reason, Class: final.Class, Error: diag,
 		Attempts: calls, Deliveries: d.n, Provider: d.action.Provider, Model: cmp.Or(final.Model, d.action.Model),
-		Replays: d.replays, Data: d.msg.Data(), FailedAt: in.now.UTC(),
+		Replays: d.replays, Data: d.msg.Data(), FailedAt: in.now.UTC(), Worker: in.worker,
 	}
 	res := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusFailed, Reason: string(reason), Action: d.action.Name, Job: d.job,

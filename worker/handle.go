@@ -180,6 +180,6 @@ func (jr *jobRunner) broken(msg jetstream.Msg, cause error) (*delivery, outcome)
 	d := &delivery{msg: msg, job: jr.id, action: &workflow.Action{Name: action}, env: &broker.Envelope{ID: rec}}
 	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError,
 		Class: retry.ClassProgramming, Error: "failed permanently: ProgrammingError: " + cause.Error(), Data: msg.Data(),
-		FailedAt: time.Now().UTC()}
+		FailedAt: time.Now().UTC(), Worker: jr.p.id}
 	return d, outcome{kind: outcomeDeadLetter, entry: e}
 }

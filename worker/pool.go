@@ -4,6 +4,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,7 +21,6 @@ import (
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
-	"github.com/jetpool/jetpool/workflow"
 )
 
 // Defaults of Config.
@@ -71,6 +71,15 @@ type Config struct {
 	// DieOn, for tests and chaos drills, makes the worker abandon a record
 	// as a crashed process would: no ack, no nak, no result.
 	DieOn func(job, action, record string) bool
+
+	// Trust is the operator's policy for the keys and endpoints a job's
+	// workflow may use (provider.DefaultTrust); a job it refuses is not
+	// served (worker/serve.go).
+	Trust *provider.Trust
+	// OnUnservable, when set, is told once per reason of a running job this
+	// pool will not serve (with the pool's lock held: it must not call the
+	// pool).
+	OnUnservable func(job string, why error)
 }
 
 // Metrics receives the pool's events (Prometheus in cmd/jetpool).
@@ -112,6 +121,7 @@ type Pool struct {
 	loops    sync.WaitGroup // fetch loops and the watcher
 	inflight sync.WaitGroup
 	ctlSub   *nats.Subscription
+	serve    serveState // jobs this worker cannot serve (serve.go)
 	limits   *ratelimit.Registry
 	ownLim   bool // limits made by Start, closed by Stop
 
@@ -227,6 +237,9 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	if cfg.IdlePoll <= 0 {
 		cfg.IdlePoll = IdlePollMax
 	}
+	if cfg.Trust == nil {
+		cfg.Trust = provider.DefaultTrust()
+	}
 	if cfg.Heartbeat <= 0 {
 		aw := b.Cfg.AckWait
 		if aw <= 0 {
@@ -237,7 +250,7 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	host, _ := os.Hostname()
 	p := &Pool{
 		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
-		jobs: map[string]*jobRunner{}, id: fmt.Sprintf("%s-%d", host, os.Getpid()),
+		jobs: map[string]*jobRunner{}, id: cmp.Or(b.Cfg.WorkerName, fmt.Sprintf("%s-%d", host, os.Getpid())),
 		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
 	}
 	p.done = newCompleter(brokerStore{p}, p.beats, cfg.Log, cfg.Metrics, cfg.Concurrency)
@@ -257,10 +270,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.started {
 		return nil
 	}
-	kv, err := p.b.KV(ctx, broker.BucketJobs)
-	if err != nil {
-		return err
-	}
+	var err error
 	p.limits = p.cfg.Limits
 	if p.limits == nil {
 		store, err := ratelimit.NewKVStore(ctx, p.b)
@@ -301,7 +311,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	}
 	p.runCtx, p.stopRun = context.WithCancel(context.WithoutCancel(ctx))
 	p.hctx, p.stopH = context.WithCancel(context.WithoutCancel(ctx))
-	w, err := broker.WatchAll(p.runCtx, kv)
+	w, err := p.b.WatchJobs(p.runCtx)
 	if err != nil {
 		p.stopRun()
 		p.stopH()
@@ -325,25 +335,7 @@ func (p *Pool) Start(ctx context.Context) error {
 	go func() {
 		defer p.loops.Done()
 		defer w.Stop()
-		for {
-			select {
-			case <-p.runCtx.Done():
-				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					return
-				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
-					continue
-				}
-				var j broker.Job
-				if err := json.Unmarshal(e.Value(), &j); err != nil {
-					p.log.Warn().Str("job", e.Key()).Err(err).Msg("unreadable job entry")
-					continue
-				}
-				p.onJob(&j)
-			}
-		}
+		w.Each(p.runCtx, p.onJob)
 	}()
 	return nil
 }
@@ -373,9 +365,8 @@ func (p *Pool) onJob(j *broker.Job) {
 		jr.setJob(j)
 		return
 	}
-	wf, err := workflow.Decode(j.Workflow)
-	if err != nil {
-		p.log.Error().Str("job", j.ID).Err(err).Msg("job's workflow is unusable; not serving it")
+	wf := p.admit(j) // worker/serve.go: nil when this worker cannot serve the job
+	if wf == nil {
 		return
 	}
 	jr := newJobRunner(p, j, wf)
@@ -476,12 +467,16 @@ type Stats struct {
 	// again; Faults says which writes fail and why.
 	Held   int            `json:"held,omitempty"`
 	Faults []StorageFault `json:"storage_faults,omitempty"`
+	// Unservable is the running jobs this worker will not serve, with why
+	// (worker/serve.go).
+	Unservable map[string]string `json:"unservable,omitempty"`
 }
 
 // Snapshot returns the pool's stats.
 func (p *Pool) Snapshot() Stats {
 	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
-		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Held: p.done.heldCount(), Faults: p.done.faults.list()}
+		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Held: p.done.heldCount(), Faults: p.done.faults.list(),
+		Unservable: p.serve.snapshot()}
 	p.mu.Lock()
 	for id, jr := range p.jobs {
 		if n := jr.inFlight.Load(); n > 0 {

@@ -124,7 +124,7 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 	a := d.action
 	prompt, err := render(a, d)
 	if err != nil {
-		return failed(retry.ReasonProgrammingError, retry.ClassProgramming, "TemplateError", err.Error())
+		return renderFailure(err) // worker/bounds.go: bad_input past the bounds
 	}
 	pr, err := jr.provider(a.Provider)
 	if err != nil {

@@ -43,6 +43,9 @@ func (s brokerStore) forward(d *delivery, output any) (future, error) {
 		// publish of the next action's message.
 		m.Header.Set(broker.HeaderFirstRun, "1")
 	}
+	if err := fits(s.p.b.NC.MaxPayload(), m, d.next); err != nil {
+		return nil, err // worker/bounds.go: the completer dead-letters it as too_large
+	}
 	f, err := s.p.b.JS.PublishMsgAsync(m)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", m.Subject, err)

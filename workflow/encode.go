@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -18,10 +19,22 @@ import (
 // block (every action spells out what it inherited), schemas inlined, only
 // the providers in use, durations as Go duration strings. Decode reads it
 // with the YAML parser (JSON is YAML), so it passes through exactly the
-// checks a workflow file does, plus a few keys only it may carry: file,
-// actions[].line, expect.schema_file and expect.schema_line.
+// checks a workflow file does, plus a few keys only it may carry: version,
+// file, actions[].line, expect.schema_file and expect.schema_line.
+
+// FormatVersion is the version of the encoded form that Encode writes and
+// the newest Decode reads. Raise it whenever Encode writes something an
+// older Decode would read differently or refuse: a worker then says it
+// cannot serve the job (ErrNewerFormat) instead of misreading it. An
+// encoded workflow without a version is version 1.
+const FormatVersion = 1
+
+// ErrNewerFormat is returned (wrapped, naming both versions) by Decode for
+// a workflow encoded by a newer jetpool than this one.
+var ErrNewerFormat = errors.New("workflow encoded by a newer jetpool")
 
 type wireWorkflow struct {
+	Version   int                     `json:"version"`
 	Name      string                  `json:"name,omitempty"`
 	File      string                  `json:"file,omitempty"`
 	Providers map[string]wireProvider `json:"providers,omitempty"`
@@ -118,7 +131,7 @@ type wireLimits struct {
 // Encode renders the workflow as self-contained JSON for the jobs bucket:
 // defaults applied, schema files inlined. Decode reads it back.
 func (w *Workflow) Encode() ([]byte, error) {
-	ww := wireWorkflow{Name: w.Name, File: w.File, Providers: map[string]wireProvider{}, MaxCost: w.MaxCost, Carry: w.Carry}
+	ww := wireWorkflow{Version: FormatVersion, Name: w.Name, File: w.File, Providers: map[string]wireProvider{}, MaxCost: w.MaxCost, Carry: w.Carry}
 	for name, c := range w.Providers {
 		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
 			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream}
@@ -183,11 +196,16 @@ func wirePolicy(p retry.Policy) any {
 // compiling its templates. Errors name the file the workflow came from.
 func Decode(data []byte) (*Workflow, error) {
 	var head struct {
-		File string `json:"file"`
+		Version int    `json:"version"`
+		File    string `json:"file"`
 	}
 	label := "encoded workflow"
 	if json.Unmarshal(data, &head) == nil && head.File != "" {
 		label = head.File + " (encoded)"
+	}
+	if head.Version > FormatVersion {
+		return nil, fmt.Errorf("%s: format version %d, but this jetpool reads up to version %d (upgrade it): %w",
+			label, head.Version, FormatVersion, ErrNewerFormat)
 	}
 	p := &parser{file: label, encoded: true}
 	return p.parse(data)

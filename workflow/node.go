@@ -34,6 +34,66 @@ func child(path, name string) string {
 	return path + "." + name
 }
 
+// MaxExpandedNodes bounds the YAML nodes of a workflow, and of a schema
+// file, counted with every alias and merge key followed. The parser walks
+// the document that way, so without a bound a few lines of aliases of
+// aliases (a "billion laughs") expand to gigabytes: a 13-line one in
+// params took validate to 14.6 GB. A workflow is a few hundred nodes, a
+// large inline schema a few thousand.
+const MaxExpandedNodes = 100_000
+
+// expansionError is checkExpansion's refusal, at a line.
+type expansionError struct {
+	line int
+	msg  string
+}
+
+func (e *expansionError) Error() string { return fmt.Sprintf("line %d: %s", e.line, e.msg) }
+
+// checkExpansion counts the nodes of root with aliases followed, each node
+// once (so it takes time in the size of the document, not of its
+// expansion), and refuses a document past MaxExpandedNodes or with an alias
+// inside the value it names (which no walk of the document would end).
+func checkExpansion(root *yaml.Node) error {
+	size := map[*yaml.Node]int{}
+	const visiting = -1
+	var count func(n *yaml.Node) (int, error)
+	count = func(n *yaml.Node) (int, error) {
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			switch s := size[n.Alias]; {
+			case s == visiting:
+				return 0, &expansionError{n.Line, fmt.Sprintf("alias *%s is inside the value it names", n.Value)}
+			case s > 0:
+				if s > MaxExpandedNodes {
+					return 0, &expansionError{n.Line, tooManyNodes}
+				}
+				return s, nil
+			}
+			return count(n.Alias)
+		}
+		if s := size[n]; s > 0 {
+			return s, nil
+		}
+		size[n] = visiting
+		total := 1
+		for _, c := range n.Content {
+			s, err := count(c)
+			if err != nil {
+				return 0, err
+			}
+			if total += s; total > MaxExpandedNodes {
+				return 0, &expansionError{c.Line, tooManyNodes}
+			}
+		}
+		size[n] = total
+		return total, nil
+	}
+	_, err := count(root)
+	return err
+}
+
+var tooManyNodes = fmt.Sprintf("its aliases expand the document past %d YAML nodes (write the values out, or alias less)", MaxExpandedNodes)
+
 // deref follows aliases.
 func deref(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {

@@ -71,6 +71,12 @@ func (p *parser) document(data []byte) *yaml.Node {
 		p.empty()
 		return nil
 	}
+	if err := checkExpansion(&doc); err != nil {
+		var ee *expansionError
+		errors.As(err, &ee)
+		p.errorf(ee.line, "", "%s", ee.msg)
+		return nil
+	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
@@ -103,7 +109,7 @@ var credentialHeaders = []string{"authorization", "proxy-authorization", "x-api-
 func (p *parser) workflow(root *yaml.Node) *Workflow {
 	known := []string{"name", "providers", "defaults", "actions", "carry"}
 	if p.encoded {
-		known = append(known, "file", "max_cost")
+		known = append(known, "version", "file", "max_cost")
 	}
 	f, ok := p.fields(root, "", known...)
 	if !ok {
@@ -867,6 +873,10 @@ func (p *parser) schemaFile(f field) map[string]any {
 	}
 	if len(doc.Content) == 0 {
 		p.errorf(f.val.Line, f.path, "schema file %s is empty", full)
+		return nil
+	}
+	if err := checkExpansion(&doc); err != nil {
+		p.errorf(f.val.Line, f.path, "schema file %s: %v", full, err)
 		return nil
 	}
 	x, err := toJSON(doc.Content[0])

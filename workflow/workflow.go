@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"sync"
 	"text/template"
 	"time"
 
@@ -148,4 +149,7 @@ func (w *Workflow) Action(name string) (*Action, int) {
 type compiledPrompt struct {
 	tmpl   *template.Template
 	fields []string
+	// renderers are copies of tmpl, one per concurrent render, each with
+	// its bounded functions bound to a budget of its own (template.go).
+	renderers sync.Pool
 }

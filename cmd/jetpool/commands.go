@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
 )
@@ -57,7 +59,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return usageErr("want WORKFLOW and --input FILE")
 	}
-	wf, opts, err := f.prepare(ctx, pos[0])
+	wf, err := loadWorkflow(pos[0])
 	if err != nil {
 		return err
 	}
@@ -66,6 +68,10 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	opts, err := f.prepare(ctx, wf, b)
+	if err != nil {
+		return err
+	}
 	if b.Embedded() {
 		fmt.Fprintln(e.stderr, "note: JETPOOL_NATS_URL is unset: the job goes to the embedded store in "+e.cfg.DataDir+"; `jetpool worker` with the same data dir (or `jetpool run`) will work it")
 	}
@@ -87,7 +93,10 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdWorker(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "worker", "[--concurrency N]", "Run a worker: serve every running job until SIGTERM, then drain in-flight calls.")
+	fs := newFlags(e, "worker", "[--concurrency N]", "Run a worker: serve every running job until SIGTERM, then drain in-flight calls.\n"+
+		"It serves only jobs it can: each provider's key present and bound to the provider's host (presets' keys to their\n"+
+		"hosts, JETPOOL_KEY_HOSTS for others), keyless endpoints on JETPOOL_KEYLESS_HOSTS (loopback), never a JETPOOL_ variable;\n"+
+		"a job it cannot serve it leaves to other workers and says why (log, `jetpool status`, /readyz).")
 	conc := fs.Int("concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
 	drain := fs.Duration("drain", 30*time.Second, "on SIGTERM, how long in-flight calls may finish before they are handed back")
 	jobs := fs.String("job", "", "serve only this job")
@@ -106,6 +115,10 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	if n <= 0 {
 		n = e.cfg.Concurrency
 	}
+	trust, err := provider.LoadTrust(os.LookupEnv)
+	if err != nil {
+		return configErr(err)
+	}
 	b, err := connect(ctx, e)
 	if err != nil {
 		return err
@@ -120,7 +133,8 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	if *jobs != "" {
 		only = []string{*jobs}
 	}
-	pool := worker.New(b, worker.Config{Concurrency: n, Log: e.log, Jobs: only, Metrics: m})
+	pool := worker.New(b, worker.Config{Concurrency: n, Log: e.log, Jobs: only, Metrics: m, Trust: trust})
+	m.unservable = pool.Unservable
 	if err := pool.Start(ctx); err != nil {
 		return err
 	}
@@ -211,10 +225,12 @@ func cmdResults(ctx context.Context, e *env, args []string) error {
 
 func cmdServer(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "server", "[--port N] [--http-port N] [--host ADDR]",
-		"Run the embedded NATS server (JetStream, store in JETPOOL_DATA_DIR) for several local processes and the nats CLI.")
+		"Run the embedded NATS server (JetStream, store in JETPOOL_DATA_DIR) for several local processes and the nats CLI.\n"+
+			"Off loopback it requires auth: JETPOOL_NATS_TOKEN, or JETPOOL_NATS_USER and JETPOOL_NATS_PASSWORD, which clients then use too;\n"+
+			"its monitoring port, which has no auth, stays on 127.0.0.1.")
 	port := fs.Int("port", 4222, "client port")
 	httpPort := fs.Int("http-port", 8222, "monitoring port (0: off)")
-	host := fs.String("host", "127.0.0.1", "listen address (loopback by default; NATS auth is off here)")
+	host := fs.String("host", "127.0.0.1", "listen address (loopback by default, with auth only if JETPOOL_NATS_TOKEN or _USER/_PASSWORD is set; any other address requires them)")
 	dash := newUIFlags(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -229,7 +245,12 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	if e.cfg.NATSURL != "" {
 		return usageErr("JETPOOL_NATS_URL is set: `jetpool server` runs the embedded server; unset it")
 	}
-	b, err := broker.StartEmbedded(ctx, e.cfg, e.log, broker.ServerOptions{Host: *host, Port: *port, HTTPPort: *httpPort})
+	so, err := serverAuth(e.cfg, *host)
+	if err != nil {
+		return err
+	}
+	so.Port, so.HTTPPort = *port, *httpPort
+	b, err := broker.StartEmbedded(ctx, e.cfg, e.log, so)
 	if err != nil {
 		return err
 	}
@@ -244,7 +265,7 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "jetpool server listening on %s (store %s)\n", url, e.cfg.DataDir)
 	fmt.Fprintf(e.stdout, "  export JETPOOL_NATS_URL=%s\n", url)
 	if *httpPort > 0 {
-		fmt.Fprintf(e.stdout, "  monitoring: http://%s\n", net.JoinHostPort(*host, strconv.Itoa(*httpPort)))
+		fmt.Fprintf(e.stdout, "  monitoring: http://%s\n", net.JoinHostPort(cmp.Or(so.HTTPHost, *host), strconv.Itoa(*httpPort)))
 	}
 	stopUI, err := dash.serve(e, b)
 	if err != nil {
@@ -254,6 +275,45 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 	<-ctx.Done()
 	fmt.Fprintln(e.stdout, "jetpool server stopping")
 	return nil
+}
+
+// serverAuth is the embedded server's listen address and auth. Off
+// loopback a server without auth would let anyone who reaches the port
+// read every job's records and workflow, and dispatch work that spends the
+// workers' keys: it refuses to start without a token or a user and
+// password, and keeps its monitoring port (no auth there) on loopback.
+func serverAuth(cfg broker.Config, host string) (broker.ServerOptions, error) {
+	so := broker.ServerOptions{Host: host, Token: cfg.NATSToken}
+	if cfg.NATSUser != "" || cfg.NATSPassword != "" {
+		if cfg.NATSUser == "" || cfg.NATSPassword == "" {
+			return so, usageErr("set both JETPOOL_NATS_USER and JETPOOL_NATS_PASSWORD, or neither")
+		}
+		so.User, so.Password = cfg.NATSUser, cfg.NATSPassword
+	}
+	if so.Token != "" && so.User != "" {
+		return so, usageErr("set JETPOOL_NATS_TOKEN or JETPOOL_NATS_USER/JETPOOL_NATS_PASSWORD, not both")
+	}
+	if isLoopback(host) {
+		return so, nil
+	}
+	if so.Token == "" && so.User == "" {
+		return so, usageErr("--host %s listens beyond this machine, and the server has no auth unless you give it one: "+
+			"set JETPOOL_NATS_TOKEN, or JETPOOL_NATS_USER and JETPOOL_NATS_PASSWORD (clients use the same variables), "+
+			"or keep the default --host 127.0.0.1", host)
+	}
+	so.HTTPHost = "127.0.0.1"
+	return so, nil
+}
+
+// isLoopback reports whether host is a loopback address, localhost, or ""
+// (which broker.StartEmbedded makes 127.0.0.1); 0.0.0.0 and :: are every
+// interface.
+func isLoopback(host string) bool {
+	if host == "" || strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 func isTerminal(w any) bool {

@@ -129,6 +129,7 @@ func dlqShow(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(w, "provider:    %s\n", orDash(en.Provider))
 	fmt.Fprintf(w, "model:       %s\n", orDash(en.Model))
 	fmt.Fprintf(w, "failed at:   %s (%s ago)\n", en.FailedAt.Format(time.RFC3339), age(en.FailedAt))
+	fmt.Fprintf(w, "worker:      %s\n", orDash(en.Worker))
 	fmt.Fprintf(w, "replays:     %d\n", en.Replays)
 	fmt.Fprintf(w, "error:\n  %s\n", en.Error)
 	fmt.Fprintln(w, "record:")
@@ -286,7 +287,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	}
 	for job := range res.Jobs {
 		if b.Embedded() {
-			if err := workAndReport(ctx, e, b, job, *conc, *output, !*noProgress, start); err != nil {
+			if err := workAndReport(ctx, e, b, job, *conc, *output, !*noProgress, start, nil); err != nil {
 				return err
 			}
 			continue

@@ -14,10 +14,10 @@ import (
 // and asks before deleting; job delete needs --yes off a terminal.
 func TestJobPurgeAndDelete(t *testing.T) {
 	dir := setEnv(t)
-	t.Setenv("JETPOOL_SIM_KEY", "")
+	t.Setenv("SIM_API_KEY", "")
 	wf := filepath.Join(dir, "workflow.yaml")
 	require.NoError(t, os.WriteFile(wf, []byte(`providers:
-  sim: {kind: sim, api_key_env: JETPOOL_SIM_KEY, sim: {seed: 3, valid_key: fixed, faults: {auth: 0.3}}}
+  sim: {kind: sim, api_key_env: SIM_API_KEY, sim: {seed: 3, valid_key: fixed, faults: {auth: 0.3}}}
 defaults: {provider: sim}
 actions:
   - name: a
@@ -57,7 +57,7 @@ actions:
 
 	// Without its consumer: a rerun resumes (nothing to do), a replay works.
 	assert.Contains(t, run(), "model calls this run: 0")
-	t.Setenv("JETPOOL_SIM_KEY", "fixed")
+	t.Setenv("SIM_API_KEY", "fixed")
 	code, stdout, stderr = jetpool(t, "retry", "--no-progress")
 	require.Equal(t, 0, code, stdout+stderr)
 	assert.Contains(t, stdout, "10 succeeded, 0 failed")

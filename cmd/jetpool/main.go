@@ -101,6 +101,9 @@ Environment (process configuration):
   JETPOOL_LOG_LEVEL      zerolog level (default info)
   JETPOOL_LOG_FORMAT     json or console (default json; console on a terminal)
   JETPOOL_METRICS_ADDR   jetpool worker serves /metrics, /healthz, /readyz here
+  JETPOOL_KEY_HOSTS      where a worker may send each key: SOURCE=HOST[,HOST...] (presets' keys to their hosts)
+  JETPOOL_KEYLESS_HOSTS  hosts a provider without a key may call (default loopback)
+  JETPOOL_WORKER_NAME    the worker's name in dead letters and status (default host-pid)
   JETPOOL_UI_TOKEN       the dashboard's token: required off loopback (jetpool ui, --ui)
   JETPOOL_JOB_RETENTION  a finished job is deleted this long after it finished (default 720h; 0 keeps them)
   JETPOOL_CONSUMER_GRACE a finished job's work consumer goes this long after it finished (default 1h)

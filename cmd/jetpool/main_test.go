@@ -66,7 +66,7 @@ func readResults(t *testing.T, path string) []map[string]any {
 // with "invalid api key", the key is fixed, retry replays them, all ok.
 func TestQuickstartStory(t *testing.T) {
 	dir := setEnv(t)
-	t.Setenv("JETPOOL_SIM_KEY", "")
+	t.Setenv("SIM_API_KEY", "")
 	out := filepath.Join(dir, "results.jsonl")
 	wf, in := "../../examples/quickstart/workflow.yaml", "../../examples/quickstart/records.jsonl"
 
@@ -94,7 +94,7 @@ func TestQuickstartStory(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "model calls this run: 0")
 
-	t.Setenv("JETPOOL_SIM_KEY", "sk-sim-fixed")
+	t.Setenv("SIM_API_KEY", "sk-sim-fixed")
 	code, stdout, stderr = jetpool(t, "retry", "--output", out, "--no-progress")
 	require.Equal(t, 0, code, stdout+stderr)
 	require.Contains(t, stderr, "replayed")

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +40,9 @@ type metrics struct {
 	inflight   prometheus.Gauge
 	cost       *prometheus.CounterVec // metrics_cost.go
 	ready      atomic.Bool
+	// unservable lists the running jobs the worker will not serve, with
+	// why (worker.Pool.Unservable); nil: none.
+	unservable func() map[string]string
 }
 
 func newMetrics() *metrics {
@@ -186,7 +192,18 @@ func metricsMux(e *env, m *metrics, b *broker.Broker) http.Handler {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
+		// Ready even when some jobs cannot be served here: other jobs (and
+		// tomorrow's) can, and an orchestrator that took the worker out for
+		// one job's missing key would stall a rollout for every job. The
+		// body says which jobs this worker leaves to others, and why.
 		_, _ = w.Write([]byte("ready\n"))
+		if m.unservable == nil {
+			return
+		}
+		refused := m.unservable()
+		for _, job := range slices.Sorted(maps.Keys(refused)) {
+			fmt.Fprintf(w, "cannot serve job %s: %s\n", job, refused[job])
+		}
 	})
 	return mux
 }

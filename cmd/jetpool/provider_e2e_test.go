@@ -120,4 +120,5 @@ actions:
 	require.Equal(t, 0, code)
 	require.NotContains(t, show, key)
 	require.Contains(t, show, "bad-image")
+	require.Regexp(t, `(?m)^worker: +\S+-\d+$`, show, "the dead letter names the worker that failed it (host-pid)")
 }

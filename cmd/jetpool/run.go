@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,7 +51,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if f.input == "" {
 		return usageErr("--input is required")
 	}
-	wf, opts, err := f.prepare(ctx, pos[0])
+	wf, err := loadWorkflow(pos[0])
 	if err != nil {
 		return err
 	}
@@ -59,6 +62,10 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	defer b.Close()
 	tuneGC(b)
 	if err := serveLocal(b); err != nil {
+		return err
+	}
+	opts, err := f.prepare(ctx, wf, b)
+	if err != nil {
 		return err
 	}
 
@@ -89,50 +96,98 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintln(e.stderr)
 	}
-	err = workAndReport(ctx, e, b, job.ID, f.concurrency, f.output, !f.noProgress, start)
+	err = workAndReport(ctx, e, b, job.ID, f.concurrency, f.output, !f.noProgress, start, wf)
 	if b.Embedded() {
 		housekeep(ctx, e, b, job.ID) // job.go: no operator runs `jetpool job purge` here
 	}
 	return err
 }
 
-// prepare does everything run and dispatch do before they publish: load
-// and validate the workflow, read the whole input (refusing bad lines unless
-// --skip-bad), and check the providers' credentials. Every failure is a
-// usage/configuration error (exit 2) and nothing has been published.
-func (f *runFlags) prepare(ctx context.Context, path string) (*workflow.Workflow, dispatcher.Options, error) {
-	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad}
+// loadWorkflow loads and validates the workflow run and dispatch were
+// given, and checks that no provider would send a key the process must
+// never send (a JETPOOL_ variable) before preflight calls anything. It
+// needs no server. Its failures are configuration errors (exit 2).
+func loadWorkflow(path string) (*workflow.Workflow, error) {
 	wf, err := workflow.Load(path)
 	if err != nil {
-		return nil, opts, configErr(err)
+		return nil, configErr(err)
 	}
+	trust, err := runTrust(wf)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(wf.Providers)) {
+		if err := trust.Check(wf.Providers[name]); err != nil {
+			return nil, configErr(err)
+		}
+	}
+	return wf, nil
+}
+
+// runTrust is the policy of a process that works the workflow file it was
+// given (run, and its preflight): the operator's (provider.LoadTrust) plus
+// exactly the keys and endpoints that file names, because it is the user's
+// own workflow on the user's own machine; never a JETPOOL_ variable. nil wf:
+// the operator's alone (retry works jobs it did not load).
+func runTrust(wf *workflow.Workflow) (*provider.Trust, error) {
+	trust, err := provider.LoadTrust(os.LookupEnv)
+	if err != nil {
+		return nil, configErr(err)
+	}
+	if wf != nil {
+		trust = trust.Allowing(wf.Providers)
+	}
+	return trust, nil
+}
+
+// prepare does everything run and dispatch do, once connected, before they
+// publish: read the whole input (refusing bad lines unless --skip-bad, and
+// records too big for b's server), and check the providers' credentials.
+// Every failure is a usage/configuration error (exit 2) and nothing has
+// been published.
+func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, b *broker.Broker) (dispatcher.Options, error) {
+	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad,
+		MaxPayload: b.NC.MaxPayload()}
 	jobID, _, bad, err := dispatcher.Check(wf, opts)
 	if err != nil {
-		return nil, opts, configErr(err)
+		return opts, configErr(err)
 	}
 	if len(bad) > 0 && !f.skipBad {
-		return nil, opts, configErr(&dispatcher.BadInputError{Errs: bad})
+		return opts, configErr(&dispatcher.BadInputError{Errs: bad})
 	}
 	if !f.noPreflight {
 		if err := preflight(ctx, wf); err != nil {
-			return nil, opts, configErr(err)
+			return opts, configErr(err)
 		}
 	}
 	if err := f.budget(wf); err != nil { // cost.go: after the job id, which the flag leaves as it is
-		return nil, opts, configErr(err)
+		return opts, configErr(err)
 	}
 	opts.JobID, opts.Checked = jobID, true
-	return wf, opts, nil
+	return opts, nil
 }
 
 // workAndReport runs a pool and the catcher on the job until it is done,
 // then writes results and the summary. Used by run, and by retry on the
 // embedded server.
-func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, concurrency int, output string, progress bool, start time.Time) error {
+//
+// wf is the workflow file the command was given (nil for retry), which the
+// pool trusts (runTrust). A pool that cannot serve the job (a key missing
+// under --no-preflight, say) ends the command with why: the job stays
+// queued for this command run again, or for workers that can.
+func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, concurrency int, output string, progress bool, start time.Time,
+	wf *workflow.Workflow) error {
 	if concurrency <= 0 {
 		concurrency = e.cfg.Concurrency
 	}
-	pool := worker.New(b, worker.Config{Concurrency: concurrency, Log: e.log, Jobs: []string{jobID}})
+	trust, err := runTrust(wf)
+	if err != nil {
+		return err
+	}
+	wctx, unserved := context.WithCancelCause(ctx)
+	defer unserved(nil)
+	pool := worker.New(b, worker.Config{Concurrency: concurrency, Log: e.log, Jobs: []string{jobID}, Trust: trust,
+		OnUnservable: func(job string, why error) { unserved(&unservableError{job: job, why: why}) }})
 	if err := pool.Start(ctx); err != nil {
 		return err
 	}
@@ -140,7 +195,7 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	if err := catcher.Start(ctx); err != nil {
 		return err
 	}
-	job, waitErr := waitJob(ctx, e, b, jobID, progress)
+	job, waitErr := waitJob(wctx, e, b, jobID, progress)
 	if waitErr == nil {
 		pool.JobDone(jobID) // nothing left to pull: the stop need not wait for the idle pull
 	}
@@ -151,6 +206,10 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	}
 	catcher.Stop()
 	if waitErr != nil {
+		var ue *unservableError
+		if errors.As(context.Cause(wctx), &ue) {
+			return configErr(ue)
+		}
 		if ctx.Err() != nil {
 			return &exitError{code: exitInterrupt, err: fmt.Errorf("interrupted: in-flight calls were finished or handed back; run the same command again to resume job %s", jobID)}
 		}
@@ -170,6 +229,16 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	return nil
 }
 
+// unservableError ends run when its own pool cannot serve the job.
+type unservableError struct {
+	job string
+	why error
+}
+
+func (e *unservableError) Error() string {
+	return fmt.Sprintf("this process cannot work job %s: %v (its records stay queued: run the same command again once that is fixed, or let a `jetpool worker` that can serve the job work them)", e.job, e.why)
+}
+
 // waitJob waits until every record of the job has a final result (or the job
 // failed and nothing is left in flight).
 func waitJob(ctx context.Context, e *env, b *broker.Broker, jobID string, progress bool) (*broker.Job, error) {
@@ -185,22 +254,32 @@ func waitJobEvery(ctx context.Context, e *env, b *broker.Broker, jobID string, p
 	defer tick.Stop()
 	var counted time.Time
 	var counts broker.Counts
+	var unanswered time.Time // since when the server has not answered a poll
 	for {
-		job, _, err := b.GetJob(ctx, jobID)
-		if err != nil {
-			return nil, err
-		}
-		// The backlog is one cheap request; result counts are computed by
-		// the server over every result subject, so they are read only when
-		// the backlog is drained (to decide) or every 2s (for the bar).
-		st, err := b.Backlog(ctx, jobID)
-		if err != nil {
-			return nil, err
-		}
-		if st.Drained() || (bar.bar != nil && time.Since(counted) > 2*time.Second) {
-			if counts, err = b.JobCounts(ctx, job, false); err != nil {
-				return nil, err
+		job, st, fresh, err := pollJob(ctx, b, jobID, bar.bar != nil && time.Since(counted) > 2*time.Second, &counts)
+		switch {
+		case err == nil:
+			if !unanswered.IsZero() {
+				e.log.Info().Dur("for", time.Since(unanswered).Round(time.Second)).Msg("the server answers again")
 			}
+			unanswered = time.Time{}
+		case ctx.Err() == nil && broker.Unanswered(err):
+			// A poll the server did not answer (a busy or electing server, a
+			// node down): the job goes on without us; ask again.
+			if unanswered.IsZero() {
+				unanswered = time.Now()
+				e.log.Warn().Err(err).Str("hint", broker.FaultHint(err)).Msg("waiting for the job: the server did not answer; asking again")
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-tick.C:
+			}
+			continue
+		default:
+			return nil, err
+		}
+		if fresh {
 			counted = time.Now()
 		}
 		st.Counts = counts
@@ -220,6 +299,30 @@ func waitJobEvery(ctx context.Context, e *env, b *broker.Broker, jobID string, p
 		case <-tick.C:
 		}
 	}
+}
+
+// pollJob reads the job, its backlog, and its result counts when the
+// backlog is drained (to decide) or count is set (for the bar); counts keeps
+// the last ones read. The counts are computed by the server over every result
+// subject, so they are not read on every poll.
+func pollJob(ctx context.Context, b *broker.Broker, jobID string, count bool, counts *broker.Counts) (_ *broker.Job, _ broker.Progress, fresh bool, _ error) {
+	job, _, err := b.GetJob(ctx, jobID)
+	if err != nil {
+		return nil, broker.Progress{}, false, err
+	}
+	st, err := b.Backlog(ctx, jobID)
+	if err != nil {
+		return nil, st, false, err
+	}
+	if st.Drained() || count {
+		c, err := b.JobCounts(ctx, job, false)
+		if err != nil {
+			return nil, st, false, err
+		}
+		*counts, fresh = c, true
+	}
+	st.Counts = *counts
+	return job, st, fresh, nil
 }
 
 // preflight checks each provider the workflow uses once, before anything is published.

@@ -81,6 +81,9 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "%s: a replay of %s at %s is not finished ('jetpool retry --job %s' finishes it on the embedded server)\n",
 				s.Job, plural(int64(r.Records), "dead letter"), r.At.Local().Format(time.DateTime), s.Job)
 		}
+		for _, r := range s.Unservable {
+			fmt.Fprintf(e.stdout, "worker %s cannot serve job %s: %s\n", r.Worker, s.Job, r.Reason)
+		}
 	}
 	for _, f := range jobstatus.Faults(stats) {
 		fmt.Fprintf(e.stdout, "storage fault: worker %s: %s writes to %s failing since %s (%d failures): %s\n  %s; its records are held, not called again\n",

@@ -39,11 +39,20 @@ type Job struct {
 	// O(1), no walk over results. MaxCost is its budget.
 	Cost    float64 `json:"cost,omitempty"`
 	MaxCost float64 `json:"max_cost,omitempty"`
+	// Unservable is the workers that will not serve this job, with why
+	// (a key they lack or may not send there, a newer workflow format).
+	Unservable []Refusal `json:"unservable,omitempty"`
 	// Replay is an unfinished replay of the job's dead letters (jetpool retry).
 	Replay *broker.ReplayMark `json:"replay,omitempty"`
 	// StorageFaults are the writes the workers' store refuses now: their
 	// records are held (counted in storing) and written again.
 	StorageFaults []WorkerFault `json:"storage_faults,omitempty"`
+}
+
+// Refusal is a worker that will not serve a job, and why.
+type Refusal struct {
+	Worker string `json:"worker"`
+	Reason string `json:"reason"`
 }
 
 // WorkerFault is a storage fault one worker reports.
@@ -96,6 +105,11 @@ func Read(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byReason bo
 		}
 		s.Workers = len(stats)
 		s.StorageFaults = Faults(stats)
+		for _, st := range stats {
+			if why, ok := st.Unservable[j.ID]; ok {
+				s.Unservable = append(s.Unservable, Refusal{Worker: st.Worker, Reason: why})
+			}
+		}
 		out = append(out, s)
 	}
 	return out, stats, nil
