@@ -62,6 +62,10 @@ type Job struct {
 	// letters, and cleared when the job completes: a retry killed half way
 	// is found and finished by the next one.
 	Replay *ReplayMark `json:"replay,omitempty"`
+
+	// Deleted is set on the job a JobWatch passes on when its entry was
+	// removed (jetpool job delete): only ID is set then.
+	Deleted bool `json:"-"`
 }
 
 // ReplayMark is a replay of a job's dead letters that has not finished.
@@ -333,7 +337,8 @@ func (b *Broker) WatchJobs(ctx context.Context) (*JobWatch, error) {
 // Each calls fn with every job, then again whenever its entry or its state
 // changes, until ctx is done or the watch is stopped. A job is passed once
 // its JETPOOL_JOBS entry is seen, with its state applied; fn owns the Job
-// it is given. A removed entry is not passed on.
+// it is given. A removed entry is passed on as a Job with only ID and
+// Deleted set.
 func (w *JobWatch) Each(ctx context.Context, fn func(*Job)) {
 	specs := map[string]*Job{}
 	states := map[string]jobState{}
@@ -356,7 +361,15 @@ func (w *JobWatch) Each(ctx context.Context, fn func(*Job)) {
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			if e == nil {
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				if _, known := specs[e.Key()]; known {
+					delete(specs, e.Key())
+					delete(states, e.Key())
+					fn(&Job{ID: e.Key(), Deleted: true})
+				}
 				continue
 			}
 			var j Job

@@ -362,7 +362,19 @@ func (p *Pool) onJob(j *broker.Job) {
 		return
 	}
 	if jr, ok := p.jobs[j.ID]; ok {
+		if j.Deleted || j.Status == broker.JobCompleted {
+			// Deleted, or every record has its final result: stop pulling
+			// it (its consumer may go: broker.Sweep); a replay that reopens
+			// it starts it again.
+			delete(p.jobs, j.ID)
+			p.retire(jr)
+			return
+		}
 		jr.setJob(j)
+		return
+	}
+	if j.Deleted || j.Status == broker.JobCompleted {
+		p.serve.clear(j.ID) // no longer a job anyone must serve
 		return
 	}
 	wf := p.admit(j) // worker/serve.go: nil when this worker cannot serve the job
@@ -382,6 +394,16 @@ func (p *Pool) onJob(j *broker.Job) {
 		jr.fetchLoop(ctx)
 	}()
 	p.log.Info().Str("job", j.ID).Msg("serving job")
+}
+
+// retire stops serving a job: its pulls end at once (as with JobDone), its
+// batcher hands back what it did not record, its spend is flushed. Records
+// in flight finish as before.
+func (p *Pool) retire(jr *jobRunner) {
+	jr.endJob()
+	jr.stopBatcher()
+	jr.gate().Close(context.Background())
+	p.log.Info().Str("job", jr.id).Msg("job finished or deleted: no longer serving it")
 }
 
 // JobDone tells the pool that job id has nothing left to deliver (every
