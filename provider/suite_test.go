@@ -63,10 +63,8 @@ type cell struct {
 }
 
 type want struct {
-	// success
-	text   string
-	usage  provider.Usage
-	finish string
+	// success (the text is answer, the finish reason "stop"); usage when it is not 12 in, 5 out
+	usage provider.Usage
 	// error (nil: the call succeeds)
 	err *wantErr
 	// deltas, when set, is what OnDelta must have received, in order, joined.

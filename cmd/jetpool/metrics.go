@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/jetpool/jetpool/broker"
@@ -42,7 +43,7 @@ func newMetrics() *metrics {
 		Help: "JetStream deliveries handled, by job."}, []string{"job"})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetpool_in_flight", Help: "Records being worked now."})
 	m.reg.MustRegister(m.records, m.calls, m.latency, m.tokens, m.deliveries, m.inflight,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.ready.Store(true)
 	return m
 }

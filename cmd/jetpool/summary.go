@@ -26,7 +26,6 @@ type summary struct {
 	byClass   map[string]int64
 	byReason  map[string]int64
 	calls     int64
-	retries   int64
 	recovered int64 // ok records that needed more than one call
 	tokensIn  int64
 	tokensOut int64
