@@ -22,7 +22,7 @@ import (
 //  2. billing and credential signals in the provider type/code
 //     (insufficient_quota, authentication_error, API_KEY_INVALID, …), which
 //     win over the status (Gemini reports a bad key as 400 INVALID_ARGUMENT);
-//  3. the permanent markers of DESIGN.md §1 in "TypeName: message";
+//  3. the permanent markers of docs/design.md §1 in "TypeName: message";
 //  4. the HTTP status (status wins over the provider type otherwise: a 429
 //     whose type says invalid_request_error is a rate limit, a 400 whose code
 //     mentions server_error is an invalid request), or a numeric provider
@@ -38,7 +38,7 @@ import (
 //     then an SDK's or gateway's type name in the words
 //     ("litellm.RateLimitError: …", "ThrottlingException: …"), then
 //     request-size refusals ("Request too large for …"), then the transient
-//     message patterns of DESIGN.md §1, case-insensitive, then a few
+//     message patterns of docs/design.md §1, case-insensitive, then a few
 //     permanent message patterns (unknown model, …).
 //
 // An error with an empty message and no structured signal is a stream that
@@ -448,7 +448,7 @@ func goTypeName(err error, c Class) string {
 
 // --- message patterns -------------------------------------------------------
 
-// markers are DESIGN.md §1's permanent markers: any of them in
+// markers are docs/design.md §1's permanent markers: any of them in
 // "TypeName: message" makes an error permanent, whatever else it says.
 var markers = []struct {
 	text  string
@@ -463,7 +463,7 @@ var markers = []struct {
 	{"unauthorized", ClassAuth},
 	{"invalid api key", ClassAuth},
 	{"invalid_api_key", ClassAuth},
-	// Beyond DESIGN's list: how OpenAI and Gemini word a bad key.
+	// Beyond docs/design.md's list: how OpenAI and Gemini word a bad key.
 	{"incorrect api key", ClassAuth},
 	{"api key not valid", ClassAuth},
 	// Billing, by text: Anthropic's 400 "Your credit balance is too low to
@@ -552,7 +552,7 @@ var (
 		`\binvalid '|unsupported image|content (?:management |filtering )?policy`)
 )
 
-// transientText classifies text (lower-cased) by DESIGN.md §1's transient
+// transientText classifies text (lower-cased) by docs/design.md §1's transient
 // message patterns.
 func transientText(text string) (Class, bool) {
 	switch {

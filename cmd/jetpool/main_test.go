@@ -62,7 +62,7 @@ func readResults(t *testing.T, path string) []map[string]any {
 	return out
 }
 
-// The quickstart tells the story of DESIGN.md: a run where some records die
+// The quickstart tells the story of docs/design.md: a run where some records die
 // with "invalid api key", the key is fixed, retry replays them, all ok.
 func TestQuickstartStory(t *testing.T) {
 	dir := setEnv(t)
