@@ -10,16 +10,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/internal/profile"
 )
 
 // Exit codes.
@@ -133,7 +132,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	e := &env{stdout: stdout, stderr: stderr, cfg: cfg, log: cfg.Logger()}
 	if path := os.Getenv("JETPOOL_CPUPROFILE"); path != "" {
-		stop, err := startCPUProfile(path)
+		stop, err := profile.StartCPU(path)
 		if err != nil {
 			fmt.Fprintf(stderr, "jetpool: JETPOOL_CPUPROFILE: %v\n", err)
 			return exitUsage
@@ -237,32 +236,6 @@ func gcPercent() int {
 func tuneGC(b *broker.Broker) {
 	if _, set := os.LookupEnv("GOGC"); !set && b.Server() == nil {
 		debug.SetGCPercent(WorkerGOGC)
-	}
-}
-
-// startCPUProfile writes a pprof CPU profile of the command to path.
-func startCPUProfile(path string) (func(), error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
-// writeHeapProfile writes a heap profile to $JETPOOL_MEMPROFILE, if set.
-func writeHeapProfile() {
-	path := os.Getenv("JETPOOL_MEMPROFILE")
-	if path == "" {
-		return
-	}
-	if f, err := os.Create(path); err == nil {
-		runtime.GC()
-		_ = pprof.WriteHeapProfile(f)
-		f.Close()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/jobstatus"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
@@ -156,54 +157,15 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 }
 
 // waitJob waits until every record of the job has a final result (or the job
-// failed and nothing is left in flight).
+// failed and nothing is left in flight), with a progress bar on a terminal.
 func waitJob(ctx context.Context, e *env, b *broker.Broker, jobID string, progress bool) (*broker.Job, error) {
-	return waitJobEvery(ctx, e, b, jobID, progress, 200*time.Millisecond)
-}
-
-// waitJobEvery is waitJob polling at the given interval (the bench polls
-// often so that its timings are not rounded up to a UI tick).
-func waitJobEvery(ctx context.Context, e *env, b *broker.Broker, jobID string, progress bool, every time.Duration) (*broker.Job, error) {
 	bar := newProgress(e, progress)
 	defer bar.finish()
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	var counted time.Time
-	var counts broker.Counts
-	for {
-		job, _, err := b.GetJob(ctx, jobID)
-		if err != nil {
-			return nil, err
-		}
-		// The backlog is one cheap request; result counts are computed by
-		// the server over every result subject, so they are read only when
-		// the backlog is drained (to decide) or every 2s (for the bar).
-		st, err := b.Backlog(ctx, jobID)
-		if err != nil {
-			return nil, err
-		}
-		if st.Drained() || (bar.bar != nil && time.Since(counted) > 2*time.Second) {
-			if counts, err = b.JobCounts(ctx, job, false); err != nil {
-				return nil, err
-			}
-			counted = time.Now()
-		}
-		st.Counts = counts
-		bar.update(st.Done, job.Total, st)
-		if st.Drained() && st.Finished(job) {
-			if job.Status != broker.JobFailed && (job.Status != broker.JobCompleted || job.Replay != nil) {
-				if j, err := b.CompleteJob(ctx, jobID); err == nil {
-					job = j
-				}
-			}
-			return job, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
+	var update func(*broker.Job, broker.Progress)
+	if bar.bar != nil {
+		update = func(j *broker.Job, st broker.Progress) { bar.update(st.Done, j.Total, st) }
 	}
+	return jobstatus.Wait(ctx, b, jobID, 200*time.Millisecond, update)
 }
 
 // preflight checks each provider the workflow uses once, before anything is published.
