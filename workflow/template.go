@@ -144,17 +144,11 @@ func (w *fieldWalker) walk(n parse.Node, dot, dollar bool) {
 	case *parse.ActionNode:
 		w.pipe(n.Pipe, dot, dollar)
 	case *parse.IfNode:
-		w.pipe(n.Pipe, dot, dollar)
-		w.walk(n.List, dot, dollar)
-		w.walk(n.ElseList, dot, dollar)
+		w.branch(&n.BranchNode, dot, dollar, dot)
 	case *parse.RangeNode:
-		w.pipe(n.Pipe, dot, dollar)
-		w.walk(n.List, false, dollar)
-		w.walk(n.ElseList, dot, dollar)
+		w.branch(&n.BranchNode, dot, dollar, false) // "." is each element
 	case *parse.WithNode:
-		w.pipe(n.Pipe, dot, dollar)
-		w.walk(n.List, false, dollar)
-		w.walk(n.ElseList, dot, dollar)
+		w.branch(&n.BranchNode, dot, dollar, false) // "." is the pipeline's value
 	case *parse.TemplateNode:
 		w.pipe(n.Pipe, dot, dollar)
 		// {{template "x" .}} runs x over the top-level data; with other
@@ -167,6 +161,14 @@ func (w *fieldWalker) walk(n parse.Node, dot, dollar bool) {
 			}
 		}
 	}
+}
+
+// branch walks an if, range or with: its pipeline, its list (where "." is
+// the top-level data when listDot) and its else list.
+func (w *fieldWalker) branch(n *parse.BranchNode, dot, dollar, listDot bool) {
+	w.pipe(n.Pipe, dot, dollar)
+	w.walk(n.List, listDot, dollar)
+	w.walk(n.ElseList, dot, dollar)
 }
 
 func (w *fieldWalker) pipe(p *parse.PipeNode, dot, dollar bool) {
