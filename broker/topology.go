@@ -66,35 +66,15 @@ func notReady(err error) bool {
 }
 
 func (b *Broker) ensure(ctx context.Context) error {
-	r := max(b.Cfg.Replicas, 1)
+	r := b.Cfg.Replicas
+	if r < 1 {
+		r = 1
+	}
 	dedupe := b.Cfg.DedupeWindow
 	if dedupe <= 0 {
 		dedupe = 2 * time.Hour
 	}
-	for _, sc := range streamConfigs(r, dedupe) {
-		if err := b.ensureStream(ctx, sc); err != nil {
-			return fmt.Errorf("stream %s: %w", sc.Name, err)
-		}
-	}
-	for _, kc := range bucketConfigs(r) {
-		kv, err := b.ensureBucket(ctx, kc)
-		if err != nil {
-			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
-		}
-		b.mu.Lock()
-		b.kv[kc.Bucket] = kv
-		b.mu.Unlock()
-	}
-	if err := b.ensureCatcherConsumer(ctx); err != nil {
-		return fmt.Errorf("consumer %s: %w", ConsumerMaxDeliveries, err)
-	}
-	return nil
-}
-
-// streamConfigs are jetpool's streams, with r replicas and the dedupe
-// window of the streams that dedupe.
-func streamConfigs(r int, dedupe time.Duration) []jetstream.StreamConfig {
-	return []jetstream.StreamConfig{
+	streams := []jetstream.StreamConfig{
 		{
 			Name:        StreamWork,
 			Description: "jetpool work: one message per record and action; removed on ack",
@@ -136,22 +116,26 @@ func streamConfigs(r int, dedupe time.Duration) []jetstream.StreamConfig {
 			MaxAge:      7 * 24 * time.Hour,
 		},
 	}
-}
-
-// bucketConfigs are jetpool's KV buckets, with r replicas.
-func bucketConfigs(r int) []jetstream.KeyValueConfig {
-	return []jetstream.KeyValueConfig{
+	for _, sc := range streams {
+		if err := b.ensureStream(ctx, sc); err != nil {
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
+	}
+	buckets := []jetstream.KeyValueConfig{
 		{Bucket: BucketJobs, Description: "jetpool jobs: workflow, totals, status", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketAttempts, Description: "jetpool: attempts of records waiting for redelivery", History: 1, Replicas: r, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketLimits, Description: "jetpool: shared rate-limit state per provider", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 	}
-}
-
-// ensureCatcherConsumer creates (or updates) the poison-pill catcher's
-// durable consumer on the advisories stream; it writes nothing when the
-// consumer is as wanted.
-func (b *Broker) ensureCatcherConsumer(ctx context.Context) error {
+	for _, kc := range buckets {
+		kv, err := b.ensureBucket(ctx, kc)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
+		}
+		b.mu.Lock()
+		b.kv[kc.Bucket] = kv
+		b.mu.Unlock()
+	}
 	cc := jetstream.ConsumerConfig{
 		Durable:     ConsumerMaxDeliveries,
 		Description: "jetpool poison-pill catcher: moves records past MaxDeliver to the DLQ",
@@ -165,10 +149,12 @@ func (b *Broker) ensureCatcherConsumer(ctx context.Context) error {
 			return nil
 		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return err
+		return fmt.Errorf("consumer %s: %w", ConsumerMaxDeliveries, err)
 	}
-	_, err := b.JS.CreateOrUpdateConsumer(ctx, StreamAdvisories, cc)
-	return err
+	if _, err := b.JS.CreateOrUpdateConsumer(ctx, StreamAdvisories, cc); err != nil {
+		return fmt.Errorf("consumer %s: %w", ConsumerMaxDeliveries, err)
+	}
+	return nil
 }
 
 // ensureStream creates sc, or updates it when a setting jetpool chooses

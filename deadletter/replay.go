@@ -65,13 +65,55 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 			continue
 		}
 		if !res.Jobs[e.Job] {
-			if err := markReplay(ctx, b, e.Job, perJob[e.Job]); err != nil {
-				return res, err
+			// A job that failed (on_exhausted: raise) or completed runs
+			// again once replayed; the mark says a replay is under way
+			// before anything is republished, so that a replay killed half
+			// way is found and finished by the next (Unfinished).
+			n := perJob[e.Job]
+			if _, err := b.UpdateJob(ctx, e.Job, func(j *broker.Job) bool {
+				if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
+					j.Status, j.Reason = broker.JobRunning, ""
+				}
+				j.Replay = &broker.ReplayMark{At: time.Now().UTC(), Records: n}
+				return true
+			}); err != nil {
+				return res, fmt.Errorf("job %s: %w", e.Job, err)
 			}
 			res.Jobs[e.Job] = true
 		}
-		if err := replayOne(ctx, b, e, env, o); err != nil {
+		// The failed result that no longer holds once the record is back in
+		// the work stream. It is looked up before the republish and deleted
+		// by its sequence after it: a worker may run the record and store
+		// its new result on the same subject in between, and that one stays.
+		old, err := b.LastMsg(ctx, broker.StreamResults, broker.ResultSubject(e.Job, e.Action, string(e.Reason), e.Record))
+		if err != nil {
+			return res, fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
+		}
+		m, err := broker.NewWorkMsg(e.Job, e.Action, env, e.Replays+1)
+		if err != nil {
 			return res, err
+		}
+		if o.Mode != "" {
+			m.Header.Set(broker.HeaderMode, o.Mode)
+		}
+		if _, err := b.JS.PublishMsg(ctx, m); err != nil {
+			return res, fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
+		}
+		if o.crashAfterPublish {
+			return res, errCrash
+		}
+		if o.afterPublish != nil {
+			o.afterPublish(e)
+		}
+		// The record is back in the work stream: its failed result no longer
+		// holds, and its dead letter goes.
+		if old != nil {
+			if err := b.DeleteMsg(ctx, broker.StreamResults, old.Sequence); err != nil {
+				return res, err
+			}
+		}
+		if err := b.DeleteMsg(ctx, broker.StreamDLQ, e.Seq); err != nil {
+			return res, fmt.Errorf("replayed %s but could not delete dead letter %d: %w (a second retry will not run it twice)", e.Record, e.Seq, err)
 		}
 		res.Replayed++
 		if o.Each != nil {
@@ -79,64 +121,6 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 		}
 	}
 	return res, nil
-}
-
-// markReplay says that a replay of n of job's dead letters is under way,
-// before anything is republished, so that a replay killed half way is found
-// and finished by the next (Unfinished). A job that failed (on_exhausted:
-// raise) or completed runs again once replayed.
-func markReplay(ctx context.Context, b *broker.Broker, job string, n int) error {
-	if _, err := b.UpdateJob(ctx, job, func(j *broker.Job) bool {
-		if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
-			j.Status, j.Reason = broker.JobRunning, ""
-		}
-		j.Replay = &broker.ReplayMark{At: time.Now().UTC(), Records: n}
-		return true
-	}); err != nil {
-		return fmt.Errorf("job %s: %w", job, err)
-	}
-	return nil
-}
-
-// replayOne republishes dead letter e (its record env) to the work stream,
-// then deletes its failed result and the dead letter: until the republish is
-// acknowledged, it stays in the DLQ.
-func replayOne(ctx context.Context, b *broker.Broker, e *Entry, env *broker.Envelope, o ReplayOptions) error {
-	// The failed result that no longer holds once the record is back in
-	// the work stream. It is looked up before the republish and deleted
-	// by its sequence after it: a worker may run the record and store
-	// its new result on the same subject in between, and that one stays.
-	old, err := b.LastMsg(ctx, broker.StreamResults, broker.ResultSubject(e.Job, e.Action, string(e.Reason), e.Record))
-	if err != nil {
-		return fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
-	}
-	m, err := broker.NewWorkMsg(e.Job, e.Action, env, e.Replays+1)
-	if err != nil {
-		return err
-	}
-	if o.Mode != "" {
-		m.Header.Set(broker.HeaderMode, o.Mode)
-	}
-	if _, err := b.JS.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
-	}
-	if o.crashAfterPublish {
-		return errCrash
-	}
-	if o.afterPublish != nil {
-		o.afterPublish(e)
-	}
-	// The record is back in the work stream: its failed result no longer
-	// holds, and its dead letter goes.
-	if old != nil {
-		if err := b.DeleteMsg(ctx, broker.StreamResults, old.Sequence); err != nil {
-			return err
-		}
-	}
-	if err := b.DeleteMsg(ctx, broker.StreamDLQ, e.Seq); err != nil {
-		return fmt.Errorf("replayed %s but could not delete dead letter %d: %w (a second retry will not run it twice)", e.Record, e.Seq, err)
-	}
-	return nil
 }
 
 var errCrash = fmt.Errorf("simulated crash")

@@ -8,6 +8,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,20 +21,44 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
-
-	"github.com/jetpool/jetpool/internal/testenv"
 )
 
 // jetpoolBin is the jetpool binary built once by TestMain for every test.
 var jetpoolBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.MainWithJetpool(m, "e2e", &jetpoolBin,
-		// nats-server's and nats.go's package-level helpers.
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).logRejectedTLSConns"),
-		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server/pse.updateUsage"),
-		goleak.IgnoreTopFunction("time.Sleep"),
-	))
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "jetpool-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	jetpoolBin = filepath.Join(dir, "jetpool")
+	build := exec.Command("go", "build", "-o", jetpoolBin, "github.com/jetpool/jetpool/cmd/jetpool")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: go build ./cmd/jetpool:", err)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		// Every server, connection and pool a test starts is stopped by
+		// its cleanups; nothing may outlive the tests.
+		if err := goleak.Find(
+			// nats-server's and nats.go's package-level helpers.
+			goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).logRejectedTLSConns"),
+			goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server/pse.updateUsage"),
+			goleak.IgnoreTopFunction("time.Sleep"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: goleak:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // tool finds a binary the CI installs (nats, nats-server): in PATH or

@@ -223,12 +223,39 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	}
 	defer b.Close()
 	start := time.Now()
-	res, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: *f, DryRun: *dry, Mode: *mode, Each: replayPrinter(e)})
+	res, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: *f, DryRun: *dry, Mode: *mode,
+		Each: func(en *deadletter.Entry, replayed bool, why string) {
+			switch {
+			case replayed:
+				e.log.Debug().Str("job", en.Job).Str("record", en.Record).Msg("replayed")
+			case why == "dry run":
+				fmt.Fprintf(e.stdout, "would replay %d  %s/%s/%s  (%s: %s)\n", en.Seq, en.Job, en.Action, en.Record, en.Reason, short(en.Error, 60))
+			default:
+				fmt.Fprintf(e.stderr, "skipped %d  %s/%s/%s: %s\n", en.Seq, en.Job, en.Action, en.Record, why)
+			}
+		}})
 	if err != nil {
 		return err
 	}
-	if err := noteUnfinished(ctx, e, b, f.Job, *dry, res.Jobs); err != nil {
+	// A replay that was killed after it republished left records in the
+	// work stream and none in the DLQ: found by its mark, and finished here.
+	unfinished, err := deadletter.Unfinished(ctx, b, f.Job)
+	if err != nil {
 		return err
+	}
+	for _, u := range unfinished {
+		if res.Jobs[u.Job] {
+			continue
+		}
+		verb := "working them now"
+		if *dry {
+			verb = "a retry without --dry-run works them"
+		} else if !b.Embedded() {
+			verb = "workers will run them"
+		}
+		fmt.Fprintf(e.stderr, "job %s: a replay of %s at %s is not finished: %d records are still queued or waiting; %s\n",
+			u.Job, plural(int64(u.Records), "dead letter"), u.At.Local().Format(time.DateTime), u.Left, verb)
+		res.Jobs[u.Job] = true
 	}
 	if *dry {
 		fmt.Fprintf(e.stdout, "dry run: %s would be replayed; nothing changed\n", plural(int64(res.Matched-res.Skipped), "dead letter"))
@@ -247,69 +274,22 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	for job := range res.Jobs {
-		if err := finishReplay(ctx, e, b, job, *conc, *output, !*noProgress, start); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// replayPrinter tells what retry does with each dead letter it matched: a
-// replay (logged), what a dry run would replay, or why one was skipped.
-func replayPrinter(e *env) func(en *deadletter.Entry, replayed bool, why string) {
-	return func(en *deadletter.Entry, replayed bool, why string) {
-		switch {
-		case replayed:
-			e.log.Debug().Str("job", en.Job).Str("record", en.Record).Msg("replayed")
-		case why == "dry run":
-			fmt.Fprintf(e.stdout, "would replay %d  %s/%s/%s  (%s: %s)\n", en.Seq, en.Job, en.Action, en.Record, en.Reason, short(en.Error, 60))
-		default:
-			fmt.Fprintf(e.stderr, "skipped %d  %s/%s/%s: %s\n", en.Seq, en.Job, en.Action, en.Record, why)
-		}
-	}
-}
-
-// noteUnfinished finds the replays (of job, or of every job) that were
-// killed after they republished: they left records in the work stream and
-// none in the DLQ. Each is said, and its job added to jobs, to be worked
-// (or waited for) with this replay's.
-func noteUnfinished(ctx context.Context, e *env, b *broker.Broker, job string, dry bool, jobs map[string]bool) error {
-	unfinished, err := deadletter.Unfinished(ctx, b, job)
-	if err != nil {
-		return err
-	}
-	for _, u := range unfinished {
-		if jobs[u.Job] {
+		if b.Embedded() {
+			if err := workAndReport(ctx, e, b, job, *conc, *output, !*noProgress, start); err != nil {
+				return err
+			}
 			continue
 		}
-		verb := "working them now"
-		if dry {
-			verb = "a retry without --dry-run works them"
-		} else if !b.Embedded() {
-			verb = "workers will run them"
+		j, err := waitJob(ctx, e, b, job, !*noProgress)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(e.stderr, "job %s: a replay of %s at %s is not finished: %d records are still queued or waiting; %s\n",
-			u.Job, plural(int64(u.Records), "dead letter"), u.At.Local().Format(time.DateTime), u.Left, verb)
-		jobs[u.Job] = true
+		s, err := summarize(ctx, b, j, *output)
+		if err != nil {
+			return err
+		}
+		s.print(e, time.Since(start), 0)
 	}
-	return nil
-}
-
-// finishReplay works a replayed job to completion here (the embedded
-// server), or waits for the workers to (--wait), and prints its summary.
-func finishReplay(ctx context.Context, e *env, b *broker.Broker, job string, conc int, output string, progress bool, start time.Time) error {
-	if b.Embedded() {
-		return workAndReport(ctx, e, b, job, conc, output, progress, start)
-	}
-	j, err := waitJob(ctx, e, b, job, progress)
-	if err != nil {
-		return err
-	}
-	s, err := summarize(ctx, b, j, output)
-	if err != nil {
-		return err
-	}
-	s.print(e, time.Since(start), 0)
 	return nil
 }
 
