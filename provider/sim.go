@@ -180,45 +180,31 @@ func (s *sim) Call(ctx context.Context, req Request) (Response, error) {
 	if record == "" {
 		record = lastUser(req.Messages)
 	}
-	call := s.count(record)
+	s.mu.Lock()
+	s.total++
+	call := s.total
+	if s.sc.FailFirst > 0 || len(s.sc.Replies) > 0 {
+		// Scripts are per record: count each record's calls. Otherwise the
+		// faults of a call are drawn from the process-wide call number, and
+		// nothing per record is kept, so a million-record job costs no memory.
+		s.calls[record]++
+		call = s.calls[record]
+	}
+	s.mu.Unlock()
+
 	if s.cfg.Timeout > 0 {
 		// Like the real adapters: Config.Timeout bounds one call.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
 		defer cancel()
 	}
-	if err := s.wait(ctx, record, call, model); err != nil {
-		return Response{}, err
-	}
-	if err := s.fault(req, record, call, model); err != nil {
-		return Response{}, err
-	}
-	return s.answer(req, record, call, model)
-}
-
-// count counts a call of record and returns its number: per record when a
-// script (fail_first, replies) needs it; otherwise the faults of a call are
-// drawn from the process-wide call number, and nothing per record is kept,
-// so a million-record job costs no memory.
-func (s *sim) count(record string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.total++
-	if s.sc.FailFirst > 0 || len(s.sc.Replies) > 0 {
-		s.calls[record]++
-		return s.calls[record]
-	}
-	return s.total
-}
-
-// wait is the call's latency (with its jitter, or the slow fault's); a
-// context that ends first is a network error, as on a real connection.
-func (s *sim) wait(ctx context.Context, record string, call int, model string) error {
 	latency := s.sc.Latency
 	if s.sc.Jitter > 0 {
 		latency += time.Duration(s.draw(record, call, "jitter") * float64(s.sc.Jitter))
 	}
-	if f := s.sc.Faults; f.Slow > 0 && s.draw(record, call, "slow") < f.Slow {
+	f := s.sc.Faults
+	r := s.draw(record, call, "fault")
+	if f.Slow > 0 && s.draw(record, call, "slow") < f.Slow {
 		latency = s.sc.SlowLatency
 	}
 	if latency > 0 {
@@ -226,53 +212,40 @@ func (s *sim) wait(ctx context.Context, record string, call int, model string) e
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
+			return Response{}, &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
 				Message: ctx.Err().Error(), Provider: s.cfg.Name, Model: model, Err: ctx.Err()}
 		case <-t.C:
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
+		return Response{}, &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
 			Message: err.Error(), Provider: s.cfg.Name, Model: model, Err: err}
 	}
-	return nil
-}
 
-// fault is the call's scripted or drawn failure, nil when it succeeds: the
-// first fail_first calls of a record; auth (unless the key is the valid
-// one) and context overflow, drawn per record; rate limit, server and a
-// stream dropped mid-flight, drawn per call.
-func (s *sim) fault(req Request, record string, call int, model string) error {
-	f := s.sc.Faults
 	if call <= s.sc.FailFirst {
-		return s.fail(retry.Class(cmp.Or(s.sc.FailClass, string(retry.ClassServer))), model)
+		return Response{}, s.fail(retry.Class(cmp.Or(s.sc.FailClass, string(retry.ClassServer))), model)
 	}
 	if f.Auth > 0 && s.draw(record, 0, "auth") < f.Auth {
 		key, _ := s.cfg.APIKey()
 		if s.sc.ValidKey == "" || key != s.sc.ValidKey {
-			return s.fail(retry.ClassAuth, model)
+			return Response{}, s.fail(retry.ClassAuth, model)
 		}
 	}
 	if f.ContextOverflow > 0 && s.draw(record, 0, "overflow") < f.ContextOverflow {
-		return s.fail(retry.ClassContextOverflow, model)
+		return Response{}, s.fail(retry.ClassContextOverflow, model)
 	}
-	switch r := s.draw(record, call, "fault"); {
+	switch {
 	case r < f.RateLimit:
-		return s.fail(retry.ClassRateLimit, model)
+		return Response{}, s.fail(retry.ClassRateLimit, model)
 	case r < f.RateLimit+f.Server:
-		return s.fail(retry.ClassServer, model)
+		return Response{}, s.fail(retry.ClassServer, model)
 	case r < f.RateLimit+f.Server+f.Drop:
 		if req.Stream && req.OnDelta != nil {
 			req.OnDelta("partial answ") // the stream breaks mid-flight
 		}
-		return s.fail(retry.ClassNetwork, model)
+		return Response{}, s.fail(retry.ClassNetwork, model)
 	}
-	return nil
-}
 
-// answer is the call's reply (the call-th of replies, reply rendered, or
-// the default echo), streamed when asked, with a rough token count.
-func (s *sim) answer(req Request, record string, call int, model string) (Response, error) {
 	prompt := lastUser(req.Messages)
 	var text string
 	if n := len(s.sc.Replies); n > 0 {
