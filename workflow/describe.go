@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 )
 
@@ -25,119 +24,103 @@ func (w *Workflow) Describe(out io.Writer) {
 		pr("  file: %s\n", w.File)
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Providers)) {
-		pr("  provider %s: %s\n", name, describeProvider(w.Providers[name]))
+		c := w.Providers[name]
+		var parts []string
+		parts = append(parts, "kind "+c.Kind)
+		if c.BaseURL != "" {
+			parts = append(parts, c.BaseURL)
+		}
+		switch {
+		case c.APIKeyFile != "":
+			parts = append(parts, "key from file "+c.APIKeyFile)
+		case c.APIKeyEnv != "":
+			parts = append(parts, "key from $"+c.APIKeyEnv)
+		}
+		if c.Timeout > 0 {
+			parts = append(parts, "timeout "+c.Timeout.String())
+		}
+		switch l := c.Limits; {
+		case l.Budgeted():
+			parts = append(parts, fmt.Sprintf("limits rpm %s, tpm %s, concurrency %s", limit(l.RPM), limit(l.TPM), limit(l.Concurrency)))
+		case l.NoAdaptive:
+			parts = append(parts, "no limits, adaptive concurrency off")
+		default:
+			parts = append(parts, "no limits: adaptive concurrency")
+		}
+		pr("  provider %s: %s\n", name, strings.Join(parts, ", "))
 	}
 	for i, a := range w.Actions {
 		pr("\naction %d/%d %s (line %d)\n", i+1, n, a.Name, a.Line)
-		a.describe(func(label, format string, args ...any) {
+		row := func(label, format string, args ...any) {
 			if label != "" {
 				label += ":"
 			}
 			pr("  %-11s %s\n", label, fmt.Sprintf(format, args...))
-		}, w.Providers[a.Provider].Kind)
-	}
-}
-
-// describeProvider is a provider's line: kind, endpoint, where its key comes
-// from, timeout and limits.
-func describeProvider(c provider.Config) string {
-	var parts []string
-	parts = append(parts, "kind "+c.Kind)
-	if c.BaseURL != "" {
-		parts = append(parts, c.BaseURL)
-	}
-	switch {
-	case c.APIKeyFile != "":
-		parts = append(parts, "key from file "+c.APIKeyFile)
-	case c.APIKeyEnv != "":
-		parts = append(parts, "key from $"+c.APIKeyEnv)
-	}
-	if c.Timeout > 0 {
-		parts = append(parts, "timeout "+c.Timeout.String())
-	}
-	switch l := c.Limits; {
-	case l.Budgeted():
-		parts = append(parts, fmt.Sprintf("limits rpm %s, tpm %s, concurrency %s", limit(l.RPM), limit(l.TPM), limit(l.Concurrency)))
-	case l.NoAdaptive:
-		parts = append(parts, "no limits, adaptive concurrency off")
-	default:
-		parts = append(parts, "no limits: adaptive concurrency")
-	}
-	return strings.Join(parts, ", ")
-}
-
-// describe writes an action's rows (row writes one, labelled); kind is its
-// provider's.
-func (a *Action) describe(row func(label, format string, args ...any), kind string) {
-	var flags []string
-	if a.Stream {
-		flags = append(flags, "stream")
-	}
-	if a.JSON {
-		flags = append(flags, "json mode")
-	}
-	model := cmp.Or(a.Model, "(provider default)")
-	row("provider", "%s/%s (%s)%s", a.Provider, model, kind, prefixed(", ", flags))
-	if a.Mode == ModeBatch {
-		fallback := ""
-		if a.Fallback != "" {
-			fallback = ", stragglers fall back to " + a.Fallback
 		}
-		row("mode", "batch: up to %d records, sent after %s, polled every %s%s", a.Batch.MaxRecords, a.Batch.MaxWait, a.Batch.Poll, fallback)
-	} else {
-		row("mode", "%s", a.Mode)
-	}
-	calls := a.describeRetry(row)
-	if e := a.Expect; e != nil {
-		what := e.Format
-		switch {
-		case e.SchemaFile != "":
-			what += ", schema from " + e.SchemaFile
-		case e.Schema != nil:
-			what += ", inline schema"
+		var flags []string
+		if a.Stream {
+			flags = append(flags, "stream")
 		}
-		row("expect", "%s", what)
-		if e.RepairAttempts > 0 {
-			row("repair", "up to %s, then %s", count(e.RepairAttempts, "call", "calls"), cmp.Or(e.RepairOnExhausted, retry.OnExhaustedDefault))
+		if a.JSON {
+			flags = append(flags, "json mode")
+		}
+		model := cmp.Or(a.Model, "(provider default)")
+		kind := w.Providers[a.Provider].Kind
+		row("provider", "%s/%s (%s)%s", a.Provider, model, kind, prefixed(", ", flags))
+		if a.Mode == ModeBatch {
+			fallback := ""
+			if a.Fallback != "" {
+				fallback = ", stragglers fall back to " + a.Fallback
+			}
+			row("mode", "batch: up to %d records, sent after %s, polled every %s%s", a.Batch.MaxRecords, a.Batch.MaxWait, a.Batch.Poll, fallback)
 		} else {
-			row("repair", "none (an output that fails the expectation fails the record)")
+			row("mode", "%s", a.Mode)
+		}
+		p := a.Retry
+		if p.Enabled {
+			row("retry", "session: %s, backoff %s doubling up to %s, budget %s", count(p.Attempts(), "attempt", "attempts"),
+				p.Backoff, p.MaxBackoff, p.SessionBudget())
+			row("", "exec: %s, redeliver backoff %s doubling", count(p.Deliveries(), "delivery", "deliveries"), p.RedeliverBackoff)
+			row("", "on_exhausted: %s", p.OnExhausted)
+		} else {
+			off := "off (1 call, 1 delivery)"
+			if p.OnExhausted == retry.Raise {
+				off += ", on_exhausted: raise"
+			}
+			row("retry", "%s", off)
+		}
+		calls, elapsed := p.WorstCase()
+		wait := "no waiting"
+		if elapsed > 0 {
+			wait = elapsed.Round(time.Millisecond).String() + " of waiting between calls"
+		}
+		row("worst case", "%s (%s × %s), %s", count(calls, "call", "calls"), count(p.Attempts(), "attempt", "attempts"),
+			count(p.Deliveries(), "delivery", "deliveries"), wait)
+		if e := a.Expect; e != nil {
+			what := e.Format
+			switch {
+			case e.SchemaFile != "":
+				what += ", schema from " + e.SchemaFile
+			case e.Schema != nil:
+				what += ", inline schema"
+			}
+			row("expect", "%s", what)
+			if e.RepairAttempts > 0 {
+				row("repair", "up to %s, then %s", count(e.RepairAttempts, "call", "calls"), cmp.Or(e.RepairOnExhausted, retry.OnExhaustedDefault))
+			} else {
+				row("repair", "none (an output that fails the expectation fails the record)")
+			}
+		}
+		switch {
+		case a.MaxCalls > 0 && a.MaxCalls < calls:
+			row("max_calls", "%d (caps the worst case of %d)", a.MaxCalls, calls)
+		case a.MaxCalls > 0:
+			row("max_calls", "%d", a.MaxCalls)
+		}
+		if f := a.Fields(); len(f) > 0 {
+			row("reads", "%s", strings.Join(f, ", "))
 		}
 	}
-	switch {
-	case a.MaxCalls > 0 && a.MaxCalls < calls:
-		row("max_calls", "%d (caps the worst case of %d)", a.MaxCalls, calls)
-	case a.MaxCalls > 0:
-		row("max_calls", "%d", a.MaxCalls)
-	}
-	if f := a.Fields(); len(f) > 0 {
-		row("reads", "%s", strings.Join(f, ", "))
-	}
-}
-
-// describeRetry writes an action's retry layers and their worst case, and
-// returns the calls of that worst case.
-func (a *Action) describeRetry(row func(label, format string, args ...any)) int {
-	p := a.Retry
-	if p.Enabled {
-		row("retry", "session: %s, backoff %s doubling up to %s, budget %s", count(p.Attempts(), "attempt", "attempts"),
-			p.Backoff, p.MaxBackoff, p.SessionBudget())
-		row("", "exec: %s, redeliver backoff %s doubling", count(p.Deliveries(), "delivery", "deliveries"), p.RedeliverBackoff)
-		row("", "on_exhausted: %s", p.OnExhausted)
-	} else {
-		off := "off (1 call, 1 delivery)"
-		if p.OnExhausted == retry.Raise {
-			off += ", on_exhausted: raise"
-		}
-		row("retry", "%s", off)
-	}
-	calls, elapsed := p.WorstCase()
-	wait := "no waiting"
-	if elapsed > 0 {
-		wait = elapsed.Round(time.Millisecond).String() + " of waiting between calls"
-	}
-	row("worst case", "%s (%s × %s), %s", count(calls, "call", "calls"), count(p.Attempts(), "attempt", "attempts"),
-		count(p.Deliveries(), "delivery", "deliveries"), wait)
-	return calls
 }
 
 func plural(n int) string {
