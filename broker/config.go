@@ -1,6 +1,6 @@
 // Package broker is the only place that knows NATS: the connection, the
 // embedded server, the streams, consumers and KV buckets, and the subject and
-// header names that make up the operator interface (DESIGN.md §4).
+// header names that make up the operator interface (docs/design.md §4).
 package broker
 
 import (

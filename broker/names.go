@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Stream, bucket and consumer names (DESIGN.md §4): part of the operator interface.
+// Stream, bucket and consumer names (docs/design.md §4): part of the operator interface.
 const (
 	StreamWork       = "JETPOOL_WORK"
 	StreamDLQ        = "JETPOOL_DLQ"

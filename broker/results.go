@@ -19,7 +19,7 @@ const (
 	StatusFailed = "failed"
 )
 
-// ResultError is a result's error (DESIGN.md §5).
+// ResultError is a result's error (docs/design.md §5).
 type ResultError struct {
 	Class     string `json:"class"`
 	Retryable bool   `json:"retryable"`

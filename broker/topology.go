@@ -14,7 +14,7 @@ import (
 	"github.com/jetpool/jetpool/retry"
 )
 
-// Ensure creates or updates every stream and bucket of DESIGN.md §4. It is
+// Ensure creates or updates every stream and bucket of docs/design.md §4. It is
 // idempotent and safe to call from every process at start.
 //
 // It reads before it writes: what exists with the wanted settings is left

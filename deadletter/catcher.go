@@ -24,9 +24,8 @@ type Catcher struct {
 	B   *broker.Broker
 	Log zerolog.Logger
 
-	mu   sync.Mutex
-	cc   jetstream.ConsumeContext
-	done chan struct{}
+	mu sync.Mutex
+	cc jetstream.ConsumeContext
 }
 
 type maxDeliverAdvisory struct {

@@ -26,7 +26,7 @@ type Entry struct {
 	Action     string       `json:"action"`
 	Reason     retry.Reason `json:"reason"`
 	Class      retry.Class  `json:"class,omitempty"`
-	Error      string       `json:"error"` // the diagnostic of DESIGN.md §1
+	Error      string       `json:"error"` // the diagnostic of docs/design.md §1
 	Attempts   int          `json:"attempts"`
 	Deliveries int          `json:"deliveries"`
 	Provider   string       `json:"provider,omitempty"`

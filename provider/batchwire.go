@@ -11,7 +11,7 @@ import (
 // Wire exposes an adapter's wire format to the batch package: the request
 // body an online call would send, the parsing of a response body, and the
 // normalisation of errors. Batch requests are therefore built, and their
-// per-entry errors classified, exactly like online calls (DESIGN.md §1).
+// per-entry errors classified, exactly like online calls (docs/design.md §1).
 type Wire struct {
 	c     *client
 	kind  string

@@ -3,7 +3,7 @@
 //
 // # Adapters
 //
-// One adapter per wire protocol (DESIGN.md §3), built with [New]:
+// One adapter per wire protocol (docs/design.md §3), built with [New]:
 //
 //   - openai: Chat Completions (POST {base_url}/chat/completions, Authorization:
 //     Bearer), for OpenAI and every compatible endpoint (see [Presets]).
@@ -70,7 +70,7 @@
 // response (connection refused or reset, DNS, TLS), APITimeoutError when
 // Config.Timeout expires (it bounds the whole call, stream included),
 // NetworkError for a body cut short. A stream that breaks mid-flight is a
-// NetworkError with an empty message (DESIGN.md §3). A 2xx body that ends in
+// NetworkError with an empty message (docs/design.md §3). A 2xx body that ends in
 // "unexpected end of JSON input" is a truncated body, so network, not a schema
 // problem. A body beyond [MaxBodyBytes] is a ResponseTooLargeError of class
 // invalid_request: the size of an answer follows from its request, so a retry

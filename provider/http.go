@@ -41,7 +41,7 @@ var (
 // The adapters speak net/http directly rather than through the vendors' SDKs:
 // we need the exact status line, headers and body of every failure to classify
 // it, and the SDKs' own retry loops would multiply with our two retry layers
-// (DESIGN.md §1) — here nothing retries but jetpool's session and exec layers.
+// (docs/design.md §1) — here nothing retries but jetpool's session and exec layers.
 type client struct {
 	cfg  Config
 	base *url.URL
@@ -261,7 +261,7 @@ func (c *client) transportError(ctx context.Context, err error, model, key, when
 }
 
 // streamBroken is the error of a stream that broke mid-flight: a network
-// error with an empty message (DESIGN.md §3), unless the cause is ours to name
+// error with an empty message (docs/design.md §3), unless the cause is ours to name
 // (our timeout, the caller's cancellation, the size cap) or the stream was
 // garbage (see badStream).
 func (c *client) streamBroken(ctx context.Context, err error, model, key string) *retry.Error {

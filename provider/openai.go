@@ -57,7 +57,7 @@ func (p *openAI) body(req Request) map[string]any {
 		msgs = append(msgs, openAIMessage{Role: "system", Content: req.System})
 	}
 	for _, m := range req.Messages {
-		msgs = append(msgs, openAIMessage{Role: m.Role, Content: m.Content})
+		msgs = append(msgs, openAIMessage(m))
 	}
 	own := map[string]any{"model": req.Model, "messages": msgs}
 	if _, set := req.Params["stream"]; set || req.Stream {

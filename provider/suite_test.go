@@ -554,7 +554,7 @@ func requireError(t *testing.T, err error, w wantErr, name, model string) {
 		require.Equal(t, w.pcode, e.ProviderCode)
 	}
 	if w.emptyMsg {
-		require.Empty(t, e.Message, "a dropped stream has an empty message (DESIGN.md §3)")
+		require.Empty(t, e.Message, "a dropped stream has an empty message (docs/design.md §3)")
 		require.Equal(t, e.TypeName, err.Error())
 	} else {
 		require.NotEmpty(t, e.Message)

@@ -13,7 +13,7 @@ import (
 )
 
 // Trust is a worker operator's policy for the keys and endpoints a workflow
-// may use (DESIGN.md §9: workers own secrets and endpoints). A workflow
+// may use (docs/design.md §9: workers own secrets and endpoints). A workflow
 // names a provider's base_url and where its key is (api_key_env,
 // api_key_file), but whoever writes a workflow is not whoever runs the
 // worker: a worker sends a key only to a host its operator bound that key

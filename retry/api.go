@@ -15,7 +15,7 @@ const (
 	Raise OnExhausted = "raise"
 )
 
-// Defaults and bounds of Policy (DESIGN.md §1–§2).
+// Defaults and bounds of Policy (docs/design.md §1–§2).
 const (
 	MaxAttemptsDefault      = 3
 	MaxAttemptsMin          = 1
@@ -63,7 +63,7 @@ type Policy struct {
 // Reason is why a record ended in the dead-letter stream.
 type Reason string
 
-// Dead-letter reasons (DESIGN.md §4).
+// Dead-letter reasons (docs/design.md §4).
 const (
 	ReasonPermanent        Reason = "permanent"
 	ReasonExhausted        Reason = "exhausted"

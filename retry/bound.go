@@ -23,7 +23,7 @@ type Action struct {
 }
 
 // Bound is the worst case of one record of an action: a hard bound that
-// every retry layer keeps (DESIGN.md §9), printed by `jetpool validate`.
+// every retry layer keeps (docs/design.md §9), printed by `jetpool validate`.
 type Bound struct {
 	// Calls is the most calls the record's action can make: attempts ×
 	// (1 + repairs) × deliveries, plus batch rounds, capped by max_calls.

@@ -8,7 +8,7 @@ import (
 // Class is the category of a failed call. It decides what each retry layer does.
 type Class string
 
-// The classes of DESIGN.md §1.
+// The classes of docs/design.md §1.
 const (
 	ClassNone            Class = ""
 	ClassRateLimit       Class = "rate_limit"
@@ -29,7 +29,7 @@ const (
 	ClassContentFilter Class = "content_filter"
 )
 
-// Classes lists every class, in the order of DESIGN.md §1.
+// Classes lists every class, in the order of docs/design.md §1.
 var Classes = []Class{ClassRateLimit, ClassServer, ClassNetwork, ClassContextOverflow,
 	ClassAuth, ClassInvalidRequest, ClassSchemaViolation, ClassProgramming, ClassUnknown,
 	ClassTruncated, ClassContentFilter}

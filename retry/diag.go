@@ -11,7 +11,7 @@ import (
 const DiagMaxLen = 300
 
 // Diagnose writes why a record finally failed and every attempt it made
-// (DESIGN.md §1), one line fit for a NATS header:
+// (docs/design.md §1), one line fit for a NATS header:
 //
 //	failed permanently: AuthError: invalid api key
 //	failed after 6 attempts (2 deliveries): [1] RateLimitError: 429 …; [2] NetworkError; …

@@ -2,7 +2,7 @@ package retry
 
 import "strings"
 
-// Retryable is the session layer's decision (DESIGN.md §1), in this order:
+// Retryable is the session layer's decision (docs/design.md §1), in this order:
 //
 //  1. no error: nothing to retry;
 //  2. a permanent class — context overflow (compaction's job, not retry's),
@@ -40,7 +40,7 @@ func (p Policy) ExecRetryable(e *Error) bool {
 
 // classOf is the class both layers act on: e.Class, or Classify(e) when it
 // is unset. A class the provider set is trusted, except that a transient or
-// unknown label never overrides the permanent text signals of DESIGN.md §1
+// unknown label never overrides the permanent text signals of docs/design.md §1
 // (context overflow, the permanent markers), which no layer may retry.
 func classOf(e *Error) Class {
 	c := e.Class

@@ -70,7 +70,7 @@ type decision struct {
 const parkJitterMax = 5 * time.Second
 
 // decide turns how a delivery's session ended into its outcome. It is the
-// whole of the rules of DESIGN.md §9 for a record that ran (pure, and
+// whole of the rules of docs/design.md §9 for a record that ran (pure, and
 // table-tested in decide_test.go without NATS):
 //
 //   - a worker stopping hands the record back, its attempts kept;

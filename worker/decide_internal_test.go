@@ -11,7 +11,7 @@ import (
 	"github.com/jetpool/jetpool/workflow"
 )
 
-// decide, the rules of a record that ran, one row each (DESIGN.md §9).
+// decide, the rules of a record that ran, one row each (docs/design.md §9).
 func TestDecide(t *testing.T) {
 	now := time.Unix(10_000, 0)
 	on := retry.Policy{Enabled: true}.WithDefaults() // 3 attempts × 3 deliveries

@@ -11,7 +11,7 @@ import (
 	"github.com/jetpool/jetpool/workflow"
 )
 
-// A worker serves only the jobs it can run (DESIGN.md §9). Before it takes
+// A worker serves only the jobs it can run (docs/design.md §9). Before it takes
 // a job's records it checks the job's workflow: a format this jetpool
 // reads, and for every provider a key and endpoint its operator allows
 // (provider.Trust) and the key itself. A job it cannot serve it never pulls

@@ -1,5 +1,5 @@
 // Package workflow reads a jetpool workflow: the YAML file that names the
-// providers and the pipeline of actions run for every record (DESIGN.md §2).
+// providers and the pipeline of actions run for every record (docs/design.md §2).
 //
 // # Loading
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/profile"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
@@ -154,7 +155,7 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 	defer stopUI()
 	e.log.Info().Int("concurrency", n).Msg("worker started")
 	<-ctx.Done()
-	writeHeapProfile()
+	profile.WriteHeap(os.Getenv("JETPOOL_MEMPROFILE"))
 	e.log.Info().Dur("drain", *drain).Msg("stopping: no new records; finishing in-flight calls")
 	m.setReady(false)
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)

@@ -11,10 +11,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -23,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/internal/profile"
 )
 
 // Exit codes, one meaning each (README "Exit codes", `jetpool help`), so a
@@ -194,7 +193,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	e := &env{stdout: stdout, stderr: stderr, cfg: cfg, log: cfg.Logger(), commands: commands}
 	if path := os.Getenv("JETPOOL_CPUPROFILE"); path != "" {
-		stop, err := startCPUProfile(path)
+		stop, err := profile.StartCPU(path)
 		if err != nil {
 			fmt.Fprintf(stderr, "jetpool: JETPOOL_CPUPROFILE: %v\n", err)
 			return exitUsage
@@ -440,32 +439,6 @@ func gcPercent() int {
 func tuneGC(b *broker.Broker) {
 	if _, set := os.LookupEnv("GOGC"); !set && b.Server() == nil {
 		debug.SetGCPercent(WorkerGOGC)
-	}
-}
-
-// startCPUProfile writes a pprof CPU profile of the command to path.
-func startCPUProfile(path string) (func(), error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
-// writeHeapProfile writes a heap profile to $JETPOOL_MEMPROFILE, if set.
-func writeHeapProfile() {
-	path := os.Getenv("JETPOOL_MEMPROFILE")
-	if path == "" {
-		return
-	}
-	if f, err := os.Create(path); err == nil {
-		runtime.GC()
-		_ = pprof.WriteHeapProfile(f)
-		f.Close()
 	}
 }
 

@@ -14,21 +14,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asCLI) == "1" {
-		// A child the code under test runs as os.Executable() (the bench's
-		// worker process): be the CLI, not the tests.
-		os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
-	}
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("os/signal.signal_recv"),
 		goleak.IgnoreTopFunction("os/signal.loop"))
 }
 
 // simWorkflow is one action on the sim provider.
 const simWorkflow = "providers:\n  sim: {kind: sim}\ndefaults:\n  provider: sim\nactions:\n  - name: a\n    prompt: \"{{ .text }}\"\n"
-
-// asCLI, set to 1 in a test's environment, makes this test binary act as
-// the jetpool CLI when the code under test runs it as a child.
-const asCLI = "JETPOOL_TEST_AS_CLI"
 
 // jetpool runs the CLI in-process with its own data dir.
 func jetpool(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -62,7 +53,7 @@ func readResults(t *testing.T, path string) []map[string]any {
 	return out
 }
 
-// The quickstart tells the story of DESIGN.md: a run where some records die
+// The quickstart tells the story of docs/design.md: a run where some records die
 // with "invalid api key", the key is fixed, retry replays them, all ok.
 func TestQuickstartStory(t *testing.T) {
 	dir := setEnv(t)

@@ -13,6 +13,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/jobstatus"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
@@ -240,89 +241,18 @@ func (e *unservableError) Error() string {
 }
 
 // waitJob waits until every record of the job has a final result (or the job
-// failed and nothing is left in flight).
+// failed and nothing is left in flight), with a progress bar on a terminal.
 func waitJob(ctx context.Context, e *env, b *broker.Broker, jobID string, progress bool) (*broker.Job, error) {
-	return waitJobEvery(ctx, e, b, jobID, progress, 200*time.Millisecond)
-}
-
-// waitJobEvery is waitJob polling at the given interval (the bench polls
-// often so that its timings are not rounded up to a UI tick).
-func waitJobEvery(ctx context.Context, e *env, b *broker.Broker, jobID string, progress bool, every time.Duration) (*broker.Job, error) {
 	bar := newProgress(e, progress)
 	defer bar.finish()
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	var counted time.Time
-	var counts broker.Counts
-	var unanswered time.Time // since when the server has not answered a poll
-	for {
-		job, st, fresh, err := pollJob(ctx, b, jobID, bar.bar != nil && time.Since(counted) > 2*time.Second, &counts)
-		switch {
-		case err == nil:
-			if !unanswered.IsZero() {
-				e.log.Info().Dur("for", time.Since(unanswered).Round(time.Second)).Msg("the server answers again")
-			}
-			unanswered = time.Time{}
-		case ctx.Err() == nil && broker.Unanswered(err):
-			// A poll the server did not answer (a busy or electing server, a
-			// node down): the job goes on without us; ask again.
-			if unanswered.IsZero() {
-				unanswered = time.Now()
-				e.log.Warn().Err(err).Str("hint", broker.FaultHint(err)).Msg("waiting for the job: the server did not answer; asking again")
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-tick.C:
-			}
-			continue
-		default:
-			return nil, err
-		}
-		if fresh {
-			counted = time.Now()
-		}
-		st.Counts = counts
-		bar.actions(ctx, b, job)
-		bar.update(st.Done, job.Total, st)
-		if st.Drained() && st.Finished(job) {
-			if job.Status != broker.JobFailed && (job.Status != broker.JobCompleted || job.Replay != nil) {
-				if j, err := b.CompleteJob(ctx, jobID); err == nil {
-					job = j
-				}
-			}
-			return job, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
+	var update func(*broker.Job, broker.Progress)
+	if bar.bar != nil {
+		update = func(j *broker.Job, st broker.Progress) {
+			bar.actions(ctx, b, j)
+			bar.update(st.Done, j.Total, st)
 		}
 	}
-}
-
-// pollJob reads the job, its backlog, and its result counts when the
-// backlog is drained (to decide) or count is set (for the bar); counts keeps
-// the last ones read. The counts are computed by the server over every result
-// subject, so they are not read on every poll.
-func pollJob(ctx context.Context, b *broker.Broker, jobID string, count bool, counts *broker.Counts) (_ *broker.Job, _ broker.Progress, fresh bool, _ error) {
-	job, _, err := b.GetJob(ctx, jobID)
-	if err != nil {
-		return nil, broker.Progress{}, false, err
-	}
-	st, err := b.Backlog(ctx, jobID)
-	if err != nil {
-		return nil, st, false, err
-	}
-	if st.Drained() || count {
-		c, err := b.JobCounts(ctx, job, false)
-		if err != nil {
-			return nil, st, false, err
-		}
-		*counts, fresh = c, true
-	}
-	st.Counts = *counts
-	return job, st, fresh, nil
+	return jobstatus.Wait(ctx, b, jobID, 200*time.Millisecond, update, e.log)
 }
 
 // preflight checks each provider the workflow uses once, before anything is published.

@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/testenv"
+)
+
+// The bench on a tiny job: every measure runs and lands in the table. Its
+// figures are not checked here (they belong to the README's run); that it
+// keeps working is. With CI set, the raw rows must come from the real nats
+// CLI, which CI installs.
+func TestRunSmoke(t *testing.T) {
+	dir := t.TempDir()
+	var progress strings.Builder
+	rows, err := Run(t.Context(), testenv.Config(t, testenv.Options{}), Options{Records: 300, Concurrency: 16,
+		LatencyConcurrency: []int{2}, LatencyRecords: 2, RetryRecords: 30, Repeat: 2, WorkProcess: true, Dir: dir,
+		Self: jetpoolBin, Progress: &progress})
+	require.NoError(t, err, progress.String())
+	var table strings.Builder
+	WriteTable(&table, rows)
+	stdout, stderr := table.String(), progress.String()
+	for _, row := range []string{
+		"| raw floor: nats.go work-queue pull + result publish + ack |",
+		"| jetpool dispatch (validate pass + publish) |",
+		"| jetpool work, 0 ms latency, concurrency 16 |",
+		"| jetpool work, 0 ms latency, concurrency 16, worker process of its own (loopback TCP, as the nats CLI) |",
+		"| jetpool dispatch + work + result + ack, overlapped |",
+		"| 100 ms latency, concurrency 2 (4 records), sustained |",
+		"| 100 ms latency, concurrency 2 (4 records), whole run |",
+		"| 100 ms latency, concurrency 2 (4 records), sustained, limits: {adaptive: false} |",
+		"| 100 ms latency, concurrency 2 (4 records), sustained, worker process of its own |",
+		"| retry: 10% transient faults, extra calls |",
+	} {
+		require.Contains(t, stdout, row)
+	}
+	require.True(t, strings.HasPrefix(stdout, "| measure | value | note |\n|---|---|---|\n"), stdout)
+	require.Contains(t, stdout, "of the raw floor")
+	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*%\) of raw consume, [0-9]+% \([0-9]+–[0-9]+%\) of raw work-queue consume, `, stdout)
+	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message, [0-9.]+ \([0-9.]+–[0-9.]+\) cores busy \|`, stdout)
+	require.Regexp(t, `\| raw floor: [^\n]*; CPU [0-9]+ [^\n]* µs a message`, stdout)
+	require.Regexp(t, `\| raw inline: [^\n]*\| [0-9]+/s [^\n]*jetpool without its machinery, [0-9]+% [^\n]* of raw consume; CPU [0-9]+ `, stdout)
+	require.Contains(t, stdout, "limits: {adaptive: false}")
+	require.Regexp(t, `\| 100 ms latency, concurrency 2 \(4 records\), whole run \|[^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a record, [0-9.]+ \([0-9.]+–[0-9.]+\) cores busy \|`, stdout)
+	require.Equal(t, 2, strings.Count(stderr, " round "), "two rounds of the throughput measures")
+	require.Regexp(t, `^jetpool bench: 300 records of 1024 B, go[0-9.]+, [0-9]+ CPUs, fsync 1s, GOGC [0-9]+\n`, stderr)
+	if os.Getenv("CI") != "" {
+		require.Contains(t, stdout, "| raw: nats bench js consume (explicit ack) |", "CI installs the nats CLI")
+		require.Regexp(t, `\| raw: nats bench js consume, work-queue stream [^\n]*\| [0-9]+/s [^\n]*msgs/s; CPU [0-9]+ `, stdout)
+	}
+}
+
+// A `nats bench` that never finishes is ended and run once more; a second
+// stall fails the bench with the CLI's goroutine dump kept, instead of
+// hanging it (the real CLI hung once here, in `bench js consume`).
+func TestNatsBenchStall(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	orig := natsBenchTimeout
+	natsBenchTimeout = func(int) time.Duration { return 300 * time.Millisecond }
+	t.Cleanup(func() { natsBenchTimeout = orig })
+	// A fake CLI: it hangs (until SIGQUIT, when it prints a "dump") for as
+	// many runs as the file "hangs" says, then reports a rate.
+	cli := filepath.Join(dir, "nats")
+	require.NoError(t, os.WriteFile(cli, []byte(`#!/bin/sh
+n=$(cat "$(dirname "$0")/hangs")
+if [ "$n" -gt 0 ]; then
+  echo $((n - 1)) > "$(dirname "$0")/hangs"
+  trap 'echo "goroutine 1 [select]:"; exit 2' QUIT
+  while :; do sleep 0.05; done
+fi
+echo "NATS JetStream ordered consumer stats: 12,345 msgs/sec ~ 12 MiB/sec"
+`), 0o755))
+	hangs := func(n int) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "hangs"), []byte(strconv.Itoa(n)+"\n"), 0o644))
+	}
+
+	var out strings.Builder
+	resets := 0
+	hangs(1)
+	rate, err := natsBench(t.Context(), &out, cli, "nats://127.0.0.1:1", 10, func() error { resets++; return nil }, "consume", "", "")
+	require.NoError(t, err)
+	require.Equal(t, 12345.0, rate)
+	require.Equal(t, 2, resets, "reset before each run")
+	require.Contains(t, out.String(), "no result after 300ms (the CLI stalled; its goroutine dump is in ")
+	require.Contains(t, out.String(), "running it again")
+
+	_, err = natsBench(t.Context(), io.Discard, cli, "nats://127.0.0.1:1", 10, func() error { return errors.New("refill: no room") }, "consume", "", "")
+	require.EqualError(t, err, "refill: no room", "a reset that fails fails the run, before the CLI runs")
+
+	hangs(2)
+	_, err = natsBench(t.Context(), io.Discard, cli, "nats://127.0.0.1:1", 10, nil, "consume", "", "")
+	require.ErrorContains(t, err, "the CLI stalled")
+	dumps, _ := filepath.Glob(filepath.Join(dir, "jetpool-bench-nats-stall-*.txt"))
+	require.Len(t, dumps, 3)
+	data, err := os.ReadFile(dumps[0])
+	require.NoError(t, err)
+	require.Contains(t, string(data), "goroutine 1 [select]:")
+}
+
+// A worker process that dies before its job is done fails the bench run at
+// once, instead of leaving it waiting for counts that never move. (Here the
+// child, the real jetpool binary, exits on a bad setting.) Not parallel: it
+// sets the environment.
+func TestChildWorkerExit(t *testing.T) {
+	b := testenv.Broker(t)
+	wf, err := writeWorkflow(t.TempDir(), "exit", "reply: ok", "", "")
+	require.NoError(t, err)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
+	t.Setenv("JETPOOL_ACK_WAIT", "soon") // the child's config does not load
+	var stderr strings.Builder
+	h := &harness{o: Options{Self: jetpoolBin}, out: &stderr, b: b, log: testenv.Logger(t)}
+	_, err = h.childWork(context.Background(), res.Job.ID, 2, 3)
+	require.ErrorContains(t, err, "worker child exited with job "+res.Job.ID+" at 0 of 3 records")
+	require.Contains(t, stderr.String(), "ACK_WAIT", "the child said why")
+}

@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cpuTime is the CPU this process and its waited-for children (the nats
+// CLI) have used: the embedded server's side of a run counts with the
+// client's, whichever process the client is.
+func cpuTime() time.Duration {
+	var self, kids syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
+}
+
+// cpuUse is the CPU a measure took: per message, and as cores busy.
+type cpuUse struct {
+	perMsg time.Duration
+	cores  float64
+}
+
+// meterCPU starts metering; the returned func ends it for n messages.
+func meterCPU() func(n int) cpuUse {
+	c0, t0 := cpuTime(), time.Now()
+	return func(n int) cpuUse {
+		c, t := cpuTime()-c0, time.Since(t0)
+		return cpuUse{perMsg: c / time.Duration(max(n, 1)), cores: c.Seconds() / t.Seconds()}
+	}
+}
+
+func rate(r float64) string { return fmt.Sprintf("%.0f/s", r) }
+
+// cpuText gives a measure's CPU over its runs: µs a message (or record),
+// and cores busy, each as spread gives it.
+func cpuText(us, cores []float64, per string) string {
+	return "CPU " + spread(us, func(v float64) string { return fmt.Sprintf("%.0f", v) }) + " µs a " + per + ", " +
+		spread(cores, func(v float64) string { return fmt.Sprintf("%.2f", v) }) + " cores busy"
+}
+
+// spread is the median of v, with its range when there is more than one:
+// "97/s (96–100)", "97% (96–100%)".
+func spread(v []float64, format func(float64) string) string {
+	v = slices.Sorted(slices.Values(v))
+	s := format(v[len(v)/2])
+	if len(v) > 1 {
+		lo, hi := strings.TrimSuffix(format(v[0]), "/s"), strings.TrimSuffix(format(v[len(v)-1]), "/s")
+		s += " (" + strings.TrimSuffix(lo, "%") + "–" + hi + ")"
+	}
+	return s
+}
+
+func pct(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*a/b)
+}

@@ -1,0 +1,313 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/profile"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// round is one round of the throughput measures, in records (or messages)
+// per second.
+type round struct {
+	rawPub, rawConsume, rawConsumeWQ, goPub, goConsume, floor, inline float64
+	dispatch, work, workChild, both, e2e                              float64
+	// CPU of the consume-side measures (process and children).
+	rawConsumeCPU, rawConsumeWQCPU, floorCPU, inlineCPU, workCPU, workChildCPU cpuUse
+}
+
+// ratio is a baseline a measure is compared with, by name.
+type ratio struct {
+	name string
+	of   func(round) float64
+}
+
+// rounds are a run's throughput rounds: each row is over all of them.
+type rounds []round
+
+func (rs rounds) values(get func(round) float64) []float64 {
+	v := make([]float64, len(rs))
+	for i, rd := range rs {
+		v[i] = get(rd)
+	}
+	return v
+}
+
+// cpuNote is a measure's CPU (this process and the nats CLI): per message,
+// and as cores busy, which tells a CPU-bound run (near the machine's cores)
+// from one that waited.
+func (rs rounds) cpuNote(get func(round) cpuUse) string {
+	if get == nil || get(rs[0]).perMsg == 0 {
+		return ""
+	}
+	return "; " + cpuText(rs.values(func(rd round) float64 { return float64(get(rd).perMsg) / float64(time.Microsecond) }),
+		rs.values(func(rd round) float64 { return get(rd).cores }), "message")
+}
+
+// throughput runs the raw engine and then jetpool, Repeat times in turn, so
+// that each ratio compares figures taken minutes apart at most, and adds
+// their rows.
+func (h *harness) throughput(ctx context.Context) error {
+	in := filepath.Join(h.dir, "records.jsonl")
+	if err := writeRecords(in, h.o.Records, h.o.Size); err != nil {
+		return err
+	}
+	wf, err := writeWorkflow(h.dir, "zero", "reply: ok", "", "")
+	if err != nil {
+		return err
+	}
+	h.cli = findNatsCLI(h.o.NatsCLI)
+	if h.cli == "" {
+		fmt.Fprintln(h.out, "  (nats CLI not found: raw baselines use the equivalent nats.go loops)")
+	}
+	var rs rounds
+	for r := range h.o.Repeat {
+		if h.o.Repeat > 1 {
+			fmt.Fprintf(h.out, " round %d of %d\n", r+1, h.o.Repeat)
+		}
+		rd, err := h.round(ctx, wf, in, r)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, rd)
+	}
+	h.throughputRows(rs)
+	return nil
+}
+
+// throughputRows adds a row for each throughput measure.
+func (h *harness) throughputRows(rs rounds) {
+	rawPub := func(rd round) float64 { return rd.rawPub }
+	rawConsume := func(rd round) float64 { return rd.rawConsume }
+	rawConsumeWQ := func(rd round) float64 { return rd.rawConsumeWQ }
+	floor := func(rd round) float64 { return rd.floor }
+	if h.cli != "" {
+		h.addStat(rs, "raw: nats bench js pub async --dedup", rawPub, "msgs/s", nil)
+		h.addStat(rs, "raw: nats bench js consume (explicit ack)", rawConsume, "msgs/s", func(rd round) cpuUse { return rd.rawConsumeCPU })
+		h.addStat(rs, "raw: nats bench js consume, work-queue stream (explicit ack; each ack removes its message, as in jetpool's work stream)",
+			rawConsumeWQ, "msgs/s", func(rd round) cpuUse { return rd.rawConsumeWQCPU })
+	} else {
+		h.addStat(rs, "raw: nats.go pull consume + ack, work-queue stream", rawConsumeWQ, "msgs/s", nil)
+	}
+	h.addStat(rs, "raw: nats.go PublishMsgAsync + Nats-Msg-Id", func(rd round) float64 { return rd.goPub }, "msgs/s", nil)
+	h.addStat(rs, "raw: nats.go pull consume + ack", func(rd round) float64 { return rd.goConsume }, "msgs/s", nil)
+	h.addStat(rs, "raw floor: nats.go work-queue pull + result publish + ack", floor, "msgs/s: jetpool's storage work without jetpool",
+		func(rd round) cpuUse { return rd.floorCPU })
+	h.addStat(rs, "raw inline: the floor + jetpool's work on a record (envelope, template, call, result JSON), one goroutine",
+		func(rd round) float64 { return rd.inline }, "msgs/s: jetpool without its machinery",
+		func(rd round) cpuUse { return rd.inlineCPU }, ratio{"raw consume", rawConsume})
+	h.addStat(rs, "jetpool dispatch (validate pass + publish)", func(rd round) float64 { return rd.dispatch }, "", nil,
+		ratio{"raw pub", rawPub})
+	// Zero-latency work, against each consume-side baseline.
+	workRatios := []ratio{{"raw consume", rawConsume}, {"raw work-queue consume", rawConsumeWQ}, {"the raw floor", floor}}
+	h.addStat(rs, fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", h.o.Concurrency), func(rd round) float64 { return rd.work }, "",
+		func(rd round) cpuUse { return rd.workCPU }, workRatios...)
+	if h.o.WorkProcess {
+		h.addStat(rs, fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", h.o.Concurrency),
+			func(rd round) float64 { return rd.workChild }, "",
+			func(rd round) cpuUse { return rd.workChildCPU }, workRatios...)
+	}
+	h.addStat(rs, "jetpool dispatch, then work", func(rd round) float64 { return rd.both }, "records/s, one after the other", nil)
+	h.addStat(rs, "jetpool dispatch + work + result + ack, overlapped", func(rd round) float64 { return rd.e2e }, "", nil,
+		ratio{"raw consume", rawConsume},
+		ratio{"raw pub then consume", func(rd round) float64 { return 1 / (1/rd.rawPub + 1/rd.rawConsume) }})
+}
+
+// addStat adds the row of one throughput measure over the rounds: its
+// median rate with the range, its share of each baseline in ratios, and its
+// CPU (when cpu is not nil).
+func (h *harness) addStat(rs rounds, name string, get func(round) float64, note string, cpu func(round) cpuUse, ratios ...ratio) {
+	percent := func(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
+	for _, q := range ratios {
+		shares := rs.values(func(rd round) float64 { return get(rd) / q.of(rd) })
+		note += ", " + spread(shares, percent) + " of " + q.name
+	}
+	h.add(name, spread(rs.values(get), rate), strings.TrimPrefix(note+rs.cpuNote(cpu), ", "))
+}
+
+// round measures the raw engine and then jetpool, once. Round r uses its own
+// jobs; only round 0 is profiled (Options.CPUProfile, HeapProfile).
+func (h *harness) round(ctx context.Context, wf *workflow.Workflow, in string, r int) (round, error) {
+	var rd round
+	if err := h.rawRound(ctx, &rd, wf); err != nil {
+		return rd, err
+	}
+	if err := h.jetpoolRound(ctx, &rd, wf, in, r); err != nil {
+		return rd, err
+	}
+	h.printRound(rd)
+	return rd, nil
+}
+
+// rawRound measures the raw engine: the nats CLI's pub and consume (when it
+// is installed), nats.go's loops, the raw floor and the raw inline run.
+func (h *harness) rawRound(ctx context.Context, rd *round, wf *workflow.Workflow) error {
+	n, size := h.o.Records, h.o.Size
+	var err error
+	if h.cli != "" {
+		if err := h.natsCLIRound(ctx, rd); err != nil {
+			return err
+		}
+	}
+	if rd.goPub, rd.goConsume, err = rawGo(ctx, h.b, n, size, jetstream.LimitsPolicy); err != nil {
+		return err
+	}
+	if h.cli == "" {
+		if _, rd.rawConsumeWQ, err = rawGo(ctx, h.b, n, size, jetstream.WorkQueuePolicy); err != nil {
+			return err
+		}
+	}
+	if rd.floor, rd.floorCPU, err = rawFloor(ctx, h.out, h.b, n, size, nil); err != nil {
+		return err
+	}
+	iw, err := newInlineWork(wf)
+	if err != nil {
+		return err
+	}
+	if rd.inline, rd.inlineCPU, err = rawFloor(ctx, h.out, h.b, n, size, iw); err != nil {
+		return err
+	}
+	if h.cli == "" {
+		rd.rawPub, rd.rawConsume = rd.goPub, rd.goConsume
+	}
+	return nil
+}
+
+// natsCLIRound runs `nats bench js pub async --dedup`, then `js consume` on
+// the stream it made, then `js consume` on a work-queue stream.
+func (h *harness) natsCLIRound(ctx context.Context, rd *round) error {
+	b, n, url := h.b, h.o.Records, h.b.Server().ClientURL()
+	msgs := strconv.Itoa(n)
+	var err error
+	fresh := func() error { _ = b.JS.DeleteStream(ctx, "BENCHPUB"); return nil } // nats bench makes it afresh
+	rd.rawPub, err = natsBench(ctx, h.out, h.cli, url, n, fresh, "pub", "async", "bench.pub", "--msgs", msgs, "--size", strconv.Itoa(h.o.Size),
+		"--dedup", "--create", "--stream", "BENCHPUB")
+	if err != nil {
+		return err
+	}
+	m := meterCPU()
+	rd.rawConsume, err = natsBench(ctx, h.out, h.cli, url, n, nil, "consume", "", "", "--msgs", msgs, "--stream", "BENCHPUB")
+	if err != nil {
+		return err
+	}
+	rd.rawConsumeCPU = m(n)
+
+	// The same on a work-queue stream, as jetpool's work stream is: each ack
+	// removes its message. nats bench uses the stream it is given; it is
+	// filled (not timed) before each run.
+	refill := func() error {
+		_ = b.JS.DeleteStream(ctx, "BENCHWQPUB")
+		if _, err := b.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCHWQPUB", Subjects: []string{"bench.wqpub"},
+			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+			return err
+		}
+		err := publishRaw(ctx, b, "bench.wqpub", "wqpub-", n, h.o.Size, nil)
+		m = meterCPU()
+		return err
+	}
+	rd.rawConsumeWQ, err = natsBench(ctx, h.out, h.cli, url, n, refill, "consume", "", "", "--msgs", msgs, "--stream", "BENCHWQPUB")
+	if err != nil {
+		return err
+	}
+	rd.rawConsumeWQCPU = m(n)
+	_ = b.JS.DeleteStream(ctx, "BENCHWQPUB")
+	return nil
+}
+
+// jetpoolRound measures jetpool: dispatch, zero-latency work, the two
+// overlapped, and (WorkProcess) the work in a worker process of its own.
+func (h *harness) jetpoolRound(ctx context.Context, rd *round, wf *workflow.Workflow, in string, r int) error {
+	n := h.o.Records
+	job := fmt.Sprintf("bench-zero-%d", r)
+	start := time.Now()
+	res, err := h.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job})
+	if err != nil {
+		return err
+	}
+	rd.dispatch = float64(res.Published) / time.Since(start).Seconds()
+
+	// End to end, zero latency.
+	stopProfile := func() {}
+	if h.o.CPUProfile != "" && r == 0 {
+		if stopProfile, err = profile.StartCPU(h.o.CPUProfile); err != nil {
+			return fmt.Errorf("--cpuprofile-work: %w", err)
+		}
+	}
+	run, err := h.work(ctx, job, h.o.Concurrency, n)
+	rd.workCPU = run.cpu
+	stopProfile()
+	if r == 0 {
+		profile.WriteHeap(h.o.HeapProfile)
+	}
+	if err != nil {
+		return err
+	}
+	rd.work = float64(n) / run.total.Seconds()
+	rd.both = float64(n) / (float64(n)/rd.dispatch + run.total.Seconds())
+
+	// End to end as `jetpool run` does it: the pool works while the
+	// dispatcher publishes, timed from the first record read to the last ack.
+	if rd.e2e, err = h.overlapped(ctx, wf, in, fmt.Sprintf("bench-e2e-%d", r)); err != nil {
+		return err
+	}
+
+	// WorkProcess: zero-latency work again, with the pool in a worker
+	// process of its own, connected over loopback TCP as the nats CLI is (and
+	// as a deployed worker is); its start is included, and the CPU is the
+	// worker's and the server's. Last in the round, so the rows before it
+	// run on the store as they did.
+	if h.o.WorkProcess {
+		job = fmt.Sprintf("bench-zero-child-%d", r)
+		if _, err := h.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+			return err
+		}
+		childRun, err := h.childWork(ctx, job, h.o.Concurrency, n)
+		if err != nil {
+			return err
+		}
+		rd.workChild, rd.workChildCPU = float64(n)/childRun.total.Seconds(), childRun.cpu
+	}
+	return nil
+}
+
+// printRound prints a round's figures as it ends.
+func (h *harness) printRound(rd round) {
+	childRate, childCPU := "", ""
+	if h.o.WorkProcess {
+		childRate = fmt.Sprintf(" (worker process %.0f)", rd.workChild)
+		childCPU = fmt.Sprintf(", worker process %v (%.2f)", rd.workChildCPU.perMsg, rd.workChildCPU.cores)
+	}
+	fmt.Fprintf(h.out, "   raw pub %.0f, raw consume %.0f (work-queue %.0f), floor %.0f, inline %.0f; dispatch %.0f, work %.0f%s, overlapped %.0f\n",
+		rd.rawPub, rd.rawConsume, rd.rawConsumeWQ, rd.floor, rd.inline, rd.dispatch, rd.work, childRate, rd.e2e)
+	fmt.Fprintf(h.out, "   CPU per message (cores busy): raw consume %v (%.2f), work-queue %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f)%s\n",
+		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.rawConsumeWQCPU.perMsg, rd.rawConsumeWQCPU.cores,
+		rd.floorCPU.perMsg, rd.floorCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
+		rd.workCPU.perMsg, rd.workCPU.cores, childCPU)
+}
+
+// overlapped runs a pool on a new job while it is dispatched (as `jetpool
+// run` does) and returns records/s from the dispatch's start to the job
+// finished.
+func (h *harness) overlapped(ctx context.Context, wf *workflow.Workflow, in, job string) (float64, error) {
+	_, stop, err := h.startPool(ctx, job, h.o.Concurrency)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	start := time.Now()
+	if _, err := h.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+		return 0, err
+	}
+	if err := h.waitJob(ctx, job); err != nil {
+		return 0, err
+	}
+	return float64(h.o.Records) / time.Since(start).Seconds(), nil
+}
