@@ -7,6 +7,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -36,7 +37,8 @@ func compilePrompt(name, text string) (*compiledPrompt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &compiledPrompt{tmpl: t, fields: templateFields(t)}, nil
+	refs := templateRefs(t)
+	return &compiledPrompt{tmpl: t, fields: refFields(refs), refs: refs}, nil
 }
 
 // Fields returns the top-level fields the prompt reads, sorted: the first
@@ -107,16 +109,29 @@ func describeKeys(data map[string]any) string {
 	return "it has " + strings.Join(keys, ", ")
 }
 
-// templateFields walks the parse tree of t and collects the first identifier
-// of every field chain evaluated in the top-level data context.
-func templateFields(t *template.Template) []string {
-	seen := map[string]bool{}
+// templateRefs walks the parse tree of t and collects every field chain
+// evaluated in the top-level data context (.meta.title → [meta title]),
+// with the template line it is on, in the order they appear.
+func templateRefs(t *template.Template) []Ref {
+	var refs []Ref
 	visited := map[string]bool{}
-	add := func(s string) {
-		if s != "" {
-			seen[s] = true
+	add := func(tr *parse.Tree, n parse.Node, path ...string) {
+		if len(path) == 0 || path[0] == "" {
+			return
 		}
+		line := 1
+		if tr != nil {
+			if loc, _ := tr.ErrorContext(n); loc != "" {
+				if i := strings.LastIndexByte(loc, ':'); i > 0 {
+					if j := strings.LastIndexByte(loc[:i], ':'); j >= 0 {
+						line, _ = strconv.Atoi(loc[j+1 : i])
+					}
+				}
+			}
+		}
+		refs = append(refs, Ref{Path: slices.Clone(path), Line: line})
 	}
+	tree := t.Tree
 	// dot: "." is the top-level data here; dollar: "$" is.
 	var walk func(n parse.Node, dot, dollar bool)
 	var pipe func(p *parse.PipeNode, dot, dollar bool)
@@ -124,11 +139,11 @@ func templateFields(t *template.Template) []string {
 		switch n := n.(type) {
 		case *parse.FieldNode:
 			if dot {
-				add(n.Ident[0])
+				add(tree, n, n.Ident...)
 			}
 		case *parse.VariableNode:
 			if dollar && n.Ident[0] == "$" && len(n.Ident) > 1 {
-				add(n.Ident[1])
+				add(tree, n, n.Ident[1:]...)
 			}
 		case *parse.ChainNode:
 			if p, ok := n.Node.(*parse.PipeNode); ok {
@@ -157,7 +172,7 @@ func templateFields(t *template.Template) []string {
 			if len(c.Args) >= 3 {
 				if id, ok := c.Args[0].(*parse.IdentifierNode); ok && id.Ident == "index" && isTop(c.Args[1], dot, dollar) {
 					if s, ok := c.Args[2].(*parse.StringNode); ok {
-						add(s.Text)
+						add(tree, s, s.Text)
 					}
 				}
 			}
@@ -197,13 +212,25 @@ func templateFields(t *template.Template) []string {
 				isTop(n.Pipe.Cmds[0].Args[0], dot, dollar) && !visited[n.Name] {
 				visited[n.Name] = true
 				if sub := t.Lookup(n.Name); sub != nil && sub.Tree != nil {
+					outer := tree
+					tree = sub.Tree
 					walk(sub.Tree.Root, true, true)
+					tree = outer
 				}
 			}
 		}
 	}
 	if t.Tree != nil {
 		walk(t.Tree.Root, true, true)
+	}
+	return refs
+}
+
+// refFields is the sorted, distinct first identifiers of refs.
+func refFields(refs []Ref) []string {
+	seen := map[string]bool{}
+	for _, r := range refs {
+		seen[r.Path[0]] = true
 	}
 	return slices.Sorted(maps.Keys(seen))
 }

@@ -132,4 +132,6 @@ func (w *Workflow) Action(name string) (*Action, int) {
 type compiledPrompt struct {
 	tmpl   *template.Template
 	fields []string
+	refs   []Ref
+	line   int // the line of the workflow file the template's first line is on (0: unknown)
 }

@@ -46,6 +46,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the extension)")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed lines (bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
+	f.duplicatesFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -74,7 +75,11 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	if res.Existing {
 		fmt.Fprintf(e.stderr, "job %s was already dispatched; nothing published\n", res.Job.ID)
 	} else {
-		fmt.Fprintf(e.stderr, "%s published (%d duplicates skipped, %d bad lines dead-lettered)\n", plural(res.Published, "record"), res.Duplicates, res.BadLines)
+		fmt.Fprintf(e.stderr, "%s published (%d already published, %d bad lines dead-lettered", plural(res.Published, "record"), res.Duplicates, res.BadLines)
+		if res.Skipped > 0 {
+			fmt.Fprintf(e.stderr, ", %d later uses of ids used before skipped", res.Skipped)
+		}
+		fmt.Fprintln(e.stderr, ")")
 	}
 	fmt.Fprintln(e.stdout, res.Job.ID)
 	return nil

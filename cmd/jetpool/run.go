@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -17,8 +18,17 @@ import (
 
 type runFlags struct {
 	input, output, job, idField, format string
+	duplicates                          string
 	concurrency                         int
 	skipBad, noProgress, noPreflight    bool
+	allowFailed                         bool
+	checked                             *dispatcher.Checked // by prepare
+}
+
+// duplicatesFlag adds --duplicates, shared by run and dispatch.
+func (f *runFlags) duplicatesFlag(fs *flag.FlagSet) {
+	fs.StringVar(&f.duplicates, "duplicates", dispatcher.DuplicatesDefault,
+		"a record id used more than once: \"error\" refuses the input (file:line of each), \"first\" keeps the first record of each id")
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
@@ -35,6 +45,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed input lines (reason bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
+	fs.BoolVar(&f.allowFailed, "allow-failed", false, "exit 0 when the job completed with failed records (default: exit 4)")
+	f.duplicatesFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -76,6 +88,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		if res.Duplicates > 0 {
 			fmt.Fprintf(e.stderr, " (%d already published)", res.Duplicates)
 		}
+		if res.Skipped > 0 {
+			fmt.Fprintf(e.stderr, ", %d later uses of ids used before skipped (--duplicates first)", res.Skipped)
+		}
 		if res.BadLines > 0 {
 			fmt.Fprintf(e.stderr, ", %d bad lines dead-lettered", res.BadLines)
 		}
@@ -89,24 +104,32 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 // --skip-bad), and check the providers' credentials. Every failure is a
 // usage/configuration error (exit 2) and nothing has been published.
 func (f *runFlags) prepare(ctx context.Context, path string) (*workflow.Workflow, dispatcher.Options, error) {
-	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad}
+	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad,
+		Duplicates: f.duplicates}
+	if d := f.duplicates; d != "" && d != dispatcher.DuplicatesError && d != dispatcher.DuplicatesFirst {
+		return nil, opts, usageErr("--duplicates %q: want error or first", d)
+	}
 	wf, err := workflow.Load(path)
 	if err != nil {
 		return nil, opts, configErr(err)
 	}
-	jobID, _, bad, err := dispatcher.Check(wf, opts)
+	c, err := dispatcher.CheckInput(wf, opts)
 	if err != nil {
 		return nil, opts, configErr(err)
 	}
-	if len(bad) > 0 && !f.skipBad {
-		return nil, opts, configErr(&dispatcher.BadInputError{Errs: bad})
+	if len(c.DupErrs) > 0 {
+		return nil, opts, configErr(&dispatcher.DuplicateIDsError{Errs: c.DupErrs})
+	}
+	if len(c.Bad) > 0 && !f.skipBad {
+		return nil, opts, configErr(&dispatcher.BadInputError{Errs: c.Bad})
 	}
 	if !f.noPreflight {
 		if err := preflight(ctx, wf); err != nil {
 			return nil, opts, configErr(err)
 		}
 	}
-	opts.JobID, opts.Checked = jobID, true
+	c.Apply(&opts)
+	f.checked = c
 	return wf, opts, nil
 }
 
