@@ -28,11 +28,11 @@ const MaxReportedErrors = 20
 
 // Options of a dispatch.
 type Options struct {
-	Input      string
-	Format     string // "" from the extension
-	IDField    string
-	JobID      string // "" derives <workflow>-<hash of workflow and input>
-	SkipBad    bool   // dead-letter bad lines as bad_input instead of refusing the file
+	Input   string
+	Format  string // "" from the extension
+	IDField string
+	JobID   string // "" derives <workflow>-<hash of workflow and input>
+	SkipBad bool   // dead-letter bad lines as bad_input instead of refusing the file
 	// Duplicates is how a record id used more than once is treated:
 	// DuplicatesError (DuplicatesDefault, also for "") or DuplicatesFirst.
 	Duplicates string
@@ -54,9 +54,9 @@ type Result struct {
 	Duplicates int64 // records already published (same id), skipped by dedupe: a resumed dispatch
 	// Skipped is the later uses of ids used more than once in the input
 	// (DuplicatesFirst): never published.
-	Skipped int64
-	BadLines   int64 // dead-lettered as bad_input (SkipBad)
-	Existing   bool  // the job was already fully dispatched: nothing published
+	Skipped  int64
+	BadLines int64 // dead-lettered as bad_input (SkipBad)
+	Existing bool  // the job was already fully dispatched: nothing published
 }
 
 // Dispatcher publishes jobs.
