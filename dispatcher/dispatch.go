@@ -28,20 +28,21 @@ const MaxReportedErrors = 20
 
 // Options of a dispatch.
 type Options struct {
-	Input   string
-	Format  string // "" from the extension
-	IDField string
-	JobID   string // "" derives <workflow>-<hash of workflow and input>
-	SkipBad bool   // dead-letter bad lines as bad_input instead of refusing the file
-	// Duplicates is how a record id used more than once is treated:
-	// DuplicatesError (DuplicatesDefault, also for "") or DuplicatesFirst.
-	Duplicates string
+	Input      string
+	Format     string // "" from the extension
+	IDField    string
+	JobID      string // "" derives <workflow>-<hash of workflow and input>
+	SkipBad    bool   // dead-letter bad lines as bad_input instead of refusing the file
 	MaxPending int
 	// Checked says the caller already ran Check with these options and got
 	// JobID and no bad lines (or SkipBad): Dispatch reads the input once.
 	Checked bool
 	// Progress, when set, is called with the number of records published so far.
 	Progress func(published int64)
+
+	// Duplicates is how a record id used more than once is treated:
+	// DuplicatesError (DuplicatesDefault, also for "") or DuplicatesFirst.
+	Duplicates string
 	// dups: the ids used more than once, and the line of their first use
 	// (Checked.Apply).
 	dups map[string]int
