@@ -203,6 +203,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	conc := fs.Int("concurrency", 0, "concurrent model calls when working the replay here")
 	output := fs.String("output", "", "write the job's results JSONL here when done")
 	noProgress := fs.Bool("no-progress", false, "no progress bar")
+	allowFailed := fs.Bool("allow-failed", false, "exit 0 when a job completed with failed records (default: exit 4)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -275,7 +276,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	}
 	for job := range res.Jobs {
 		if b.Embedded() {
-			if err := workAndReport(ctx, e, b, job, *conc, *output, !*noProgress, start); err != nil {
+			if err := exitOnFailed(workAndReport(ctx, e, b, job, *conc, *output, !*noProgress, start), *allowFailed); err != nil {
 				return err
 			}
 			continue
@@ -289,6 +290,9 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		s.print(e, time.Since(start), 0)
+		if s.failed > 0 && j.Status != broker.JobFailed && !*allowFailed {
+			return &exitError{code: exitFailedRecords, err: &errFailedRecords{job: j.ID, failed: s.failed}}
+		}
 	}
 	return nil
 }

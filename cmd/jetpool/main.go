@@ -27,7 +27,11 @@ const (
 	exitOK        = 0
 	exitJobFailed = 1
 	exitUsage     = 2
-	exitInterrupt = 130
+	// exitFailedRecords: the job completed, and some records failed
+	// (return_last); --allow-failed makes that 0. A CI step that runs a job
+	// fails when records did, as make and test runners do.
+	exitFailedRecords = 4
+	exitInterrupt     = 130
 )
 
 // exitError carries an exit code with its message.
@@ -84,7 +88,9 @@ Environment (process configuration):
   JETPOOL_ACK_WAIT       work consumer AckWait (default 30s)
   JETPOOL_LOG_LEVEL, JETPOOL_LOG_FORMAT (json|console), JETPOOL_METRICS_ADDR
 
-Exit codes: 0 job completed, 1 a raise action failed the job, 2 usage or configuration error.
+Exit codes: 0 job completed, every record ok; 1 a raise action failed the job (or another error);
+  2 usage, configuration or input error; 4 job completed with failed records (run, retry;
+  --allow-failed makes it 0).
 Run 'jetpool COMMAND -h' for a command's flags.
 `
 

@@ -96,7 +96,31 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintln(e.stderr)
 	}
-	return workAndReport(ctx, e, b, job.ID, f.concurrency, f.output, !f.noProgress, start)
+	return exitOnFailed(workAndReport(ctx, e, b, job.ID, f.concurrency, f.output, !f.noProgress, start), f.allowFailed)
+}
+
+// errFailedRecords is workAndReport's error for a job that completed with
+// failed records (exitFailedRecords).
+type errFailedRecords struct {
+	job    string
+	failed int64
+}
+
+func (e *errFailedRecords) Error() string {
+	return fmt.Sprintf("job %s completed with %s (exit %d; --allow-failed exits 0)", e.job, plural(e.failed, "failed record"), exitFailedRecords)
+}
+
+// exitOnFailed turns a job that completed with failed records into exit
+// code exitFailedRecords, or into success with allowFailed.
+func exitOnFailed(err error, allowFailed bool) error {
+	var fr *errFailedRecords
+	if !errors.As(err, &fr) {
+		return err
+	}
+	if allowFailed {
+		return nil
+	}
+	return &exitError{code: exitFailedRecords, err: fr}
 }
 
 // prepare does everything run and dispatch do before they publish: load
@@ -174,6 +198,9 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	}
 	if job.Status == broker.JobFailed {
 		return &exitError{code: exitJobFailed, err: fmt.Errorf("job %s failed: %s", job.ID, job.Reason)}
+	}
+	if sum.failed > 0 {
+		return &errFailedRecords{job: job.ID, failed: sum.failed}
 	}
 	return nil
 }
