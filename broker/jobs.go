@@ -37,12 +37,65 @@ type Job struct {
 	// letters, and cleared when the job completes: a retry killed half way
 	// is found and finished by the next one.
 	Replay *ReplayMark `json:"replay,omitempty"`
+
+	// Revisions are the job's later workflows (jetpool retry --workflow):
+	// revision n ≥ 2 is Revisions[n-2], revision 1 is Workflow. A work
+	// message names its revision (HeaderRevision).
+	Revisions []Revision `json:"revisions,omitempty"`
+	// InputHash is the hash of the input's content when it was last
+	// dispatched: `run --job` with a changed input dispatches only the
+	// records that are new or changed.
+	InputHash string `json:"input_hash,omitempty"`
+	// Finished is when the job last completed: a finished job's rate is
+	// over its own duration, Created to Finished.
+	Finished time.Time `json:"finished,omitzero"`
+}
+
+// Revision is one later revision of a job's workflow.
+type Revision struct {
+	Workflow json.RawMessage `json:"workflow"` // workflow.Encode()
+	File     string          `json:"file,omitempty"`
+	Created  time.Time       `json:"created"`
+}
+
+// Revision is the job's current revision: the one new work runs under.
+func (j *Job) Revision() int { return 1 + len(j.Revisions) }
+
+// WorkflowOf returns the encoded workflow of revision rev (0 or 1: the
+// first), false when the job has no such revision.
+func (j *Job) WorkflowOf(rev int) (json.RawMessage, bool) {
+	switch {
+	case rev <= 1:
+		return j.Workflow, true
+	case rev-2 < len(j.Revisions):
+		return j.Revisions[rev-2].Workflow, true
+	}
+	return nil, false
+}
+
+// Elapsed is how long the job has run: to now, or to Finished once it
+// completed (so its rate does not fall after it).
+func (j *Job) Elapsed(now time.Time) time.Duration {
+	if j.Status == JobCompleted && !j.Finished.IsZero() {
+		return j.Finished.Sub(j.Created)
+	}
+	return now.Sub(j.Created)
 }
 
 // ReplayMark is a replay of a job's dead letters that has not finished.
 type ReplayMark struct {
 	At      time.Time `json:"at"`
 	Records int       `json:"records"` // dead letters it set out to replay
+}
+
+// AddRevision adds a revision of the job's workflow (enc, read from file)
+// and returns the job with it. Work published after it names it
+// (HeaderRevision); records already in flight keep theirs.
+func (b *Broker) AddRevision(ctx context.Context, id string, enc json.RawMessage, file string) (*Job, error) {
+	return b.UpdateJob(ctx, id, func(j *Job) bool {
+		j.Revisions = append(j.Revisions, Revision{Workflow: enc, File: file, Created: time.Now().UTC()})
+		return true
+	})
 }
 
 // ErrJobNotFound is returned by GetJob when the job does not exist.
@@ -148,6 +201,7 @@ func (b *Broker) CompleteJob(ctx context.Context, id string) (*Job, error) {
 			j.Status = JobCompleted
 		}
 		j.Replay = nil
+		j.Finished = time.Now().UTC()
 		return true
 	})
 }

@@ -53,11 +53,13 @@ type Result struct {
 	Job        *broker.Job
 	Published  int64 // new records published now
 	Duplicates int64 // records already published (same id), skipped by dedupe: a resumed dispatch
+	BadLines   int64 // dead-lettered as bad_input (SkipBad)
+	Existing   bool  // the job was already fully dispatched: nothing published
+
 	// Skipped is the later uses of ids used more than once in the input
 	// (DuplicatesFirst): never published.
-	Skipped  int64
-	BadLines int64 // dead-lettered as bad_input (SkipBad)
-	Existing bool  // the job was already fully dispatched: nothing published
+	Skipped   int64
+	inputHash string
 }
 
 // Dispatcher publishes jobs.
@@ -247,6 +249,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	job, err = d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
 		j.Total += res.Published + res.BadLines
 		j.Dispatched = true
+		j.InputHash = res.inputHash
 		if j.Status == broker.JobDispatching {
 			j.Status = broker.JobRunning
 		}
@@ -291,7 +294,8 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		}
 		return nil
 	}
-	_, err := eachRecord(wf, opts, func(rec Record, le *LineError) error {
+	var err error
+	res.inputHash, err = eachRecord(wf, opts, func(rec Record, le *LineError) error {
 		if le != nil {
 			res.BadLines++
 			return d.deadLetterBad(ctx, job.ID, first.Name, rec, le)
@@ -300,7 +304,7 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 			res.Skipped++
 			return nil
 		}
-		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line}
+		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: broker.RecordSum(rec.Raw)}
 		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
 		if err != nil {
 			return err

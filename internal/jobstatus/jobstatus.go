@@ -129,7 +129,7 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 				Round: h.Round, Counts: h.Counts, Age: time.Since(h.Created).Round(time.Second).String(), LastError: h.LastError})
 		}
 	}
-	if el := time.Since(j.Created).Seconds(); el > 0 {
+	if el := j.Elapsed(time.Now()).Seconds(); el > 0 {
 		s.Rate = float64(c.Done) / el
 	}
 	// A job worked by long-running workers has nobody waiting on it: the
