@@ -331,12 +331,18 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 	return res, nil
 }
 
-func (d *Dispatcher) deadLetterBad(ctx context.Context, job, action string, rec Record, le *LineError) error {
-	id := rec.ID
-	if id == "" {
-		sum := sha256.Sum256(rec.Raw)
-		id = fmt.Sprintf("line%d-%s", rec.Line, hex.EncodeToString(sum[:4]))
+// badID is the record id of a bad line: its id when it has one, else one
+// made of its line and text.
+func badID(rec Record) string {
+	if rec.ID != "" {
+		return rec.ID
 	}
+	sum := sha256.Sum256(rec.Raw)
+	return fmt.Sprintf("line%d-%s", rec.Line, hex.EncodeToString(sum[:4]))
+}
+
+func (d *Dispatcher) deadLetterBad(ctx context.Context, job, action string, rec Record, le *LineError) error {
+	id := badID(rec)
 	e := &deadletter.Entry{
 		Job: job, Record: id, Action: action, Reason: retry.ReasonBadInput, Class: retry.ClassInvalidRequest,
 		Error: "bad input: " + le.Error(), Attempts: 0, Deliveries: 0, FailedAt: time.Now().UTC(),

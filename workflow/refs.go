@@ -145,3 +145,23 @@ func listSome(s []string) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// Definition is the workflow as Encode renders it, less where it was
+// written (the file and its line numbers): two workflows with equal
+// definitions run the same way. A job's revisions are compared by it.
+func (w *Workflow) Definition() ([]byte, error) {
+	c := *w
+	c.File = ""
+	c.Actions = make([]*Action, len(w.Actions))
+	for i, a := range w.Actions {
+		ac := *a
+		ac.Line = 0
+		if a.Expect != nil {
+			e := *a.Expect
+			e.SchemaLine, e.SchemaFile = 0, ""
+			ac.Expect = &e
+		}
+		c.Actions[i] = &ac
+	}
+	return c.Encode()
+}

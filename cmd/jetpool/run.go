@@ -71,6 +71,24 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 
 	start := time.Now()
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
+	old, err := checkRunJob(ctx, b, wf, &f, pos[0])
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		// An input fix: only the records that are new or changed run.
+		r, err := d.Refresh(ctx, wf, old, opts)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "job %s: the input changed: %d new and %d changed records dispatched, %d unchanged kept",
+			old.ID, r.New, r.Changed, r.Unchanged)
+		if r.BadLines > 0 {
+			fmt.Fprintf(e.stderr, ", %d new bad lines dead-lettered", r.BadLines)
+		}
+		fmt.Fprintln(e.stderr)
+		return exitOnFailed(workAndReport(ctx, e, b, old.ID, f.concurrency, f.output, !f.noProgress, start), f.allowFailed)
+	}
 	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
 		var bie *dispatcher.BadInputError

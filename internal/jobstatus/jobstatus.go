@@ -39,6 +39,9 @@ type Job struct {
 	// StorageFaults are the writes the workers' store refuses now: their
 	// records are held (counted in storing) and written again.
 	StorageFaults []WorkerFault `json:"storage_faults,omitempty"`
+	// Revision is the job's current workflow revision (results name the
+	// one that produced them).
+	Revision int `json:"revision"`
 }
 
 // WorkerFault is a storage fault one worker reports.
@@ -99,7 +102,7 @@ func Read(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byReason bo
 // of is job j's status; info is its consumer's (nil: none, or
 // unreadable).
 func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (Job, error) {
-	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay}
+	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay, Revision: j.Revision()}
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
 		return s, err
