@@ -192,9 +192,12 @@ func dlqPurge(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdRetry(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "retry", "[filters] [--limit N] [--dry-run] [--wait]",
+	fs := newFlags(e, "retry", "[filters] [--workflow FIXED.yaml] [--limit N] [--dry-run] [--wait]",
 		"Replay dead letters into the work stream as a new replay generation. With the embedded server, also work\n"+
-			"them to completion and print a summary; with an external server, return after republishing (--wait follows).")
+			"them to completion and print a summary; with an external server, return after republishing (--wait follows).\n"+
+			"--workflow replays them under a new revision of the job's workflow (same actions, any definitions): the\n"+
+			"actions that failed and those after them run it; those that succeeded keep their results and are not paid again.\n"+
+			"Exit 4 when the job completes with failed records (--allow-failed: 0).")
 	f := filterFlags(fs)
 	limit := fs.Int("limit", 0, "replay at most this many")
 	dry := fs.Bool("dry-run", false, "show what would be replayed; change nothing")

@@ -34,11 +34,13 @@ func (f *runFlags) duplicatesFlag(fs *flag.FlagSet) {
 func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run", "WORKFLOW --input FILE [--output FILE] [flags]",
 		"Dispatch a job, work it, wait until every record has a final result, write the results and print a summary.\n"+
-			"Running the same command again does not re-run records that already succeeded.")
+			"Running the same command again does not re-run records that already succeeded. With --job of a job that\n"+
+			"exists: another workflow is refused (use 'jetpool retry --job ID --workflow FILE'); a changed input runs\n"+
+			"only its new and changed records. Exit 0 every record ok, 4 completed with failed records, 1 the job failed.")
 	var f runFlags
 	fs.StringVar(&f.input, "input", "", "input records: JSONL (one object per line) or CSV with a header row")
 	fs.StringVar(&f.output, "output", "", "write results JSONL here (default: none; see 'jetpool results')")
-	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, so a rerun resumes)")
+	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, so a rerun resumes); an existing job\nwith a changed input runs only the records that are new or changed")
 	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: \"id\" when a record has it, else a stable hash of the record)")
 	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the file extension)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
