@@ -157,8 +157,10 @@ func checkRunJob(ctx context.Context, b *broker.Broker, wf *workflow.Workflow, f
 			"  to run every record under it: jetpool run %s --input %s (without --job: a new job)",
 			j.ID, j.Revision(), path, path, j.ID, path, path, f.input))
 	}
-	if j.InputHash == f.checked.ContentHash {
-		return nil, nil // the same input: a resume
+	if j.InputHash == "" || j.InputHash == f.checked.ContentHash {
+		// The same input: a resume. (A job dispatched before jobs kept
+		// their input's hash cannot tell: resumed, as it always was.)
+		return nil, nil
 	}
 	return j, nil
 }
