@@ -55,13 +55,41 @@ func (w *Workflow) RecordFields(i int) []string {
 // of an earlier action's output must be one that output can have (a
 // property of its expect: schema; none at all for a text output). It
 // returns an *Error for each reference that does not, at its line, with the
-// closest name; nil when all hold.
+// closest name; nil when all hold. With fields nil (the records are not
+// known) only the references into earlier outputs are checked.
 func (w *Workflow) CheckRefs(fields map[string]bool) error {
+	return joinErrors(w.eachRef(func(i int, r Ref) string { return w.checkRef(i, r, fields) }))
+}
+
+// Suspects returns the references that name no earlier action but one
+// close to it (.clasify for classify): typos, unless every record has a
+// field of that name. For a check without the records (jetpool validate).
+func (w *Workflow) Suspects() []*Error {
+	return w.eachRef(func(i int, r Ref) string {
+		name := r.Path[0]
+		if _, j := w.Action(name); j >= 0 && j < i {
+			return ""
+		}
+		var earlier []string
+		for _, e := range w.Actions[:i] {
+			earlier = append(earlier, e.Name)
+		}
+		s := suggest(name, earlier)
+		if len(earlier) == 0 || !strings.HasPrefix(s, " (did you mean") {
+			return ""
+		}
+		return fmt.Sprintf("reads %s: no earlier action is called %q%s; a typo unless every record has a field %q", r, name, s, name)
+	})
+}
+
+// eachRef calls check with every reference of every prompt and returns an
+// *Error at its line for each message it returns (once per prompt).
+func (w *Workflow) eachRef(check func(i int, r Ref) string) []*Error {
 	var errs []*Error
 	for i, a := range w.Actions {
 		seen := map[string]bool{}
 		for _, r := range a.Refs() {
-			msg := w.checkRef(i, r, fields)
+			msg := check(i, r)
 			if msg == "" || seen[msg] {
 				continue
 			}
@@ -70,7 +98,8 @@ func (w *Workflow) CheckRefs(fields map[string]bool) error {
 				Field: fmt.Sprintf("actions[%d].prompt", i), Msg: msg})
 		}
 	}
-	return joinErrors(errs)
+	slices.SortStableFunc(errs, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
+	return errs
 }
 
 // checkRef explains what is wrong with r in the prompt of action i, or
@@ -81,7 +110,7 @@ func (w *Workflow) checkRef(i int, r Ref, fields map[string]bool) string {
 	switch {
 	case j >= 0 && j < i:
 		return outputRef(src, r)
-	case fields[name]:
+	case fields == nil || fields[name]:
 		return ""
 	case j == i:
 		return fmt.Sprintf("reads %s: that is this action's own name, and no record has a field %q (an action sees the outputs of the actions before it)", r, name)

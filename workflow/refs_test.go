@@ -54,6 +54,26 @@ func TestCheckRefs(t *testing.T) {
 	require.Contains(t, errs, `workflow.yaml:16: actions[3].prompt: reads .title: no record field and no earlier action is called "title" (fields: text; earlier actions: classify, summarise, tag)`)
 }
 
+// Without the records, only what the workflow itself says: references into
+// earlier outputs are checked, and names close to an earlier action are
+// suspects.
+func TestCheckRefsWithoutRecords(t *testing.T) {
+	t.Parallel()
+	w := mustParse(t, pipelineSrc)
+	var errs []string
+	for _, e := range Errors(w.CheckRefs(nil)) {
+		errs = append(errs, e.Error())
+	}
+	require.Len(t, errs, 2)
+	require.Contains(t, errs[0], `reads .classify.sentimnt: the expect: schema of action classify has no property "sentimnt"`)
+	require.Contains(t, errs[1], `reads .summarise.words: the output of action summarise is text`)
+	var sus []string
+	for _, e := range w.Suspects() {
+		sus = append(sus, e.Error())
+	}
+	require.Equal(t, []string{`workflow.yaml:12: actions[1].prompt: reads .clasify.sentiment: no earlier action is called "clasify" (did you mean classify?); a typo unless every record has a field "clasify"`}, sus)
+}
+
 func TestRecordFields(t *testing.T) {
 	t.Parallel()
 	w := mustParse(t, pipelineSrc)

@@ -20,7 +20,14 @@ import (
 )
 
 func cmdValidate(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "validate", "WORKFLOW", "Check a workflow and print, per action, its retry layers and worst case.")
+	fs := newFlags(e, "validate", "WORKFLOW [--input FILE]", "Check a workflow and print, per action, its retry layers and worst case.\n"+
+		"With --input, also check the input against it as run does before it publishes: the fields the prompts\n"+
+		"read, bad lines, ids used twice. Nothing is published, no provider is called.")
+	var f runFlags
+	fs.StringVar(&f.input, "input", "", "input records to check against the workflow")
+	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id")
+	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the extension)")
+	f.duplicatesFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -32,6 +39,20 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 	wf, err := workflow.Load(pos[0])
 	if err != nil {
 		return configErr(err)
+	}
+	if f.input == "" {
+		if err := wf.CheckRefs(nil); err != nil {
+			return configErr(err)
+		}
+		for _, s := range wf.Suspects() {
+			fmt.Fprintf(e.stderr, "warning: %v (--input FILE checks it against the records)\n", s)
+		}
+	} else {
+		f.noPreflight = true
+		if _, _, err := f.prepare(ctx, pos[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "%s: %s, every field the prompts read is there\n", f.input, plural(f.checked.Records, "record"))
 	}
 	wf.Describe(e.stdout)
 	return nil

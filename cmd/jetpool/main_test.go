@@ -169,6 +169,18 @@ actions:
 	require.Equal(t, 0, code, stdout+stderr)
 	require.Contains(t, stdout, "3 succeeded, 0 failed")
 
+	// validate: a suspect name is a warning; with --input, the refusal run makes.
+	typo := write("typo.yaml", "providers: {sim: {kind: sim}}\ndefaults: {provider: sim}\nactions:\n  - name: classify\n    prompt: \"{{ .text }}\"\n  - name: sum\n    prompt: \"{{ .clasify }}\"\n")
+	code, _, stderr = jetpool(t, "validate", typo)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, `warning: `+typo+`:7: actions[1].prompt: reads .clasify: no earlier action is called "clasify" (did you mean classify?)`)
+	code, _, stderr = jetpool(t, "validate", typo, "--input", in)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, typo+`:7: actions[1].prompt: reads .clasify: no record field and no earlier action is called "clasify" (did you mean classify?)`)
+	code, _, stderr = jetpool(t, "validate", okWF, "--input", in)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "3 records, every field the prompts read is there")
+
 	code, stdout, _ = jetpool(t, "help")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "4 job completed with failed records")

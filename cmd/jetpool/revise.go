@@ -95,6 +95,9 @@ func reviseForRetry(ctx context.Context, e *env, b *broker.Broker, f *deadletter
 	if err := sameActions(j, wf, path); err != nil {
 		return configErr(err)
 	}
+	if len(fields) == 0 {
+		fields = nil // no record to tell: only what the workflow itself says
+	}
 	if err := wf.CheckRefs(fields); err != nil {
 		return configErr(err)
 	}
