@@ -192,7 +192,14 @@ func (b *Broker) ListJobs(ctx context.Context) ([]*Job, error) {
 // CompleteJob marks a job completed, once every record has its final
 // result (unless it failed, or is marked already); a replay mark goes with
 // it: the replay is finished.
+//
+// Finished is when the job's last result was stored (the moment it
+// finished, even when a status that saw it later completes it), or now.
 func (b *Broker) CompleteJob(ctx context.Context, id string) (*Job, error) {
+	finished := time.Now().UTC()
+	if m, err := b.LastMsg(ctx, StreamResults, "jetpool.results."+id+".>"); err == nil && m != nil {
+		finished = m.Time.UTC()
+	}
 	return b.UpdateJob(ctx, id, func(j *Job) bool {
 		if j.Status == JobFailed || (j.Status == JobCompleted && j.Replay == nil) {
 			return false
@@ -201,7 +208,7 @@ func (b *Broker) CompleteJob(ctx context.Context, id string) (*Job, error) {
 			j.Status = JobCompleted
 		}
 		j.Replay = nil
-		j.Finished = time.Now().UTC()
+		j.Finished = finished
 		return true
 	})
 }
