@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,10 +30,12 @@ func (jr *jobRunner) workflowAt(rev int) (*workflow.Workflow, error) {
 		return jr.wf, nil
 	}
 	jr.revs.mu.Lock()
-	defer jr.revs.mu.Unlock()
-	if wf, ok := jr.revs.wfs[rev]; ok {
+	wf, ok := jr.revs.wfs[rev]
+	jr.revs.mu.Unlock()
+	if ok {
 		return wf, nil
 	}
+	// Not under revs.mu: jr.mu is taken before it elsewhere (limiter).
 	raw, ok := jr.current().WorkflowOf(rev)
 	if !ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -48,6 +51,11 @@ func (jr *jobRunner) workflowAt(rev int) (*workflow.Workflow, error) {
 	wf, err := workflow.Decode(raw)
 	if err != nil {
 		return nil, fmt.Errorf("revision %d of the workflow: %w", rev, err)
+	}
+	jr.revs.mu.Lock()
+	defer jr.revs.mu.Unlock()
+	if first, ok := jr.revs.wfs[rev]; ok {
+		return first, nil // decoded meanwhile by another delivery
 	}
 	if jr.revs.wfs == nil {
 		jr.revs.wfs = map[int]*workflow.Workflow{}
@@ -74,7 +82,6 @@ func (jr *jobRunner) providerConfig(name string) (provider.Config, bool) {
 
 // revisionOf is the revision a work message names (1 when none).
 func revisionOf(h interface{ Get(string) string }) int {
-	n := 0
-	fmt.Sscan(h.Get(broker.HeaderRevision), &n)
+	n, _ := strconv.Atoi(h.Get(broker.HeaderRevision))
 	return max(n, 1)
 }

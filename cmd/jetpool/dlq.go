@@ -207,6 +207,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	output := fs.String("output", "", "write the job's results JSONL here when done")
 	noProgress := fs.Bool("no-progress", false, "no progress bar")
 	allowFailed := fs.Bool("allow-failed", false, "exit 0 when a job completed with failed records (default: exit 4)")
+	noPreflight := fs.Bool("no-preflight", false, "with --workflow: skip the providers' credential check")
 	revise := fs.String("workflow", "", "replay under a new revision of the job's workflow, read from this file: the actions\n"+
 		"that failed and those after them run it, those that succeeded keep their results")
 	pos, err := parse(fs, args)
@@ -230,7 +231,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	defer b.Close()
 	start := time.Now()
 	if *revise != "" {
-		if err := reviseForRetry(ctx, e, b, f, *revise, *dry); err != nil {
+		if err := reviseForRetry(ctx, e, b, f, *revise, *dry, *noPreflight); err != nil {
 			return err
 		}
 	}

@@ -51,8 +51,9 @@ func sameActions(j *broker.Job, wf *workflow.Workflow, path string) error {
 // reviseForRetry makes the workflow at path the current revision of the
 // job whose dead letters f matches (retry --workflow), unless it is that
 // already, and narrows f to that job. Its references are checked against
-// the records being replayed. dry changes nothing.
-func reviseForRetry(ctx context.Context, e *env, b *broker.Broker, f *deadletter.Filter, path string, dry bool) error {
+// the records being replayed, and its providers' credentials (unless
+// noPreflight) before it is added. dry changes nothing.
+func reviseForRetry(ctx context.Context, e *env, b *broker.Broker, f *deadletter.Filter, path string, dry, noPreflight bool) error {
 	wf, err := workflow.Load(path)
 	if err != nil {
 		return configErr(err)
@@ -116,6 +117,11 @@ func reviseForRetry(ctx context.Context, e *env, b *broker.Broker, f *deadletter
 	if dry {
 		fmt.Fprintf(e.stderr, "job %s: %s would become revision %d of its workflow\n", j.ID, path, j.Revision()+1)
 		return nil
+	}
+	if !noPreflight {
+		if err := preflight(ctx, wf); err != nil {
+			return configErr(err)
+		}
 	}
 	enc, err := wf.Encode()
 	if err != nil {
