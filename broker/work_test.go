@@ -115,3 +115,15 @@ func TestEnvelopeCarriesSumAndAccounts(t *testing.T) {
 	require.Equal(t, sum, back.Sum)
 	require.Equal(t, Totals{Attempts: 2, Calls: 3, Usage: Usage{InputTokens: 5, OutputTokens: 1}, LatencyMS: 40}, Sum(acc))
 }
+
+// BenchmarkRecordSum is the dispatcher's cost of a record's hash (1 KiB).
+func BenchmarkRecordSum(b *testing.B) {
+	raw := make([]byte, 1024)
+	for i := range raw {
+		raw[i] = byte('a' + i%26)
+	}
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		_ = RecordSum(raw)
+	}
+}
