@@ -140,6 +140,9 @@ func outputRef(src *Action, r Ref) string {
 	if !ok {
 		return "" // JSON of any shape
 	}
+	if extra, set := e.Schema["additionalProperties"]; set && extra != false {
+		return "" // the schema says which fields it names, and allows others
+	}
 	if _, ok := props[field]; ok {
 		return ""
 	}

@@ -74,6 +74,24 @@ func TestCheckRefsWithoutRecords(t *testing.T) {
 	require.Equal(t, []string{`workflow.yaml:12: actions[1].prompt: reads .clasify.sentiment: no earlier action is called "clasify" (did you mean classify?); a typo unless every record has a field "clasify"`}, sus)
 }
 
+// A schema that allows properties besides those it names lets a prompt
+// read any.
+func TestCheckRefsAdditionalProperties(t *testing.T) {
+	t.Parallel()
+	w := mustParse(t, `
+providers:
+  s: {kind: sim}
+defaults: {provider: s}
+actions:
+  - name: a
+    prompt: "{{ .text }}"
+    expect: {schema: {type: object, properties: {x: {type: string}}, additionalProperties: true}}
+  - name: b
+    prompt: "{{ .a.y }}"
+`)
+	require.NoError(t, w.CheckRefs(map[string]bool{"text": true}))
+}
+
 func TestRecordFields(t *testing.T) {
 	t.Parallel()
 	w := mustParse(t, pipelineSrc)
