@@ -8,12 +8,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -129,4 +131,52 @@ func BenchmarkCheckInput1M(b *testing.B) {
 	var ru syscall.Rusage
 	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
 	b.ReportMetric(float64(ru.Maxrss)/1024, "maxrss_MiB")
+}
+
+// An input fix dispatches only what changed: an unchanged record keeps its
+// result and is not called; a fixed bad line (one with an id, one without)
+// runs, and the bad_input failures it leaves behind are removed, so the job
+// still counts 3 records, all ok.
+func TestRefreshRunsOnlyNewAndChanged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.WriteFile(t, "in.jsonl", "{\"id\":\"r1\",\"text\":\"a\"}\n{broken\n{\"id\":\"r3\",\"body\":\"c\"}\n")
+	res := testenv.Dispatch(t, b, wf, in, dispatcher.Options{SkipBad: true, JobID: "fix"})
+	require.EqualValues(t, 2, res.BadLines)
+	counter := testenv.NewCounter()
+	testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New})
+	_, p := testenv.WaitFinished(t, b, "fix", 30*time.Second)
+	require.EqualValues(t, 1, p.OK)
+	require.EqualValues(t, 2, p.Failed)
+
+	fixed := testenv.WriteFile(t, "fixed.jsonl", "{\"id\":\"r1\",\"text\":\"a\"}\n{\"id\":\"r2\",\"text\":\"b\"}\n{\"id\":\"r3\",\"text\":\"c\"}\n")
+	c, err := dispatcher.CheckInput(wf, dispatcher.Options{Input: fixed, IDField: "id"})
+	require.NoError(t, err)
+	opts := dispatcher.Options{Input: fixed, IDField: "id"}
+	c.Apply(&opts)
+	j, _, err := b.GetJob(ctx, "fix")
+	require.NoError(t, err)
+	d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+	r, err := d.Refresh(ctx, wf, j, opts)
+	require.NoError(t, err)
+	require.Equal(t, [4]int64{1, 1, 1, 1}, [4]int64{r.New, r.Changed, r.Unchanged, r.Fixed}, "r2 new, r3 changed, r1 kept, line 2 fixed")
+	require.EqualValues(t, 3, r.Job.Total)
+	job, p := testenv.WaitFinished(t, b, "fix", 30*time.Second)
+	require.EqualValues(t, 3, p.OK)
+	require.Zero(t, p.Failed, "the bad_input failures are gone")
+	require.Equal(t, 1, counter.Calls("r1"), "unchanged: not called again")
+	require.Equal(t, 1, counter.Calls("r2"))
+	require.Equal(t, 1, counter.Calls("r3"))
+	n, err := b.Count(ctx, broker.StreamDLQ, broker.DLQFilter("fix", ""))
+	require.NoError(t, err)
+	require.Zero(t, n, "their dead letters too")
+	require.Equal(t, c.ContentHash, job.InputHash)
+
+	// The same input again: nothing to do.
+	r, err = d.Refresh(ctx, wf, job, opts)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, r.Unchanged)
+	require.Zero(t, r.New+r.Changed+r.Fixed)
 }

@@ -354,6 +354,6 @@ func (d *Dispatcher) deadLetterBad(ctx context.Context, job, action string, rec 
 	return d.B.WriteResult(ctx, &broker.Result{
 		ID: id, Status: broker.StatusFailed, Reason: string(retry.ReasonBadInput), Action: action, Job: job,
 		Error:    &broker.ResultError{Class: string(retry.ClassInvalidRequest), Message: e.Error},
-		Finished: e.FailedAt,
+		Finished: e.FailedAt, RecordSum: broker.RecordSum(rec.Raw),
 	})
 }

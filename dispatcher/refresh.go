@@ -7,6 +7,7 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -18,6 +19,10 @@ type Refreshed struct {
 	Unchanged int64 // kept as they are, results and all
 	Skipped   int64 // later uses of ids used before (DuplicatesFirst)
 	BadLines  int64 // new bad lines, dead-lettered as bad_input (SkipBad)
+	// Fixed is the bad lines of the earlier input (bad_input, an id made
+	// of their line) whose line now holds something else: their results
+	// and dead letters are removed, and they no longer count.
+	Fixed int64
 }
 
 // Refresh dispatches into job, dispatched before from an earlier version of
@@ -28,8 +33,10 @@ type Refreshed struct {
 // A changed record's results, at every action, and its dead letters are
 // removed before it is published again, as a new replay generation, under
 // the job's current revision; so it counts once, and its old story cannot
-// be replayed over it. Records of the earlier input that the new one lacks
-// keep their results. The job must have nothing queued or in flight.
+// be replayed over it. A bad line of the earlier input (bad_input) whose
+// line now holds a good record or another bad one is removed the same way.
+// Records of the earlier input that the new one lacks keep their results.
+// The job must have nothing queued or in flight.
 func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options) (*Refreshed, error) {
 	p, err := d.B.Backlog(ctx, job.ID)
 	if err != nil {
@@ -38,13 +45,17 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 	if left := p.Queued + uint64(p.AckPending); left > 0 {
 		return nil, fmt.Errorf("job %s still has %d records queued or in flight: let it finish (jetpool status %s) before changing its input", job.ID, left, job.ID)
 	}
-	dead, err := deadLetters(ctx, d.B, job.ID)
+	dead, oldBad, err := deadLetters(ctx, d.B, job.ID)
 	if err != nil {
 		return nil, err
 	}
 	first, rev := job.Actions[0], job.Revision()
 	res := &Refreshed{}
+	var fixed []string
 	hash, err := eachRecord(wf, opts, func(rec Record, le *LineError) error {
+		if id, ok := oldBad[rec.Line]; ok && (le == nil || badID(rec) != id) {
+			fixed = append(fixed, id)
+		}
 		if le != nil {
 			return d.refreshBad(ctx, job, first, rec, le, res)
 		}
@@ -61,7 +72,8 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 		switch {
 		case last == nil:
 			res.New++
-		case last.RecordSum == "" || last.RecordSum == sum:
+		case last.RecordSum == sum, last.RecordSum == "" && last.Reason != string(retry.ReasonBadInput):
+			// (A result of an earlier jetpool keeps no sum: kept.)
 			res.Unchanged++
 			return nil
 		default:
@@ -87,8 +99,14 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 	if err != nil {
 		return nil, err
 	}
+	for _, id := range fixed {
+		if _, err := d.forget(ctx, job, id, dead[id]); err != nil {
+			return nil, err
+		}
+		res.Fixed++
+	}
 	j, err := d.B.UpdateJob(ctx, job.ID, func(j *broker.Job) bool {
-		j.Total += res.New + res.BadLines
+		j.Total += res.New + res.BadLines - res.Fixed
 		j.Input, j.InputHash = opts.Input, hash
 		if res.New+res.Changed+res.BadLines > 0 && j.Status != broker.JobDispatching {
 			j.Status, j.Reason = broker.JobRunning, ""
@@ -146,12 +164,20 @@ func (d *Dispatcher) forget(ctx context.Context, job *broker.Job, record string,
 }
 
 // deadLetters maps the records of job that have dead letters to their
-// sequences (failures are few).
-func deadLetters(ctx context.Context, b *broker.Broker, job string) (map[string][]uint64, error) {
-	out := map[string][]uint64{}
+// sequences (failures are few), and the lines of its bad lines that have
+// no id of their own (badID: "line<N>-<hash>") to that id.
+func deadLetters(ctx context.Context, b *broker.Broker, job string) (map[string][]uint64, map[int]string, error) {
+	seqs, bad := map[string][]uint64{}, map[int]string{}
 	err := deadletter.Each(ctx, b, deadletter.Filter{Job: job}, func(e *deadletter.Entry) error {
-		out[e.Record] = append(out[e.Record], e.Seq)
+		seqs[e.Record] = append(seqs[e.Record], e.Seq)
+		var n int
+		var sum string
+		if e.Reason == retry.ReasonBadInput {
+			if _, err := fmt.Sscanf(e.Record, "line%d-%s", &n, &sum); err == nil {
+				bad[n] = e.Record
+			}
+		}
 		return nil
 	})
-	return out, err
+	return seqs, bad, err
 }

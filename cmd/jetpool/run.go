@@ -85,6 +85,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stderr, "job %s: the input changed: %d new and %d changed records dispatched, %d unchanged kept",
 			old.ID, r.New, r.Changed, r.Unchanged)
+		if r.Fixed > 0 {
+			fmt.Fprintf(e.stderr, ", %d bad lines of the earlier input gone", r.Fixed)
+		}
 		if r.BadLines > 0 {
 			fmt.Fprintf(e.stderr, ", %d new bad lines dead-lettered", r.BadLines)
 		}
