@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,17 +24,7 @@ func TestRecordsRunUnderTheirRevision(t *testing.T) {
 	b := testenv.Broker(t)
 	wf := testenv.Workflow(t, pipelineWorkflow)
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
-	rev2 := testenv.Workflow(t, `
-providers:
-  sim: {kind: sim, sim: {reply: "{{.Prompt}}!"}}
-defaults:
-  provider: sim
-actions:
-  - name: upper
-    prompt: "C({{ .text }})"
-  - name: wrap
-    prompt: "D({{ .upper }})"
-`)
+	rev2 := testenv.Workflow(t, strings.NewReplacer("A(", "C(", "B(", "D(").Replace(pipelineWorkflow))
 	enc, err := rev2.Encode()
 	require.NoError(t, err)
 	j, err := b.AddRevision(ctx, res.Job.ID, enc, "rev2.yaml")
