@@ -66,6 +66,48 @@ type Job struct {
 	// Deleted is set on the job a JobWatch passes on when its entry was
 	// removed (jetpool job delete): only ID is set then.
 	Deleted bool `json:"-"`
+	// Revisions are the job's later workflows (jetpool retry --workflow):
+	// revision n ≥ 2 is Revisions[n-2], revision 1 is Workflow. A work
+	// message names its revision (HeaderRevision).
+	Revisions []Revision `json:"revisions,omitempty"`
+	// InputHash is the hash of the input's content when it was last
+	// dispatched: `run --job` with a changed input dispatches only the
+	// records that are new or changed.
+	InputHash string `json:"input_hash,omitempty"`
+	// Finished is when the job last completed: a finished job's rate is
+	// over its own duration, Created to Finished.
+	Finished time.Time `json:"finished,omitzero"`
+}
+
+// Revision is one later revision of a job's workflow.
+type Revision struct {
+	Workflow json.RawMessage `json:"workflow"` // workflow.Encode()
+	File     string          `json:"file,omitempty"`
+	Created  time.Time       `json:"created"`
+}
+
+// Revision is the job's current revision: the one new work runs under.
+func (j *Job) Revision() int { return 1 + len(j.Revisions) }
+
+// WorkflowOf returns the encoded workflow of revision rev (0 or 1: the
+// first), false when the job has no such revision.
+func (j *Job) WorkflowOf(rev int) (json.RawMessage, bool) {
+	switch {
+	case rev <= 1:
+		return j.Workflow, true
+	case rev-2 < len(j.Revisions):
+		return j.Revisions[rev-2].Workflow, true
+	}
+	return nil, false
+}
+
+// Elapsed is how long the job has run: to now, or to Finished once it
+// completed (so its rate does not fall after it).
+func (j *Job) Elapsed(now time.Time) time.Duration {
+	if j.Status == JobCompleted && !j.Finished.IsZero() {
+		return j.Finished.Sub(j.Created)
+	}
+	return now.Sub(j.Created)
 }
 
 // ReplayMark is a replay of a job's dead letters that has not finished.
@@ -85,17 +127,30 @@ type jobState struct {
 	MaxCost float64     `json:"max_cost,omitempty"`
 	Cost    float64     `json:"cost,omitempty"`
 	Replay  *ReplayMark `json:"replay,omitempty"`
+	// Finished: when the job last completed (its rate's end).
+	Finished time.Time `json:"finished,omitzero"`
 }
 
 func (j *Job) state() jobState {
-	return jobState{Status: j.Status, Reason: j.Reason, Updated: j.Updated, MaxCost: j.MaxCost, Cost: j.Cost, Replay: j.Replay}
+	return jobState{Status: j.Status, Reason: j.Reason, Updated: j.Updated, MaxCost: j.MaxCost, Cost: j.Cost, Replay: j.Replay,
+		Finished: j.Finished}
 }
 
 func (j *Job) apply(s jobState) {
-	j.Status, j.Reason, j.MaxCost, j.Cost, j.Replay = s.Status, s.Reason, s.MaxCost, s.Cost, s.Replay
+	j.Status, j.Reason, j.MaxCost, j.Cost, j.Replay, j.Finished = s.Status, s.Reason, s.MaxCost, s.Cost, s.Replay, s.Finished
 	if s.Updated.After(j.Updated) {
 		j.Updated = s.Updated
 	}
+}
+
+// AddRevision adds a revision of the job's workflow (enc, read from file)
+// and returns the job with it. Work published after it names it
+// (HeaderRevision); records already in flight keep theirs.
+func (b *Broker) AddRevision(ctx context.Context, id string, enc json.RawMessage, file string) (*Job, error) {
+	return b.UpdateJobSpec(ctx, id, func(j *Job) bool {
+		j.Revisions = append(j.Revisions, Revision{Workflow: enc, File: file, Created: time.Now().UTC()})
+		return true
+	})
 }
 
 // ErrJobNotFound is returned by GetJob when the job does not exist.
@@ -406,7 +461,14 @@ func (w *JobWatch) Stop() {
 // CompleteJob marks a job completed, once every record has its final
 // result (unless it failed, or is marked already); a replay mark goes with
 // it: the replay is finished.
+//
+// Finished is when the job's last result was stored (the moment it
+// finished, even when a status that saw it later completes it), or now.
 func (b *Broker) CompleteJob(ctx context.Context, id string) (*Job, error) {
+	finished := time.Now().UTC()
+	if m, err := b.LastMsg(ctx, StreamResults, "jetpool.results."+id+".>"); err == nil && m != nil {
+		finished = m.Time.UTC()
+	}
 	return b.UpdateJob(ctx, id, func(j *Job) bool {
 		if j.Status == JobFailed || (j.Status == JobCompleted && j.Replay == nil) {
 			return false
@@ -415,6 +477,7 @@ func (b *Broker) CompleteJob(ctx context.Context, id string) (*Job, error) {
 			j.Status = JobCompleted
 		}
 		j.Replay = nil
+		j.Finished = finished
 		return true
 	})
 }

@@ -49,6 +49,11 @@ const (
 	// such a message skips the already-succeeded lookup. Any other message,
 	// and every redelivery, looks the result up first.
 	HeaderFirstRun = "Jetpool-First-Run"
+	// HeaderRevision names the revision of the job's workflow a work
+	// message runs under (Job.Revisions); absent: revision 1. A record
+	// keeps its revision from action to action, so records in flight when
+	// a revision is added are not switched mid-way.
+	HeaderRevision = "Jetpool-Revision"
 )
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

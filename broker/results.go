@@ -65,6 +65,45 @@ type Usage struct {
 	ReasoningTokens   int `json:"reasoning_tokens,omitempty"`
 }
 
+// Account is what one action cost a record, in one replay generation:
+// one entry of Result.Actions. Attempts are the calls the provider
+// answered (Recovery.Attempts), Calls every request sent, the 429s the
+// shared limiter absorbed included; LatencyMS is the wall time of the
+// delivery that ended the action (its calls, in-session retries and
+// backoff; not the time queued).
+type Account struct {
+	Action     string `json:"action"`
+	Revision   int    `json:"revision,omitempty"` // of the job's workflow (1 when omitted)
+	Status     string `json:"status"`             // StatusOK or StatusFailed
+	Attempts   int    `json:"attempts"`
+	Calls      int    `json:"calls"`
+	Deliveries int    `json:"deliveries"`
+	Repairs    int    `json:"repairs,omitempty"`
+	Usage      Usage  `json:"usage"`
+	LatencyMS  int64  `json:"latency_ms"`
+}
+
+// Totals is a record's accounting over all its Actions entries.
+type Totals struct {
+	Attempts  int   `json:"attempts"`
+	Calls     int   `json:"calls"`
+	Usage     Usage `json:"usage"`
+	LatencyMS int64 `json:"latency_ms"`
+}
+
+// Sum adds up accounts.
+func Sum(accounts []Account) Totals {
+	var t Totals
+	for _, a := range accounts {
+		t.Attempts += a.Attempts
+		t.Calls += a.Calls
+		t.Usage.InputTokens += a.Usage.InputTokens
+		t.Usage.OutputTokens += a.Usage.OutputTokens
+		t.LatencyMS += a.LatencyMS
+	}
+	return t
+}
+
 // Result is one final result of a record and action: one line of the results JSONL.
 type Result struct {
 	ID       string          `json:"id"`
@@ -100,6 +139,19 @@ type Result struct {
 	Line int `json:"line,omitempty"`
 	// Input holds the record fields the workflow's carry: names.
 	Input map[string]any `json:"input,omitempty"`
+	// Revision is the revision of the job's workflow that produced the
+	// result (1 when omitted; jetpool retry --workflow makes more).
+	Revision int `json:"revision,omitempty"`
+	// Actions is the record's accounting, one entry per action run (and
+	// per replay generation of a failed one), earlier actions first and
+	// this one last; Totals adds them up. Usage above is Totals.Usage: the
+	// tokens of the whole record, so that the results' usage sums to the
+	// job's. Recovery is this action's story.
+	Actions []Account `json:"actions,omitempty"`
+	Totals  *Totals   `json:"totals,omitempty"`
+	// RecordSum is the hash of the input record (Envelope.Sum): an input
+	// fix re-runs the records whose sum changed.
+	RecordSum string `json:"record_sum,omitempty"`
 }
 
 // Outcome is the result subject token: "ok" or the reason.

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -30,6 +32,19 @@ type Envelope struct {
 	RawRecord json.RawMessage `json:"-"`
 	// valid: RawRecord came out of an envelope UnmarshalJSON validated.
 	valid bool
+	// Accounts is what the earlier actions cost the record (Result.Actions),
+	// carried to the next action so that its result can add them up.
+	Accounts []Account `json:"accounts,omitempty"`
+	// Sum is the hash of the input record (RecordSum), kept in its results.
+	Sum string `json:"sum,omitempty"`
+}
+
+// RecordSum is the hash of an input record as read: 8 bytes of its
+// SHA-256, in hex. A change of the record's text, white space included,
+// changes it.
+func RecordSum(raw []byte) string {
+	s := sha256.Sum256(raw)
+	return hex.EncodeToString(s[:8])
 }
 
 // MarshalJSON writes RawRecord verbatim when it is set (the dispatcher's
@@ -37,7 +52,7 @@ type Envelope struct {
 // and encoded again).
 func (e *Envelope) MarshalJSON() ([]byte, error) {
 	type plain Envelope
-	if e.RawRecord == nil || len(e.Outputs) > 0 || e.Cost != 0 {
+	if e.RawRecord == nil || len(e.Outputs) > 0 || e.Cost != 0 || len(e.Accounts) > 0 {
 		if e.RawRecord != nil {
 			return json.Marshal(&struct {
 				*plain
@@ -58,6 +73,11 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 	if e.Line > 0 {
 		b = append(b, `,"line":`...)
 		b = strconv.AppendInt(b, int64(e.Line), 10)
+	}
+	if e.Sum != "" {
+		b = append(b, `,"sum":"`...)
+		b = append(b, e.Sum...) // hex
+		b = append(b, '"')
 	}
 	return append(b, '}'), nil
 }
@@ -122,6 +142,16 @@ func (e *Envelope) parse(b []byte) error {
 			e.Line = int(v.Int())
 		case "cost":
 			e.Cost = v.Float()
+		case "sum":
+			e.Sum = v.Str
+		case "accounts":
+			e.Accounts = nil
+			if v.Type != gjson.Null {
+				if err = json.Unmarshal([]byte(v.Raw), &e.Accounts); err != nil {
+					err = fmt.Errorf("work envelope: accounts: %w", err)
+					return false
+				}
+			}
 		}
 		return true
 	})

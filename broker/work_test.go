@@ -89,3 +89,41 @@ func TestEnvelopeCopyOrShare(t *testing.T) {
 	require.JSONEq(t, `{"text":"abc"}`, string(copied.RawRecord))
 	require.JSONEq(t, `{"text":"Xbc"}`, string(shared.RawRecord))
 }
+
+// The record's sum and the earlier actions' accounting travel in the
+// envelope, on the dispatcher's fast path and on a pipeline hop alike.
+func TestEnvelopeCarriesSumAndAccounts(t *testing.T) {
+	t.Parallel()
+	raw := json.RawMessage(`{"id":"r1","text":"x"}`)
+	sum := RecordSum(raw)
+	require.Len(t, sum, 16)
+	data, err := (&Envelope{ID: "r1", RawRecord: raw, Line: 2, Sum: sum}).MarshalJSON()
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id":"r1","record":`+string(raw)+`,"line":2,"sum":"`+sum+`"}`, string(data))
+	env, err := ParseEnvelope(data)
+	require.NoError(t, err)
+	require.Equal(t, sum, env.Sum)
+
+	acc := []Account{{Action: "a1", Revision: 1, Status: StatusOK, Attempts: 2, Calls: 3, Deliveries: 1,
+		Usage: Usage{InputTokens: 5, OutputTokens: 1}, LatencyMS: 40}}
+	next := &Envelope{ID: "r1", RawRecord: env.RawRecord, Outputs: map[string]any{"a1": "out"}, Accounts: acc, Sum: sum}
+	data, err = next.MarshalJSON()
+	require.NoError(t, err)
+	back, err := ParseEnvelope(data)
+	require.NoError(t, err)
+	require.Equal(t, acc, back.Accounts)
+	require.Equal(t, sum, back.Sum)
+	require.Equal(t, Totals{Attempts: 2, Calls: 3, Usage: Usage{InputTokens: 5, OutputTokens: 1}, LatencyMS: 40}, Sum(acc))
+}
+
+// BenchmarkRecordSum is the dispatcher's cost of a record's hash (1 KiB).
+func BenchmarkRecordSum(b *testing.B) {
+	raw := make([]byte, 1024)
+	for i := range raw {
+		raw[i] = byte('a' + i%26)
+	}
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		_ = RecordSum(raw)
+	}
+}

@@ -2,7 +2,9 @@ package deadletter
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jetpool/jetpool/broker"
@@ -45,6 +47,7 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 		return res, err
 	}
 	perJob := map[string]int{}
+	revision := map[string]int{} // the job's current revision: replays run under it
 	for _, e := range entries {
 		perJob[e.Job]++
 	}
@@ -84,6 +87,7 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 			if err := b.RestoreConsumer(ctx, j); err != nil {
 				return res, fmt.Errorf("job %s: %w", e.Job, err)
 			}
+			revision[e.Job] = j.Revision()
 			res.Jobs[e.Job] = true
 		}
 		// The failed result that no longer holds once the record is back in
@@ -94,9 +98,20 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 		if err != nil {
 			return res, fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
 		}
+		if old != nil {
+			// What the failed generation cost goes with the record, so
+			// that its last result still adds up every call it took.
+			var r broker.Result
+			if json.Unmarshal(old.Data, &r) == nil && len(r.Actions) > 0 {
+				env.Accounts = append(env.Accounts, r.Actions[len(r.Actions)-1])
+			}
+		}
 		m, err := broker.NewWorkMsg(e.Job, e.Action, env, e.Replays+1)
 		if err != nil {
 			return res, err
+		}
+		if rev := revision[e.Job]; rev > 1 {
+			m.Header.Set(broker.HeaderRevision, strconv.Itoa(rev))
 		}
 		if o.Mode != "" {
 			m.Header.Set(broker.HeaderMode, o.Mode)

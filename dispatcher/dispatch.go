@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -45,15 +44,27 @@ type Options struct {
 	MaxPayload int64
 	// Progress, when set, is called with the number of records published so far.
 	Progress func(published int64)
+
+	// Duplicates is how a record id used more than once is treated:
+	// DuplicatesError (DuplicatesDefault, also for "") or DuplicatesFirst.
+	Duplicates string
+	// dups: the ids used more than once, and the line of their first use
+	// (Checked.Apply).
+	dups map[string]int
 }
 
 // Result of a dispatch.
 type Result struct {
 	Job        *broker.Job
 	Published  int64 // new records published now
-	Duplicates int64 // records already published (same id), skipped by dedupe
+	Duplicates int64 // records already published (same id), skipped by dedupe: a resumed dispatch
 	BadLines   int64 // dead-lettered as bad_input (SkipBad)
 	Existing   bool  // the job was already fully dispatched: nothing published
+
+	// Skipped is the later uses of ids used more than once in the input
+	// (DuplicatesFirst): never published.
+	Skipped   int64
+	inputHash string
 }
 
 // Dispatcher publishes jobs.
@@ -65,25 +76,21 @@ type Dispatcher struct {
 // Check reads the whole input once, refusing it when any line is bad
 // (unless SkipBad), and returns the job id and the number of records.
 // Nothing is published.
+//
+// Ids used more than once are refused with the bad lines (see CheckInput
+// for all that the pass finds).
 func Check(wf *workflow.Workflow, opts Options) (jobID string, records int64, bad []error, err error) {
-	if err := checkWorkflowSize(wf, opts.MaxPayload); err != nil {
-		return "", 0, nil, err
-	}
-	contentHash, err := eachRecord(wf, opts, func(_ Record, le *LineError) error {
-		if le != nil {
-			bad = append(bad, le)
-		} else {
-			records++
-		}
-		return nil
-	})
+	c, err := CheckInput(wf, opts)
 	if err != nil {
 		return "", 0, nil, err
 	}
-	if records == 0 && len(bad) == 0 {
-		return "", 0, nil, &LineError{File: opts.Input, Reason: "empty file: no records"}
-	}
-	jobID = opts.JobID
+	return c.JobID, c.Records, append(c.Bad, c.DupErrs...), nil
+}
+
+// jobID is the job id of opts: its JobID, or one derived from the
+// workflow and the input's content.
+func jobID(wf *workflow.Workflow, opts Options, contentHash string) (string, error) {
+	jobID := opts.JobID
 	if jobID == "" {
 		enc, _ := wf.Encode()
 		h := sha256.New()
@@ -98,9 +105,9 @@ func Check(wf *workflow.Workflow, opts Options) (jobID string, records int64, ba
 		jobID = base + "-" + hex.EncodeToString(h.Sum(nil))[:8]
 	}
 	if err := broker.CheckJobID(jobID); err != nil {
-		return "", 0, nil, err
+		return "", err
 	}
-	return jobID, records, bad, nil
+	return jobID, nil
 }
 
 func sanitize(s string) string {
@@ -122,16 +129,17 @@ func sanitize(s string) string {
 	return out
 }
 
-func checkFields(file string, rec Record, a *workflow.Action, fields []string) error {
-	for _, f := range fields {
-		if _, ok := rec.Fields[f]; !ok {
-			keys := make([]string, 0, len(rec.Fields))
-			for k := range rec.Fields {
-				keys = append(keys, k)
+// checkFields returns the *LineError of a record that lacks a field the
+// prompt of some action reads from the record (fields[i]: action i's).
+// Every record must have every such field, not only those of the first
+// action: a record that cannot run its second action is refused before its
+// first is paid for. A field a record may lack is given as null or "".
+func checkFields(file string, rec Record, wf *workflow.Workflow, fields [][]string) error {
+	for i, fs := range fields {
+		for _, f := range fs {
+			if _, ok := rec.Fields[f]; !ok {
+				return missingField(file, rec, wf.Actions[i], f)
 			}
-			slices.Sort(keys)
-			return &LineError{File: file, Line: rec.Line, Reason: fmt.Sprintf(
-				"action %q: prompt template uses field %q, which the record lacks (it has: %s)", a.Name, f, strings.Join(keys, ", "))}
 		}
 	}
 	return nil
@@ -139,25 +147,27 @@ func checkFields(file string, rec Record, a *workflow.Action, fields []string) e
 
 // eachRecord reads the input once and calls fn for every record, with the
 // *LineError of a bad one (a malformed line, or a record that lacks a field
-// the first action's prompt uses). It returns the hash of the file's bytes.
+// a prompt reads from it). It returns the hash of the file's bytes.
 func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError) error) (string, error) {
 	r, err := Open(opts.Input, opts.Format, opts.IDField)
 	if err != nil {
 		return "", err
 	}
 	defer r.Close()
-	first := wf.Actions[0]
-	fields := first.Fields()
+	fields := make([][]string, len(wf.Actions))
+	for i := range wf.Actions {
+		fields[i] = wf.RecordFields(i)
+	}
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			return r.ContentHash(), nil
 		}
 		if err == nil {
-			err = checkFields(opts.Input, rec, first, fields)
+			err = checkFields(opts.Input, rec, wf, fields)
 		}
 		if err == nil {
-			err = checkSize(opts, rec, first.Name)
+			err = checkSize(opts, rec, wf.Actions[0].Name)
 		}
 		var le *LineError
 		if err != nil && !errors.As(err, &le) {
@@ -173,22 +183,8 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 type BadInputError struct{ Errs []error }
 
 func (e *BadInputError) Error() string {
-	var b strings.Builder
-	n := len(e.Errs)
-	fmt.Fprintf(&b, "%d bad input line", n)
-	if n != 1 {
-		b.WriteString("s")
-	}
-	b.WriteString(", nothing published (fix them, or pass --skip-bad to dead-letter them as bad_input):")
-	for i, err := range e.Errs {
-		if i == MaxReportedErrors {
-			fmt.Fprintf(&b, "\n  … and %d more", n-i)
-			break
-		}
-		b.WriteString("\n  ")
-		b.WriteString(err.Error())
-	}
-	return b.String()
+	return listErrors(e.Errs, "bad input line", "bad input lines",
+		"nothing published (fix them, or pass --skip-bad to dead-letter them as bad_input)")
 }
 
 // Dispatch checks the input, creates the job and publishes every record to
@@ -197,18 +193,20 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if mp := d.B.NC.MaxPayload(); opts.MaxPayload != mp {
 		opts.MaxPayload, opts.Checked = mp, false // checked against another limit, or none
 	}
-	jobID := opts.JobID
-	if !opts.Checked || jobID == "" {
-		var bad []error
-		var err error
-		jobID, _, bad, err = Check(wf, opts)
+	if !opts.Checked || opts.JobID == "" {
+		c, err := CheckInput(wf, opts)
 		if err != nil {
 			return nil, err
 		}
-		if len(bad) > 0 && !opts.SkipBad {
-			return nil, &BadInputError{Errs: bad}
+		if len(c.DupErrs) > 0 {
+			return nil, &DuplicateIDsError{Errs: c.DupErrs}
 		}
+		if len(c.Bad) > 0 && !opts.SkipBad {
+			return nil, &BadInputError{Errs: c.Bad}
+		}
+		c.Apply(&opts)
 	}
+	jobID := opts.JobID
 	if j, _, err := d.B.GetJob(ctx, jobID); err == nil && j.Dispatched {
 		return &Result{Job: j, Existing: true}, nil
 	} else if err != nil && !errors.Is(err, broker.ErrJobNotFound) {
@@ -262,6 +260,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if _, err := d.B.UpdateJobSpec(ctx, jobID, func(j *broker.Job) bool {
 		j.Total += res.Published + res.BadLines
 		j.Dispatched = true
+		j.InputHash = res.inputHash
 		return true
 	}); err != nil {
 		return nil, err
@@ -312,12 +311,17 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		}
 		return nil
 	}
-	_, err := eachRecord(wf, opts, func(rec Record, le *LineError) error {
+	var err error
+	res.inputHash, err = eachRecord(wf, opts, func(rec Record, le *LineError) error {
 		if le != nil {
 			res.BadLines++
 			return d.deadLetterBad(ctx, job.ID, first.Name, rec, le)
 		}
-		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line}
+		if opts.skip(rec) {
+			res.Skipped++
+			return nil
+		}
+		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: broker.RecordSum(rec.Raw)}
 		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
 		if err != nil {
 			return err
@@ -344,12 +348,18 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 	return res, nil
 }
 
-func (d *Dispatcher) deadLetterBad(ctx context.Context, job, action string, rec Record, le *LineError) error {
-	id := rec.ID
-	if id == "" {
-		sum := sha256.Sum256(rec.Raw)
-		id = fmt.Sprintf("line%d-%s", rec.Line, hex.EncodeToString(sum[:4]))
+// badID is the record id of a bad line: its id when it has one, else one
+// made of its line and text.
+func badID(rec Record) string {
+	if rec.ID != "" {
+		return rec.ID
 	}
+	sum := sha256.Sum256(rec.Raw)
+	return fmt.Sprintf("line%d-%s", rec.Line, hex.EncodeToString(sum[:4]))
+}
+
+func (d *Dispatcher) deadLetterBad(ctx context.Context, job, action string, rec Record, le *LineError) error {
+	id := badID(rec)
 	e := &deadletter.Entry{
 		Job: job, Record: id, Action: action, Reason: retry.ReasonBadInput, Class: retry.ClassInvalidRequest,
 		Error: "bad input: " + le.Error(), Attempts: 0, Deliveries: 0, FailedAt: time.Now().UTC(),
@@ -364,6 +374,6 @@ func (d *Dispatcher) deadLetterBad(ctx context.Context, job, action string, rec 
 	return d.B.WriteResult(ctx, &broker.Result{
 		ID: id, Status: broker.StatusFailed, Reason: string(retry.ReasonBadInput), Action: action, Job: job,
 		Error:    &broker.ResultError{Class: string(retry.ClassInvalidRequest), Message: e.Error},
-		Finished: e.FailedAt,
+		Finished: e.FailedAt, RecordSum: broker.RecordSum(rec.Raw),
 	})
 }

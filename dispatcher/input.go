@@ -43,6 +43,7 @@ type LineError struct {
 	File   string
 	Line   int
 	Reason string
+	field  string // the field the record lacks, when that is the reason
 
 	tooLarge bool // the record does not fit in a message (checkSize)
 }
@@ -276,7 +277,7 @@ func (r *Reader) setID(rec *Record) error {
 	var id string
 	switch t := v.(type) {
 	case string:
-		id = strings.TrimSpace(t)
+		id = t // as written: " e " and "e" are two ids
 	case json.Number:
 		id = t.String()
 	case bool:
@@ -284,7 +285,7 @@ func (r *Reader) setID(rec *Record) error {
 	default:
 		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q must be a string or number, got %s", field, jsonKind(v))}
 	}
-	if id == "" {
+	if strings.TrimSpace(id) == "" {
 		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is empty", field)}
 	}
 	if len(id) > 256 {

@@ -167,6 +167,13 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 		}
 		output = v
 	}
+	res := &broker.Result{
+		ID: d.env.ID, Status: broker.StatusOK, Output: output, Action: a.Name, Job: d.job,
+		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model), Replays: d.replays,
+		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: time.Now().UTC(),
+	}
+	answered(res, d, d.run, jr.wf.Carry) // worker/cost.go: this action's usage, cost, finish
+	account(res, d, it.Attempts, res.Finished)
 	if d.next != "" {
 		f, err := brokerStore{jr.p}.forward(d, output)
 		if err == nil {
@@ -176,12 +183,6 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 			return err
 		}
 	}
-	res := &broker.Result{
-		ID: d.env.ID, Status: broker.StatusOK, Output: output, Action: a.Name, Job: d.job,
-		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model), Replays: d.replays,
-		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: time.Now().UTC(),
-	}
-	answered(res, d, d.run, jr.wf.Carry)
 	if err := jr.p.b.WriteResult(ctx, res); err != nil {
 		return err
 	}
@@ -209,6 +210,7 @@ func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.It
 		Outputs: d.env.Outputs, Provider: a.Provider, Model: e.Model, Replays: d.replays,
 		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: e.FailedAt,
 	}
+	account(res, d, it.Attempts, res.Finished)
 	if err := jr.p.b.WriteResult(ctx, res); err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func (jr *jobRunner) limiter(name string) *ratelimit.Limiter {
 	if l, ok := jr.limiters[name]; ok {
 		return l
 	}
-	cfg, ok := jr.wf.Providers[name]
+	cfg, ok := jr.providerConfig(name)
 	if !ok {
 		return nil
 	}

@@ -112,7 +112,9 @@ func TestCostPipeline(t *testing.T) {
 	require.EqualValues(t, 5, p.OK)
 	var total float64
 	require.NoError(t, b.EachResult(context.Background(), job.ID, func(r *broker.Result) error {
-		want := float64(r.Usage.InputTokens)*1 + float64(r.Usage.OutputTokens)*2 // dollars a token
+		// The action's own tokens (usage is the record's, over its actions).
+		own := r.Actions[len(r.Actions)-1].Usage
+		want := float64(own.InputTokens)*1 + float64(own.OutputTokens)*2 // dollars a token
 		require.NotNil(t, r.Cost, r.Action)
 		require.InDelta(t, want, *r.Cost, 1e-9, "%s/%s: tokens × price", r.ID, r.Action)
 		require.Equal(t, "stop", r.FinishReason)

@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jetpool/jetpool/broker"
@@ -190,6 +191,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		}
 	}
 	story(&res.Recovery, d)
+	account(res, d, all, in.now)
 	o := outcome{kind: outcomeDeadLetter, entry: e, result: res}
 	if reason != retry.ReasonJobFailed && reason != retry.ReasonBadInput && exhaustedPolicy(d.action, reason, final) == retry.Raise {
 		o.raise = diag
@@ -208,7 +210,43 @@ func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *brok
 	answered(r, d, end, carry) // worker/cost.go
 	r.Recovery = recovery(all, billed(d.prior())+end.calls, d.delivery(), end.repairs)
 	story(&r.Recovery, d)
+	account(r, d, all, now)
 	return r
+}
+
+// account fills r's accounting (broker.Result.Actions): the earlier
+// actions' entries the record carries, then this action's, and their
+// totals; r.Usage becomes the record's. The delivery keeps its entry to
+// forward with the record.
+func account(r *broker.Result, d *delivery, all []retry.Attempt, now time.Time) {
+	own := broker.Account{Action: r.Action, Revision: d.revision, Status: r.Status,
+		Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts + absorbed(all), Deliveries: r.Recovery.Deliveries,
+		Repairs: r.Recovery.Repairs, Usage: r.Usage}
+	if !d.started.IsZero() {
+		own.LatencyMS = max(now.Sub(d.started), 0).Milliseconds()
+	}
+	r.Revision = d.revision
+	r.RecordSum = d.env.Sum
+	r.Actions = append(slices.Clip(d.env.Accounts), own)
+	t := broker.Sum(r.Actions)
+	r.Totals, r.Usage = &t, t.Usage
+	d.account = &own
+}
+
+// absorbed counts the 429s the shared limiter absorbed: calls that spent
+// no attempt.
+func absorbed(attempts []retry.Attempt) int {
+	return len(attempts) - billed(attempts)
+}
+
+// ownAccount is the entry of r's own action in its accounting (nil for a
+// result stored before results carried one).
+func ownAccount(r *broker.Result) *broker.Account {
+	if r == nil || len(r.Actions) == 0 {
+		return nil
+	}
+	a := r.Actions[len(r.Actions)-1]
+	return &a
 }
 
 // story adds what the record's deliveries went through besides its calls:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -37,6 +38,13 @@ type delivery struct {
 	// run is the delivery's session once it ran (or stands for the paid run
 	// of a stored success): its cost goes on with the record (worker/cost.go).
 	run *sessionEnd
+	// revision is the revision of the job's workflow the record runs
+	// under (broker.HeaderRevision); started, when its handling began.
+	revision int
+	started  time.Time
+	// account is this action's entry of the record's accounting, once
+	// its result is known: forwarded with the record (store.go).
+	account *broker.Account
 }
 
 // unpaid reports whether this is the first delivery of a first-run message:
@@ -108,9 +116,14 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	if !ok || action == "" || strings.IndexByte(action, '.') >= 0 {
 		return nil, fmt.Errorf("unexpected subject %s", msg.Subject())
 	}
-	a, idx := jr.wf.Action(action)
+	rev := revisionOf(msg.Headers())
+	wf, err := jr.workflowAt(rev)
+	if err != nil {
+		return nil, err
+	}
+	a, idx := wf.Action(action)
 	if a == nil {
-		return nil, fmt.Errorf("the workflow has no action %q", action)
+		return nil, fmt.Errorf("revision %d of the workflow has no action %q", rev, action)
 	}
 	env, err := broker.ParseEnvelope(msg.Data())
 	if err != nil {
@@ -123,9 +136,10 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(meta.NumDelivered)}
-	if idx+1 < len(jr.wf.Actions) {
-		d.next = jr.wf.Actions[idx+1].Name
+	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(meta.NumDelivered),
+		revision: rev, started: jr.p.cfg.Clock.Now()}
+	if idx+1 < len(wf.Actions) {
+		d.next = wf.Actions[idx+1].Name
 	}
 	h := msg.Headers()
 	d.replays, _ = strconv.Atoi(h.Get(broker.HeaderReplays))

@@ -112,6 +112,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 	case last == nil:
 	case last.Status == broker.StatusOK:
 		d.run = paidRun(last) // worker/cost.go: its cost goes on with the record
+		d.account = ownAccount(last) // forwarded again with the record
 		return outcome{kind: outcomeSettled, result: last}, true
 	case last.Replays >= d.replays:
 		// Its outcome was decided and stored, and the worker stopped before
@@ -134,6 +135,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 			// An answer paid for by a delivery whose worker had to stop
 			// before it could store it: stored now, not called again.
 			r := *st.Answer
+			d.account = ownAccount(&r)
 			return outcome{kind: outcomeDone, result: &r}, true
 		}
 	}

@@ -20,7 +20,8 @@ type jobRunner struct {
 	p          *Pool
 	id         string
 	wf         *workflow.Workflow
-	workPrefix string // "jetpool.work.<job>."
+	revs       revisions // the workflow's later revisions (revision.go)
+	workPrefix string    // "jetpool.work.<job>."
 
 	mu        sync.Mutex
 	job       *broker.Job
@@ -68,7 +69,7 @@ func (jr *jobRunner) provider(name string) (provider.Provider, error) {
 	if pr, ok := jr.providers[name]; ok {
 		return pr, nil
 	}
-	cfg, ok := jr.wf.Providers[name]
+	cfg, ok := jr.providerConfig(name)
 	if !ok {
 		return nil, fmt.Errorf("unknown provider %q", name)
 	}

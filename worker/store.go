@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,14 +31,23 @@ func (s brokerStore) publishResult(r *broker.Result) (future, error) {
 // output, without waiting for the store.
 func (s brokerStore) forward(d *delivery, output any) (future, error) {
 	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, RawRecord: d.env.RawRecord, Line: d.env.Line,
-		Outputs: make(map[string]any, len(d.env.Outputs)+1), Cost: d.recordCost()}
+		Outputs: make(map[string]any, len(d.env.Outputs)+1), Cost: d.recordCost(), Sum: d.env.Sum}
 	for k, v := range d.env.Outputs {
 		env.Outputs[k] = v
 	}
 	env.Outputs[d.action.Name] = output
+	// The earlier actions' accounting goes with the record, so that the
+	// last action's result adds up the whole record.
+	env.Accounts = d.env.Accounts
+	if d.account != nil {
+		env.Accounts = append(slices.Clip(d.env.Accounts), *d.account)
+	}
 	m, err := broker.NewWorkMsg(d.job, d.next, env, d.replays)
 	if err != nil {
 		return nil, err
+	}
+	if d.revision > 1 {
+		m.Header.Set(broker.HeaderRevision, strconv.Itoa(d.revision))
 	}
 	if d.unpaid() {
 		// The one run of this action for the record: this is the one

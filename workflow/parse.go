@@ -643,6 +643,12 @@ func (p *parser) template(name string, f field) *compiledPrompt {
 		p.errorf(line, f.path, "bad template: %s", msg)
 		return nil
 	}
+	if !p.encoded {
+		cp.line = f.val.Line
+		if f.val.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+			cp.line++ // a block scalar starts on the line after its key
+		}
+	}
 	return cp
 }
 

@@ -223,7 +223,8 @@ func compilePrompt(name, text string) (*compiledPrompt, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &compiledPrompt{tmpl: t, fields: templateFields(t)}
+	refs := templateRefs(t) // before instrument adds its own commands
+	cp := &compiledPrompt{tmpl: t, fields: refFields(refs), refs: refs}
 	instrument(t)
 	cp.renderers.New = func() any {
 		c, err := cp.tmpl.Clone()
@@ -462,116 +463,128 @@ func describeKeys(data map[string]any) string {
 	return "it has " + strings.Join(keys, ", ")
 }
 
-// templateFields walks the parse tree of t and collects the first identifier
-// of every field chain evaluated in the top-level data context.
-func templateFields(t *template.Template) []string {
-	w := &fieldWalker{t: t, seen: map[string]bool{}, visited: map[string]bool{}}
-	if t.Tree != nil {
-		w.walk(t.Tree.Root, true, true)
-	}
-	return slices.Sorted(maps.Keys(w.seen))
-}
-
-// fieldWalker collects the fields a template reads from its top-level data.
-// Its methods take dot and dollar: whether "." and "$" are that data there
-// (inside range and with, "." is something else).
-type fieldWalker struct {
-	t       *template.Template
-	seen    map[string]bool // the fields read
-	visited map[string]bool // the templates walked through {{template}}
-}
-
-func (w *fieldWalker) add(s string) {
-	if s != "" {
-		w.seen[s] = true
-	}
-}
-
-func (w *fieldWalker) walk(n parse.Node, dot, dollar bool) {
-	switch n := n.(type) {
-	case *parse.ListNode:
-		if n == nil {
+// templateRefs walks the parse tree of t and collects every field chain
+// evaluated in the top-level data context (.meta.title → [meta title]),
+// with the template line it is on, in the order they appear.
+func templateRefs(t *template.Template) []Ref {
+	var refs []Ref
+	visited := map[string]bool{}
+	add := func(tr *parse.Tree, n parse.Node, path ...string) {
+		if len(path) == 0 || path[0] == "" {
 			return
 		}
-		for _, c := range n.Nodes {
-			w.walk(c, dot, dollar)
-		}
-	case *parse.ActionNode:
-		w.pipe(n.Pipe, dot, dollar)
-	case *parse.IfNode:
-		w.branch(&n.BranchNode, dot, dollar, dot)
-	case *parse.RangeNode:
-		w.branch(&n.BranchNode, dot, dollar, false) // "." is each element
-	case *parse.WithNode:
-		w.branch(&n.BranchNode, dot, dollar, false) // "." is the pipeline's value
-	case *parse.TemplateNode:
-		w.pipe(n.Pipe, dot, dollar)
-		// {{template "x" .}} runs x over the top-level data; with other
-		// data, x's dot and $ are that data.
-		if n.Pipe != nil && len(n.Pipe.Cmds) == 1 && len(n.Pipe.Cmds[0].Args) == 1 &&
-			w.isTop(n.Pipe.Cmds[0].Args[0], dot, dollar) && !w.visited[n.Name] {
-			w.visited[n.Name] = true
-			if sub := w.t.Lookup(n.Name); sub != nil && sub.Tree != nil {
-				w.walk(sub.Tree.Root, true, true)
-			}
-		}
-	}
-}
-
-// branch walks an if, range or with: its pipeline, its list (where "." is
-// the top-level data when listDot) and its else list.
-func (w *fieldWalker) branch(n *parse.BranchNode, dot, dollar, listDot bool) {
-	w.pipe(n.Pipe, dot, dollar)
-	w.walk(n.List, listDot, dollar)
-	w.walk(n.ElseList, dot, dollar)
-}
-
-func (w *fieldWalker) pipe(p *parse.PipeNode, dot, dollar bool) {
-	if p == nil {
-		return
-	}
-	for _, c := range p.Cmds {
-		// index . "name" reads a field whose name is no identifier
-		// (an action called extract-title, say).
-		if len(c.Args) >= 3 {
-			if id, ok := c.Args[0].(*parse.IdentifierNode); ok && id.Ident == "index" && w.isTop(c.Args[1], dot, dollar) {
-				if s, ok := c.Args[2].(*parse.StringNode); ok {
-					w.add(s.Text)
+		line := 1
+		if tr != nil {
+			if loc, _ := tr.ErrorContext(n); loc != "" {
+				if i := strings.LastIndexByte(loc, ':'); i > 0 {
+					if j := strings.LastIndexByte(loc[:i], ':'); j >= 0 {
+						line, _ = strconv.Atoi(loc[j+1 : i])
+					}
 				}
 			}
 		}
-		for _, a := range c.Args {
-			w.arg(a, dot, dollar)
+		refs = append(refs, Ref{Path: slices.Clone(path), Line: line})
+	}
+	tree := t.Tree
+	// dot: "." is the top-level data here; dollar: "$" is.
+	var walk func(n parse.Node, dot, dollar bool)
+	var pipe func(p *parse.PipeNode, dot, dollar bool)
+	arg := func(n parse.Node, dot, dollar bool) {
+		switch n := n.(type) {
+		case *parse.FieldNode:
+			if dot {
+				add(tree, n, n.Ident...)
+			}
+		case *parse.VariableNode:
+			if dollar && n.Ident[0] == "$" && len(n.Ident) > 1 {
+				add(tree, n, n.Ident[1:]...)
+			}
+		case *parse.ChainNode:
+			if p, ok := n.Node.(*parse.PipeNode); ok {
+				pipe(p, dot, dollar)
+			}
+		case *parse.PipeNode:
+			pipe(n, dot, dollar)
 		}
 	}
+	isTop := func(n parse.Node, dot, dollar bool) bool {
+		switch n := n.(type) {
+		case *parse.DotNode:
+			return dot
+		case *parse.VariableNode:
+			return dollar && len(n.Ident) == 1 && n.Ident[0] == "$"
+		}
+		return false
+	}
+	pipe = func(p *parse.PipeNode, dot, dollar bool) {
+		if p == nil {
+			return
+		}
+		for _, c := range p.Cmds {
+			// index . "name" reads a field whose name is no identifier
+			// (an action called extract-title, say).
+			if len(c.Args) >= 3 {
+				if id, ok := c.Args[0].(*parse.IdentifierNode); ok && id.Ident == "index" && isTop(c.Args[1], dot, dollar) {
+					if s, ok := c.Args[2].(*parse.StringNode); ok {
+						add(tree, s, s.Text)
+					}
+				}
+			}
+			for _, a := range c.Args {
+				arg(a, dot, dollar)
+			}
+		}
+	}
+	walk = func(n parse.Node, dot, dollar bool) {
+		switch n := n.(type) {
+		case *parse.ListNode:
+			if n == nil {
+				return
+			}
+			for _, c := range n.Nodes {
+				walk(c, dot, dollar)
+			}
+		case *parse.ActionNode:
+			pipe(n.Pipe, dot, dollar)
+		case *parse.IfNode:
+			pipe(n.Pipe, dot, dollar)
+			walk(n.List, dot, dollar)
+			walk(n.ElseList, dot, dollar)
+		case *parse.RangeNode:
+			pipe(n.Pipe, dot, dollar)
+			walk(n.List, false, dollar)
+			walk(n.ElseList, dot, dollar)
+		case *parse.WithNode:
+			pipe(n.Pipe, dot, dollar)
+			walk(n.List, false, dollar)
+			walk(n.ElseList, dot, dollar)
+		case *parse.TemplateNode:
+			pipe(n.Pipe, dot, dollar)
+			// {{template "x" .}} runs x over the top-level data; with other
+			// data, x's dot and $ are that data.
+			if n.Pipe != nil && len(n.Pipe.Cmds) == 1 && len(n.Pipe.Cmds[0].Args) == 1 &&
+				isTop(n.Pipe.Cmds[0].Args[0], dot, dollar) && !visited[n.Name] {
+				visited[n.Name] = true
+				if sub := t.Lookup(n.Name); sub != nil && sub.Tree != nil {
+					outer := tree
+					tree = sub.Tree
+					walk(sub.Tree.Root, true, true)
+					tree = outer
+				}
+			}
+		}
+	}
+	if t.Tree != nil {
+		walk(t.Tree.Root, true, true)
+	}
+	return refs
 }
 
-func (w *fieldWalker) arg(n parse.Node, dot, dollar bool) {
-	switch n := n.(type) {
-	case *parse.FieldNode:
-		if dot {
-			w.add(n.Ident[0])
-		}
-	case *parse.VariableNode:
-		if dollar && n.Ident[0] == "$" && len(n.Ident) > 1 {
-			w.add(n.Ident[1])
-		}
-	case *parse.ChainNode:
-		if p, ok := n.Node.(*parse.PipeNode); ok {
-			w.pipe(p, dot, dollar)
-		}
-	case *parse.PipeNode:
-		w.pipe(n, dot, dollar)
+// refFields is the sorted, distinct first identifiers of refs.
+func refFields(refs []Ref) []string {
+	seen := map[string]bool{}
+	for _, r := range refs {
+		seen[r.Path[0]] = true
 	}
-}
-
-// isTop reports whether n is the top-level data: "." or "$" where they are.
-func (w *fieldWalker) isTop(n parse.Node, dot, dollar bool) bool {
-	switch n := n.(type) {
-	case *parse.DotNode:
-		return dot
-	case *parse.VariableNode:
-		return dollar && len(n.Ident) == 1 && n.Ident[0] == "$"
-	}
-	return false
+	return slices.Sorted(maps.Keys(seen))
 }

@@ -98,7 +98,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"run", "--bogus"}, "jetpool run: flag provided but not defined: -bogus\nRun 'jetpool help run' for its usage."},
 		{[]string{"run", "--concurrency", "many"}, `invalid value "many" for flag -concurrency`},
-		{[]string{"validate"}, "Usage: jetpool validate WORKFLOW\njetpool validate: want exactly one WORKFLOW argument"},
+		{[]string{"validate"}, "Usage: jetpool validate WORKFLOW [--input FILE]\njetpool validate: want exactly one WORKFLOW argument"},
 		{[]string{"dlq"}, "jetpool dlq: want a subcommand: list, show, purge"},
 		{[]string{"dlq", "frob"}, `jetpool dlq: unknown subcommand "frob"`},
 		{[]string{"dlq", "show", "x"}, `SEQ "x" is not a number`},
@@ -319,7 +319,7 @@ func TestRetryWaitWithoutWorkers(t *testing.T) {
 	require.NoError(t, os.WriteFile(wf, []byte("providers:\n  sim: {kind: sim, sim: {fail_first: 100, fail_class: auth}}\n"+
 		"defaults: {provider: sim}\nactions:\n  - name: a\n    prompt: \"{{ .text }}\"\n"), 0o600))
 	code, _, stderr := jetpool(t, "run", wf, "--input", testenv.Records(t, 2), "--no-progress", "--no-preflight")
-	require.Equal(t, 0, code, stderr)
+	require.Equal(t, exitFailedRecords, code, stderr)
 
 	// The same store served by a server of the test's, where no worker runs.
 	cfg := testenv.Config(t, testenv.Options{DataDir: filepath.Join(dir, "data")})

@@ -25,7 +25,14 @@ import (
 )
 
 func cmdValidate(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "validate", "WORKFLOW", "Check a workflow and print, per action, its retry layers and worst case.")
+	fs := newFlags(e, "validate", "WORKFLOW [--input FILE]", "Check a workflow and print, per action, its retry layers and worst case.\n"+
+		"With --input, also check the input against it as run does before it publishes: the fields the prompts\n"+
+		"read, bad lines, ids used twice. Nothing is published, no provider is called.")
+	var f runFlags
+	fs.StringVar(&f.input, "input", "", "input records to check against the workflow")
+	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id")
+	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the extension)")
+	f.duplicatesFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -37,6 +44,20 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 	wf, err := workflow.Load(pos[0])
 	if err != nil {
 		return configErr(err)
+	}
+	if f.input == "" {
+		if err := wf.CheckRefs(nil); err != nil {
+			return configErr(err)
+		}
+		for _, s := range wf.Suspects() {
+			fmt.Fprintf(e.stderr, "warning: %v (--input FILE checks it against the records)\n", s)
+		}
+	} else {
+		f.noPreflight = true
+		if _, err := f.prepare(ctx, wf, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "%s: %s, every field the prompts read is there\n", f.input, plural(f.checked.Records, "record"))
 	}
 	wf.Describe(e.stdout)
 	return nil
@@ -52,6 +73,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed lines (bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
 	maxCostFlag(fs, &f.maxCost)
+	f.duplicatesFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -87,7 +109,11 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	if res.Existing {
 		fmt.Fprintf(e.stderr, "job %s was already dispatched; nothing published\n", res.Job.ID)
 	} else {
-		fmt.Fprintf(e.stderr, "%s published (%d duplicates skipped, %d bad lines dead-lettered)\n", plural(res.Published, "record"), res.Duplicates, res.BadLines)
+		fmt.Fprintf(e.stderr, "%s published (%d already published, %d bad lines dead-lettered", plural(res.Published, "record"), res.Duplicates, res.BadLines)
+		if res.Skipped > 0 {
+			fmt.Fprintf(e.stderr, ", %d later uses of ids used before skipped", res.Skipped)
+		}
+		fmt.Fprintln(e.stderr, ")")
 	}
 	fmt.Fprintln(e.stdout, res.Job.ID)
 	return nil

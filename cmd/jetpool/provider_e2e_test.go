@@ -84,7 +84,7 @@ actions:
 `), 0o600))
 	out := filepath.Join(dir, "results.jsonl")
 	code, stdout, stderr := jetpool(t, "run", wf, "--input", in, "--output", out, "--no-progress", "--concurrency", "1")
-	require.Equal(t, 0, code, stdout+stderr)
+	require.Equal(t, exitFailedRecords, code, stdout+stderr)
 	require.Contains(t, stdout, "3 records, 2 succeeded, 1 failed")
 	byID := map[string]map[string]any{}
 	for _, r := range readResults(t, out) {

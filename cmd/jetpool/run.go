@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -21,25 +22,38 @@ import (
 
 type runFlags struct {
 	input, output, job, idField, format string
+	duplicates                          string
 	concurrency                         int
 	skipBad, noProgress, noPreflight    bool
-	maxCost                             float64 // cost.go
+	allowFailed                         bool
+	maxCost                             float64             // cost.go
+	checked                             *dispatcher.Checked // by prepare
+}
+
+// duplicatesFlag adds --duplicates, shared by run and dispatch.
+func (f *runFlags) duplicatesFlag(fs *flag.FlagSet) {
+	fs.StringVar(&f.duplicates, "duplicates", dispatcher.DuplicatesDefault,
+		"a record id used more than once: \"error\" refuses the input (file:line of each), \"first\" keeps the first record of each id")
 }
 
 func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run", "WORKFLOW --input FILE [--output FILE] [flags]",
 		"Dispatch a job, work it, wait until every record has a final result, write the results and print a summary.\n"+
-			"Running the same command again does not re-run records that already succeeded.")
+			"Running the same command again does not re-run records that already succeeded. With --job of a job that\n"+
+			"exists: another workflow is refused (use 'jetpool retry --job ID --workflow FILE'); a changed input runs\n"+
+			"only its new and changed records. Exit 0 every record ok, 4 completed with failed records, 1 the job failed.")
 	var f runFlags
 	fs.StringVar(&f.input, "input", "", "input records: JSONL (one object per line) or CSV with a header row")
 	fs.StringVar(&f.output, "output", "", "write results JSONL here (default: none; see 'jetpool results')")
-	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, so a rerun resumes)")
+	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, so a rerun resumes); an existing job\nwith a changed input runs only the records that are new or changed")
 	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: \"id\" when a record has it, else a stable hash of the record)")
 	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the file extension)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed input lines (reason bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
+	fs.BoolVar(&f.allowFailed, "allow-failed", false, "exit 0 when the job completed with failed records (default: exit 4)")
+	f.duplicatesFlag(fs)
 	maxCostFlag(fs, &f.maxCost)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -72,6 +86,27 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 
 	start := time.Now()
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
+	old, err := checkRunJob(ctx, b, wf, &f, pos[0]) // revise.go
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		// An input fix: only the records that are new or changed run.
+		r, err := d.Refresh(ctx, wf, old, opts)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "job %s: the input changed: %d new and %d changed records dispatched, %d unchanged kept",
+			old.ID, r.New, r.Changed, r.Unchanged)
+		if r.Fixed > 0 {
+			fmt.Fprintf(e.stderr, ", %d bad lines of the earlier input gone", r.Fixed)
+		}
+		if r.BadLines > 0 {
+			fmt.Fprintf(e.stderr, ", %d new bad lines dead-lettered", r.BadLines)
+		}
+		fmt.Fprintln(e.stderr)
+		return f.work(ctx, e, b, old.ID, start, wf)
+	}
 	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
 		var bie *dispatcher.BadInputError
@@ -92,16 +127,49 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		if res.Duplicates > 0 {
 			fmt.Fprintf(e.stderr, " (%d already published)", res.Duplicates)
 		}
+		if res.Skipped > 0 {
+			fmt.Fprintf(e.stderr, ", %d later uses of ids used before skipped (--duplicates first)", res.Skipped)
+		}
 		if res.BadLines > 0 {
 			fmt.Fprintf(e.stderr, ", %d bad lines dead-lettered", res.BadLines)
 		}
 		fmt.Fprintln(e.stderr)
 	}
-	err = workAndReport(ctx, e, b, job.ID, f.concurrency, f.output, !f.noProgress, start, wf)
+	return f.work(ctx, e, b, job.ID, start, wf)
+}
+
+// work works the run's job to its end and reports (workAndReport), keeps
+// the embedded store (housekeep) and gives the exit code.
+func (f *runFlags) work(ctx context.Context, e *env, b *broker.Broker, job string, start time.Time, wf *workflow.Workflow) error {
+	err := workAndReport(ctx, e, b, job, f.concurrency, f.output, !f.noProgress, start, wf)
 	if b.Embedded() {
-		housekeep(ctx, e, b, job.ID) // job.go: no operator runs `jetpool job purge` here
+		housekeep(ctx, e, b, job) // job.go: no operator runs `jetpool job purge` here
 	}
-	return err
+	return exitOnFailed(err, f.allowFailed)
+}
+
+// errFailedRecords is workAndReport's error for a job that completed with
+// failed records (exitFailedRecords).
+type errFailedRecords struct {
+	job    string
+	failed int64
+}
+
+func (e *errFailedRecords) Error() string {
+	return fmt.Sprintf("job %s completed with %s (exit %d; --allow-failed exits 0)", e.job, plural(e.failed, "failed record"), exitFailedRecords)
+}
+
+// exitOnFailed turns a job that completed with failed records into exit
+// code exitFailedRecords, or into success with allowFailed.
+func exitOnFailed(err error, allowFailed bool) error {
+	var fr *errFailedRecords
+	if !errors.As(err, &fr) {
+		return err
+	}
+	if allowFailed {
+		return nil
+	}
+	return &exitError{code: exitFailedRecords, err: fr}
 }
 
 // loadWorkflow loads and validates the workflow run and dispatch were
@@ -145,16 +213,25 @@ func runTrust(wf *workflow.Workflow) (*provider.Trust, error) {
 // publish: read the whole input (refusing bad lines unless --skip-bad, and
 // records too big for b's server), and check the providers' credentials.
 // Every failure is a usage/configuration error (exit 2) and nothing has
-// been published.
+// been published. b nil (validate --input): no server, no size check.
 func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, b *broker.Broker) (dispatcher.Options, error) {
 	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad,
-		MaxPayload: b.NC.MaxPayload()}
-	jobID, _, bad, err := dispatcher.Check(wf, opts)
+		Duplicates: f.duplicates}
+	if b != nil {
+		opts.MaxPayload = b.NC.MaxPayload()
+	}
+	if d := f.duplicates; d != "" && d != dispatcher.DuplicatesError && d != dispatcher.DuplicatesFirst {
+		return opts, usageErr("--duplicates %q: want error or first", d)
+	}
+	c, err := dispatcher.CheckInput(wf, opts)
 	if err != nil {
 		return opts, configErr(err)
 	}
-	if len(bad) > 0 && !f.skipBad {
-		return opts, configErr(&dispatcher.BadInputError{Errs: bad})
+	if len(c.DupErrs) > 0 {
+		return opts, configErr(&dispatcher.DuplicateIDsError{Errs: c.DupErrs})
+	}
+	if len(c.Bad) > 0 && !f.skipBad {
+		return opts, configErr(&dispatcher.BadInputError{Errs: c.Bad})
 	}
 	if !f.noPreflight {
 		if err := preflight(ctx, wf); err != nil {
@@ -164,7 +241,8 @@ func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, b *broker
 	if err := f.budget(wf); err != nil { // cost.go: after the job id, which the flag leaves as it is
 		return opts, configErr(err)
 	}
-	opts.JobID, opts.Checked = jobID, true
+	c.Apply(&opts)
+	f.checked = c
 	return opts, nil
 }
 
@@ -180,6 +258,12 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	wf *workflow.Workflow) error {
 	if concurrency <= 0 {
 		concurrency = e.cfg.Concurrency
+	}
+	if wf == nil && b.Embedded() {
+		// retry on the embedded store works a job this machine's user
+		// dispatched from their own workflow file: it trusts that
+		// workflow as run did (the job's current revision).
+		wf = jobWorkflow(ctx, b, jobID)
 	}
 	trust, err := runTrust(wf)
 	if err != nil {
@@ -227,7 +311,28 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	if job.Status == broker.JobFailed {
 		return &exitError{code: exitJobFailed, err: fmt.Errorf("job %s failed: %s", job.ID, job.Reason)}
 	}
+	if sum.failed > 0 {
+		return &errFailedRecords{job: job.ID, failed: sum.failed}
+	}
 	return nil
+}
+
+// jobWorkflow is the workflow of the job's current revision; nil when it
+// cannot be read (the pool then says why it cannot serve the job).
+func jobWorkflow(ctx context.Context, b *broker.Broker, jobID string) *workflow.Workflow {
+	j, _, err := b.GetJob(ctx, jobID)
+	if err != nil {
+		return nil
+	}
+	enc, ok := j.WorkflowOf(j.Revision())
+	if !ok {
+		return nil
+	}
+	wf, err := workflow.Decode(enc)
+	if err != nil {
+		return nil
+	}
+	return wf
 }
 
 // unservableError ends run when its own pool cannot serve the job.

@@ -30,9 +30,10 @@ type summary struct {
 	failed    int64
 	byClass   map[string]int64
 	byReason  map[string]int64
-	calls     int64
-	results   int64 // results of every action that made a call
-	recovered int64 // ok records that needed more than one call
+	calls     int64 // every request sent (Totals.Calls)
+	attempts  int64 // the calls the provider answered (Totals.Attempts)
+	extra     int64 // calls beyond one per action that succeeded: retries, repairs, replays
+	recovered int64 // ok records that took extra calls
 	tokensIn  int64
 	tokensOut int64
 	// cost (summary_cost.go): every result's, by action; unpriced counts
@@ -42,6 +43,27 @@ type summary struct {
 	unpriced     int64
 	cached       int64
 	reasoning    int64
+}
+
+// tally is what one record's final result says it cost, over all its
+// actions (broker.Result.Totals; a result stored before results carried
+// totals says it of its own action).
+func tally(r *broker.Result) (t broker.Totals, extra int64) {
+	okActions := 0
+	if r.Totals != nil {
+		t = *r.Totals
+		for _, a := range r.Actions {
+			if a.Status == broker.StatusOK {
+				okActions++
+			}
+		}
+	} else {
+		t = broker.Totals{Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts, Usage: r.Usage}
+		if r.Status == broker.StatusOK {
+			okActions = 1
+		}
+	}
+	return t, max(int64(t.Calls-okActions), 0)
 }
 
 // summarize reads every result of the job once, writes the final result of
@@ -65,21 +87,24 @@ func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output st
 		enc = json.NewEncoder(w)
 		enc.SetEscapeHTML(false)
 	}
+	// Every figure comes from the records' final results, which carry the
+	// accounting of all their actions: the summary says what the results
+	// file says.
 	err := b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
-		s.calls += int64(r.Recovery.Attempts)
-		if r.Recovery.Attempts > 0 {
-			s.results++
-		}
-		s.tokensIn += int64(r.Usage.InputTokens)
-		s.tokensOut += int64(r.Usage.OutputTokens)
-		s.addCost(r) // summary_cost.go
+		s.addCost(r) // summary_cost.go: every stored result's cost, by action
 		if !final {
 			return nil
 		}
+		t, extra := tally(r)
+		s.calls += int64(t.Calls)
+		s.attempts += int64(t.Attempts)
+		s.extra += extra
+		s.tokensIn += int64(t.Usage.InputTokens)
+		s.tokensOut += int64(t.Usage.OutputTokens)
 		s.records++
 		if r.Status == broker.StatusOK {
 			s.ok++
-			if r.Recovery.Attempts > 1 {
+			if extra > 0 {
 				s.recovered++
 			}
 		} else {
@@ -141,19 +166,15 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 		fmt.Fprintf(out, "  failed by class:  %s\n", kvList(s.byClass))
 		fmt.Fprintf(out, "  failed by reason: %s\n", kvList(s.byReason))
 	}
-	// Every action's result took one call at least (a pipeline's record
-	// one per action it reached); the calls beyond are retries.
-	retries := max(s.calls-s.results, 0)
-	// Attempts come from the results (all runs of the job); calls are this
-	// process's, and include 429s the shared limiter absorbed, which spend
-	// no attempt.
-	fmt.Fprintf(out, "  attempts: %d, retries spent: %d, records recovered by retry: %d; model calls this run: %d\n",
-		s.calls, retries, s.recovered, callsThisRun)
+	// Calls come from the results (all runs of the job, every action);
+	// "this run" is this process's.
+	fmt.Fprintf(out, "  calls: %d (%d extra: retries, repairs, replays), attempts: %d, records recovered: %d; model calls this run: %d\n",
+		s.calls, s.extra, s.attempts, s.recovered, callsThisRun)
 	if s.tokensIn+s.tokensOut > 0 {
 		fmt.Fprintf(out, "  tokens: %d in, %d out%s\n", s.tokensIn, s.tokensOut, s.tokenParts())
 	}
 	s.printCost(out) // summary_cost.go
-	rate := float64(s.records) / elapsed.Seconds()
+	rate := float64(s.records) / max(elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(out, "  elapsed: %s, %.1f records/s\n", elapsed.Round(time.Millisecond), rate)
 	if s.failed > 0 {
 		fmt.Fprintf(out, "  dead letters: jetpool dlq list --job %s   replay: jetpool retry --job %s\n", s.job.ID, s.job.ID)

@@ -144,7 +144,7 @@ func (rw *replayWork) replayed(jobs []string) string {
 func (rw *replayWork) work(job string) {
 	defer rw.wg.Done()
 	for {
-		err := workAndReport(rw.ctx, rw.e, rw.b, job, rw.conc, "", false, time.Now(), nil)
+		err := exitOnFailed(workAndReport(rw.ctx, rw.e, rw.b, job, rw.conc, "", false, time.Now(), nil), true)
 		if err != nil {
 			rw.e.log.Warn().Err(err).Str("job", job).Msg("working the replayed records")
 		}

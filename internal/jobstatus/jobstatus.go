@@ -47,6 +47,9 @@ type Job struct {
 	// StorageFaults are the writes the workers' store refuses now: their
 	// records are held (counted in storing) and written again.
 	StorageFaults []WorkerFault `json:"storage_faults,omitempty"`
+	// Revision is the job's current workflow revision (results name the
+	// one that produced them).
+	Revision int `json:"revision"`
 }
 
 // Refusal is a worker that will not serve a job, and why.
@@ -118,7 +121,8 @@ func Read(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byReason bo
 // of is job j's status; info is its consumer's (nil: none, or
 // unreadable).
 func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (Job, error) {
-	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay, Cost: j.Cost, MaxCost: j.MaxCost}
+	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay, Cost: j.Cost, MaxCost: j.MaxCost,
+		Revision: j.Revision()}
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
 		return s, err
@@ -148,7 +152,7 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 				Round: h.Round, Counts: h.Counts, Age: time.Since(h.Created).Round(time.Second).String(), LastError: h.LastError})
 		}
 	}
-	if el := time.Since(j.Created).Seconds(); el > 0 {
+	if el := j.Elapsed(time.Now()).Seconds(); el > 0 {
 		s.Rate = float64(c.Done) / el
 	}
 	// A job worked by long-running workers has nobody waiting on it: the

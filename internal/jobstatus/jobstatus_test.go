@@ -83,4 +83,15 @@ func TestReadGathersWorkers(t *testing.T) {
 	require.Equal(t, 1, out[0].Workers)
 	require.EqualValues(t, 3, out[0].Succeeded)
 	require.Equal(t, broker.JobCompleted, out[0].Status, "the first status that sees the job finished completes it")
+
+	// A finished job's rate is over its own duration: the same however
+	// late it is read.
+	j, _, err := b.GetJob(ctx, res.Job.ID)
+	require.NoError(t, err)
+	require.False(t, j.Finished.IsZero())
+	require.False(t, j.Finished.After(time.Now()))
+	want := 3 / j.Finished.Sub(j.Created).Seconds()
+	out, _, err = Read(ctx, b, []*broker.Job{j}, true)
+	require.NoError(t, err)
+	require.InDelta(t, want, out[0].Rate, want*1e-9)
 }

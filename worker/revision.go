@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// revisions are the later revisions of a job's workflow (broker.Job.Revisions),
+// decoded on first use: a record runs under the revision its work message
+// names (broker.HeaderRevision), so a revision added while records are in
+// flight does not switch them mid-way.
+type revisions struct {
+	mu  sync.Mutex
+	wfs map[int]*workflow.Workflow
+}
+
+// workflowAt returns the workflow of revision rev of the job (jr.wf for
+// revision 1). A revision the job entry the runner holds does not have yet
+// (the watch is behind `jetpool retry`, which adds it before it publishes)
+// is read from the jobs bucket.
+func (jr *jobRunner) workflowAt(rev int) (*workflow.Workflow, error) {
+	if rev <= 1 {
+		return jr.wf, nil
+	}
+	jr.revs.mu.Lock()
+	wf, ok := jr.revs.wfs[rev]
+	jr.revs.mu.Unlock()
+	if ok {
+		return wf, nil
+	}
+	// Not under revs.mu: jr.mu is taken before it elsewhere (limiter).
+	raw, ok := jr.current().WorkflowOf(rev)
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		j, _, err := jr.p.b.GetJob(ctx, jr.id)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("revision %d of the workflow: %w", rev, err)
+		}
+		if raw, ok = j.WorkflowOf(rev); !ok {
+			return nil, fmt.Errorf("the job has no revision %d of its workflow (it has %d)", rev, j.Revision())
+		}
+	}
+	wf, err := workflow.Decode(raw)
+	if err != nil {
+		return nil, fmt.Errorf("revision %d of the workflow: %w", rev, err)
+	}
+	jr.revs.mu.Lock()
+	defer jr.revs.mu.Unlock()
+	if first, ok := jr.revs.wfs[rev]; ok {
+		return first, nil // decoded meanwhile by another delivery
+	}
+	if jr.revs.wfs == nil {
+		jr.revs.wfs = map[int]*workflow.Workflow{}
+	}
+	jr.revs.wfs[rev] = wf
+	return wf, nil
+}
+
+// providerConfig is the configuration of the provider called name in the
+// job's first workflow or, for one a later revision brought, in that one.
+func (jr *jobRunner) providerConfig(name string) (provider.Config, bool) {
+	if cfg, ok := jr.wf.Providers[name]; ok {
+		return cfg, true
+	}
+	jr.revs.mu.Lock()
+	defer jr.revs.mu.Unlock()
+	for _, wf := range jr.revs.wfs {
+		if cfg, ok := wf.Providers[name]; ok {
+			return cfg, true
+		}
+	}
+	return provider.Config{}, false
+}
+
+// revisionOf is the revision a work message names (1 when none).
+func revisionOf(h interface{ Get(string) string }) int {
+	n, _ := strconv.Atoi(h.Get(broker.HeaderRevision))
+	return max(n, 1)
+}
