@@ -134,7 +134,18 @@ func clusterBroker(t testing.TB, natsURL string) *broker.Broker {
 // and answer.
 func readyCluster(t testing.TB, c *cluster) *broker.Broker {
 	t.Helper()
-	admin := clusterBroker(t, c.urls())
+	return readyURLs(t, c.urls(), 3*time.Second)
+}
+
+// readyURLs connects an admin broker (whose dispatches give job consumers
+// ackWait) to the cluster at urls once jetpool's streams are R3 and answer.
+func readyURLs(t testing.TB, urls string, ackWait time.Duration) *broker.Broker {
+	t.Helper()
+	cfg := testenv.Config(t, testenv.Options{AckWait: ackWait})
+	cfg.NATSURL, cfg.Replicas = urls, 3
+	admin, err := broker.Connect(context.Background(), cfg, testenv.Logger(t))
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
 	// Each try has a deadline of its own: a JetStream API request the meta
 	// leader drops (it may step down under load) gets no answer, and with
 	// one long deadline that single request would use up the whole wait.

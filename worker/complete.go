@@ -49,6 +49,9 @@ type completer struct {
 	commits chan *settling
 	faults  faults
 
+	// dieAfterWrites, for tests and drills (Config.DieAfterWrites).
+	dieAfterWrites func(*delivery) bool
+
 	mu     sync.Mutex
 	held   []*settling
 	wake   chan struct{} // something was held
@@ -387,6 +390,10 @@ func (c *completer) giveUp(s *settling) {
 // fail without harm (clearing the state, a stale result, metrics, logs).
 func (c *completer) finish(s *settling) {
 	d, o := s.d, s.o
+	if c.dieAfterWrites != nil && c.dieAfterWrites(d) {
+		c.giveUp(s) // as a process killed before its ack
+		return
+	}
 	c.beats.release(d.msg)
 	if !s.since.IsZero() {
 		c.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).

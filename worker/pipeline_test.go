@@ -396,3 +396,45 @@ actions:
 	require.Len(t, dl, 1)
 	require.Regexp(t, `the record with the outputs of its actions so far is a \d+-byte work message for action short, more than the NATS server's max_payload of 8388608 bytes \(raise max_payload`, dl[0].Error)
 }
+
+// A worker killed after a record's outcome was stored (its dead letter and
+// failed result, or its ok result) but before its ack: the redelivery finds
+// the stored outcome and settles it, so the record is called once, has one
+// final result and one dead letter.
+func TestKilledBetweenStoreAndAck(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t, testenv.Options{AckWait: time.Second})
+	wf := testenv.Workflow(t, `
+providers:
+  sim: {kind: sim, sim: {fail_first: 100, fail_class: auth}}
+actions:
+  - name: act
+    provider: sim
+    prompt: "{{ .text }}"
+`)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
+	counter := testenv.NewCounter()
+	died := make(chan string, 8)
+	a := worker.New(testenv.Connect(t, b), worker.Config{Concurrency: 4, Log: testenv.Logger(t), NewProvider: counter.New,
+		DieAfterWrites: func(_, _, record string) bool { died <- record; return true }})
+	require.NoError(t, a.Start(context.Background()))
+	for range 3 {
+		select {
+		case <-died:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the records' outcomes were not stored")
+		}
+	}
+	require.NoError(t, a.Stop(context.Background()))
+	// Another worker gets the three records after their AckWait.
+	testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New})
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 3, p.Failed)
+	require.Len(t, testenv.Results(t, b, job), 3, "one final result a record")
+	for i := 1; i <= 3; i++ {
+		require.Equal(t, 1, counter.Calls(fmt.Sprintf("r%d", i)), "r%d: called once, settled by the redelivery", i)
+	}
+	dl, err := deadletter.List(context.Background(), b, deadletter.Filter{Job: job.ID})
+	require.NoError(t, err)
+	require.Len(t, dl, 3, "one dead letter a record (the redelivery wrote none)")
+}

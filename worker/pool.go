@@ -71,6 +71,9 @@ type Config struct {
 	// DieOn, for tests and chaos drills, makes the worker abandon a record
 	// as a crashed process would: no ack, no nak, no result.
 	DieOn func(job, action, record string) bool
+	// DieAfterWrites, likewise, abandons a record once its outcome's writes
+	// have landed, before its ack or nak: a process killed between the two.
+	DieAfterWrites func(job, action, record string) bool
 
 	// Trust is the operator's policy for the keys and endpoints a job's
 	// workflow may use (provider.DefaultTrust); a job it refuses is not
@@ -254,6 +257,9 @@ func New(b *broker.Broker, cfg Config) *Pool {
 		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
 	}
 	p.done = newCompleter(brokerStore{p}, p.beats, cfg.Log, cfg.Metrics, cfg.Concurrency)
+	if cfg.DieAfterWrites != nil {
+		p.done.dieAfterWrites = func(d *delivery) bool { return cfg.DieAfterWrites(d.job, d.action.Name, d.env.ID) }
+	}
 	return p
 }
 

@@ -96,13 +96,18 @@ func (w *Workflow) Describe(out io.Writer) {
 			}
 			row("retry", "%s", off)
 		}
-		calls, elapsed := p.WorstCase()
-		wait := "no waiting"
-		if elapsed > 0 {
-			wait = elapsed.Round(time.Millisecond).String() + " of waiting between calls"
+		bound := a.Bound(w.Providers[a.Provider])
+		calls := bound.Uncapped
+		shape := fmt.Sprintf("%s × %s", count(p.Attempts(), "attempt", "attempts"), count(p.Deliveries(), "delivery", "deliveries"))
+		if rounds := bound.Uncapped / max(p.Attempts()*p.Deliveries(), 1); rounds > 1 && a.Mode != ModeBatch {
+			shape += fmt.Sprintf(" × %d rounds (repairs, max_tokens doublings)", rounds)
 		}
-		row("worst case", "%s (%s × %s), %s", count(calls, "call", "calls"), count(p.Attempts(), "attempt", "attempts"),
-			count(p.Deliveries(), "delivery", "deliveries"), wait)
+		if a.Mode == ModeBatch {
+			shape += fmt.Sprintf(", + %d batch rounds", p.Attempts())
+		}
+		row("worst case", "%s (%s), a hard bound of every layer", count(bound.Calls, "call", "calls"), shape)
+		row("", "at most %s waiting between calls (max_wait %s for the provider included), %s with every call at its timeout",
+			bound.Waiting.Round(time.Millisecond), p.WaitLimit(), bound.Total.Round(time.Second))
 		if e := a.Expect; e != nil {
 			what := e.Format
 			switch {

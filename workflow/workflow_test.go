@@ -391,7 +391,8 @@ action 1/2 extract_metadata (line 13)
   retry:      session: 5 attempts, backoff 2s doubling up to 1m0s, budget 30s
               exec: 3 deliveries, redeliver backoff 1.5s doubling
               on_exhausted: raise
-  worst case: 15 calls (5 attempts × 3 deliveries), 1m34.5s of waiting between calls
+  worst case: 45 calls (5 attempts × 3 deliveries × 3 rounds (repairs, max_tokens doublings)), a hard bound of every layer
+              at most 55m24s waiting between calls (max_wait 30m0s for the provider included), 2h25m24s with every call at its timeout
   expect:     json, inline schema
   repair:     up to 2 calls, then return_last
   reads:      text
@@ -400,7 +401,8 @@ action 2/2 noisy_endpoint (line 21)
   provider:   sim/(provider default) (sim)
   mode:       online
   retry:      off (1 call, 1 delivery)
-  worst case: 1 call (1 attempt × 1 delivery), no waiting
+  worst case: 1 call (1 attempt × 1 delivery), a hard bound of every layer
+              at most 30m0s waiting between calls (max_wait 30m0s for the provider included), 32m0s with every call at its timeout
   reads:      extract_metadata
 `, b.String())
 }

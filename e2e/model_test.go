@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/provider/providertest"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// model is a local OpenAI-format chat endpoint that counts the calls of
+// every record and action (read from the prompt: "ACTION a: … record N" is
+// action a of rN), answers after a latency, and follows a script per record
+// and call. It is what
+// the chaos tests hold the promise against: what was paid for, and when.
+type model struct {
+	*httptest.Server
+	latency time.Duration
+	// script, when set, may answer the nth call (1-based) of key (action/record)
+	// otherwise than with a 200; ok false: a 200.
+	script func(key string, n int) (providertest.Reply, bool)
+	answer string // the 200's text; "%s" is the record id
+
+	mu    sync.Mutex
+	calls map[string][]modelCall
+}
+
+// modelCall is one call the model answered.
+type modelCall struct {
+	start, end time.Time
+	status     int
+}
+
+var promptRE = regexp.MustCompile(`^ACTION (\w+):.*?record (\d+)`)
+
+func newModel(t testing.TB, latency time.Duration) *model {
+	m := &model{latency: latency, answer: "answer of %s", calls: map[string][]modelCall{}}
+	m.Server = httptest.NewServer(http.HandlerFunc(m.serve))
+	t.Cleanup(m.Close)
+	return m
+}
+
+func (m *model) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/models" {
+		_, _ = w.Write([]byte(providertest.OpenAIModels("chaos-1")))
+		return
+	}
+	var req struct {
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
+		http.Error(w, `{"error":{"message":"bad request","type":"invalid_request_error"}}`, 400)
+		return
+	}
+	id := "?"
+	if mm := promptRE.FindStringSubmatch(req.Messages[len(req.Messages)-1].Content); mm != nil {
+		id = mm[1] + "/r" + mm[2]
+	}
+	start := time.Now()
+	m.mu.Lock()
+	n := len(m.calls[id]) + 1
+	m.calls[id] = append(m.calls[id], modelCall{start: start})
+	m.mu.Unlock()
+	select {
+	case <-time.After(m.latency):
+	case <-r.Context().Done():
+	}
+	rp := providertest.Reply{Status: 200, Body: providertest.OpenAIChat("chaos-1", fmt.Sprintf(m.answer, id), 10, 3000/4)}
+	if m.script != nil {
+		if s, ok := m.script(id, n); ok {
+			rp = s
+		}
+	}
+	m.mu.Lock()
+	c := &m.calls[id][n-1]
+	c.end, c.status = time.Now(), rp.Status
+	m.mu.Unlock()
+	rp.ServeHTTP(w, r)
+}
+
+// callsOf returns the calls of key: action/record.
+func (m *model) callsOf(id string) []modelCall {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.calls[id])
+}
+
+// total is every call made.
+func (m *model) total() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, c := range m.calls {
+		n += len(c)
+	}
+	return n
+}
+
+// modelWorkflow is a workflow of actions on the model (each "Answer:
+// {{ .text }}" or reading the previous action), with retry block rb.
+func modelWorkflow(t testing.TB, m *model, rb string, actions ...string) *workflow.Workflow {
+	t.Helper()
+	y := fmt.Sprintf(`providers:
+  chaos: {kind: openai, base_url: %s/v1, api_key_env: CHAOS_API_KEY}
+defaults:
+  provider: chaos
+  model: chaos-1
+  retry: %s
+actions:
+`, m.URL, rb)
+	for i, a := range actions {
+		prompt := "ACTION " + a + ": {{ .text }}"
+		if i > 0 {
+			prompt += " after {{ ." + actions[i-1] + " }}"
+		}
+		y += fmt.Sprintf("  - name: %s\n    prompt: %q\n", a, prompt)
+	}
+	return testenv.Workflow(t, y)
+}
+
+// promise is what a chaos test checks of a finished job: nothing lost —
+// every record has exactly one final result, and its export one line — and
+// nothing paid twice: no record called again after a call that succeeded,
+// unless a worker process was killed between the two (kills), and no record
+// called more often than validate's bound.
+type promise struct {
+	n      int
+	kills  []time.Time // when worker processes were killed
+	bound  int         // calls a record may make at most, over every action
+}
+
+func checkPromise(t testing.TB, b *broker.Broker, job *broker.Job, m *model, p promise) string {
+	t.Helper()
+	res := checkResults(t, b, job, p.n) // exactly one final result a record
+	paidTwice, excused, concurrent, maxCalls := 0, 0, 0, 0
+	for id := range res {
+		calls := 0
+		for _, action := range job.Actions {
+			cs := m.callsOf(action + "/" + id)
+			calls += len(cs)
+			for i, c := range cs {
+				if c.status != 200 || i+1 >= len(cs) {
+					continue
+				}
+				// A call after a success: only a worker killed between
+				// the two explains it. One that started while the success
+				// was still in flight is a delivery made twice at once
+				// (counted, reported).
+				next := cs[i+1].start
+				if next.Before(c.end) {
+					concurrent++
+					continue
+				}
+				if slices.ContainsFunc(p.kills, func(k time.Time) bool { return !k.Before(c.start) && !k.After(next) }) {
+					excused++
+					continue
+				}
+				paidTwice++
+				t.Errorf("%s/%s: called again at %s after a call that succeeded at %s (no worker was killed between)",
+					action, id, next.Format(time.TimeOnly+".000"), c.end.Format(time.TimeOnly+".000"))
+			}
+		}
+		maxCalls = max(maxCalls, calls)
+		require.LessOrEqual(t, calls, p.bound, "%s: %d calls, over the bound of %d", id, calls, p.bound)
+	}
+	return fmt.Sprintf("%d records, %d calls (at most %d a record, bound %d), %d paid again after a success, %d after a worker was killed mid-call, %d called twice at once",
+		p.n, m.total(), maxCalls, p.bound, paidTwice, excused, concurrent)
+}
+
+// callBound is validate's worst case of a record over every action of wf.
+func callBound(wf *workflow.Workflow) int {
+	n := 0
+	for _, a := range wf.Actions {
+		n += a.Bound(wf.Providers[a.Provider]).Calls
+	}
+	return n
+}

@@ -1,0 +1,34 @@
+package workflow
+
+import (
+	"cmp"
+	"time"
+
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/retry"
+)
+
+// RetryAfterCapDefault is the longest a provider's Retry-After may make a
+// record wait between two calls, unless its provider entry says otherwise.
+const RetryAfterCapDefault = 10 * time.Minute
+
+// Bound is the worst case of one record of the action, with its provider
+// p: the most calls it can make — every attempt of every delivery, each
+// repair round and max_tokens doubling a round of attempts of its own,
+// batch rounds — capped by max_calls, and the longest it can take. It is a
+// hard bound that every retry layer keeps (docs/design.md §9); `jetpool
+// validate` prints it.
+func (a *Action) Bound(p provider.Config) retry.Bound {
+	ra := retry.Action{Policy: a.Retry, MaxCalls: a.MaxCalls,
+		CallTimeout: cmp.Or(p.Timeout, provider.TimeoutDefault), RetryAfterMax: RetryAfterCapDefault}
+	if a.Expect != nil {
+		ra.Repairs = a.Expect.RepairAttempts
+	}
+	if a.OnTruncated == OnTruncatedGrow {
+		ra.Repairs += GrowMax
+	}
+	if a.Mode == ModeBatch {
+		ra.BatchRounds = a.Retry.Attempts()
+	}
+	return ra.Bound()
+}
