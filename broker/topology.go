@@ -468,7 +468,9 @@ var watchStartWait = 30 * time.Second
 // Unanswered reports whether err is a request that got no answer in time,
 // or no server to answer it (a busy or electing cluster, a node down): worth
 // asking again, where an answer that refuses is not.
-func Unanswered(err error) bool { return unanswered(err) || errors.Is(err, jetstream.ErrNoStreamResponse) }
+func Unanswered(err error) bool {
+	return unanswered(err) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
 
 // unanswered: a JetStream API request got no answer in time, or no server
 // to answer it.

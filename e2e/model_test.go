@@ -137,9 +137,9 @@ actions:
 // unless a worker process was killed between the two (kills), and no record
 // called more often than validate's bound.
 type promise struct {
-	n      int
-	kills  []time.Time // when worker processes were killed
-	bound  int         // calls a record may make at most, over every action
+	n     int
+	kills []time.Time // when worker processes were killed
+	bound int         // calls a record may make at most, over every action
 }
 
 func checkPromise(t testing.TB, b *broker.Broker, job *broker.Job, m *model, p promise) string {

@@ -56,7 +56,7 @@ type testBundle struct {
 	srv     *httptest.Server
 	c       *client
 
-	trust    *provider.Trust // the pools' (the workflow's key file bound to the sim)
+	trust *provider.Trust // the pools' (the workflow's key file bound to the sim)
 
 	mu       sync.Mutex
 	replayed []string // jobs the Replayed hook was told

@@ -111,7 +111,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 	switch {
 	case last == nil:
 	case last.Status == broker.StatusOK:
-		d.run = paidRun(last) // worker/cost.go: its cost goes on with the record
+		d.run = paidRun(last)        // worker/cost.go: its cost goes on with the record
 		d.account = ownAccount(last) // forwarded again with the record
 		return outcome{kind: outcomeSettled, result: last}, true
 	case last.Replays >= d.replays:

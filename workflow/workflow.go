@@ -152,6 +152,6 @@ type compiledPrompt struct {
 	// renderers are copies of tmpl, one per concurrent render, each with
 	// its bounded functions bound to a budget of its own (template.go).
 	renderers sync.Pool
-	refs   []Ref
-	line   int // the line of the workflow file the template's first line is on (0: unknown)
+	refs      []Ref
+	line      int // the line of the workflow file the template's first line is on (0: unknown)
 }

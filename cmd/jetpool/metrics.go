@@ -70,7 +70,6 @@ func newMetrics() *metrics {
 	return m
 }
 
-
 func (m *metrics) Record(_, action, outcome string, class retry.Class) {
 	m.records.WithLabelValues(action, outcome, string(class)).Inc()
 }

@@ -1,9 +1,9 @@
 package bench
 
 import (
-	"github.com/rs/zerolog"
 	"context"
 	"fmt"
+	"github.com/rs/zerolog"
 	"os"
 	"os/exec"
 	"strconv"

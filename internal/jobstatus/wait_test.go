@@ -1,8 +1,8 @@
 package jobstatus
 
 import (
-	"github.com/rs/zerolog"
 	"context"
+	"github.com/rs/zerolog"
 	"testing"
 	"time"
 
