@@ -182,6 +182,26 @@ actions:
 	require.LessOrEqual(t, m.total()-paused, 2*16, "work paused: at most the slots and held answers more (was %d)", paused)
 	t.Logf("store full after %d records called, %d MiB of filler; %d calls during 5 s of a full store", paused, filled/4, m.total()-paused)
 
+	// jetpool status says what is wrong, and counts every record in one
+	// column: nothing outside them while the store is full.
+	st := jetpool(t, map[string]string{"JETPOOL_NATS_URL": c.url(0)}, "status", "--json")
+	require.Zero(t, st.code, st.stderr)
+	var jobs []struct {
+		Total             int64
+		Queued            int64
+		InFlight          int64 `json:"in_flight"`
+		Storing           int64
+		Waiting           int64 `json:"waiting_for_redelivery"`
+		Succeeded, Failed int64
+		StorageFaults     []struct{ Write, Stream, Hint string } `json:"storage_faults"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &jobs), st.stdout)
+	require.Len(t, jobs, 1)
+	s := jobs[0]
+	require.Equal(t, s.Total, s.Queued+s.InFlight+s.Storing+s.Waiting+s.Succeeded+s.Failed, "every record in one column: %+v", s)
+	require.NotEmpty(t, s.StorageFaults, "status shows the storage fault")
+	require.Contains(t, s.StorageFaults[0].Hint, "full")
+
 	require.NoError(t, filler.Purge(ctx)) // space comes back
 	require.Contains(t, []int{0}, run.wait(t, 120*time.Second), "the same run completes")
 	f, err := os.Open(out)
@@ -270,6 +290,20 @@ actions:
 	}
 	t.Logf("retry killed after %d calls for %d dead letters; the second retry made %d (the rest, and those the killed one had in flight or unstored)",
 		atKill, failed, m.total()-before-atKill)
+}
+
+// A cluster started a moment ago (compose, Kubernetes): `jetpool dispatch`
+// waits for JetStream to elect its leaders and place the streams, within a
+// bound, instead of failing with "context deadline exceeded".
+func TestDispatchToAFreshCluster(t *testing.T) {
+	t.Parallel()
+	c := startNATSCluster(t, natsOpts{}) // listening, no meta leader yet
+	wf := filepath.Join(t.TempDir(), "wf.yaml")
+	require.NoError(t, os.WriteFile(wf, []byte(simYAML(0, "")), 0o600))
+	r := jetpool(t, map[string]string{"JETPOOL_NATS_URL": c.urls(), "JETPOOL_REPLICAS": "3"},
+		"dispatch", wf, "--input", testenv.Records(t, 20), "--job", "fresh")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "fresh\n", r.stdout)
 }
 
 // A starved pool — an adaptive window of one call, many slots, a short
