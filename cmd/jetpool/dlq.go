@@ -195,6 +195,8 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 			"them to completion and print a summary; with an external server, return after republishing (--wait follows).\n"+
 			"--workflow replays them under a new revision of the job's workflow (same actions, any definitions): the\n"+
 			"actions that failed and those after them run it; those that succeeded keep their results and are not paid again.\n"+
+			"Dead letters of a context overflow replayed under a workflow that gives their action no overflow: block would\n"+
+			"fail the same way: retry warns (--dry-run too) and names the --workflow to use.\n"+
 			"Exit 4 when the job completes with failed records (--allow-failed: 0).")
 	f := filterFlags(fs)
 	limit := fs.Int("limit", 0, "replay at most this many")
@@ -246,6 +248,8 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		if err := reviseForRetry(ctx, e, b, f, *revise, *dry, *noPreflight); err != nil {
 			return err
 		}
+	} else if err := warnOverflow(ctx, e, b, *f); err != nil { // retry_overflow.go
+		return err
 	}
 	res, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: *f, DryRun: *dry, Mode: *mode,
 		Each: func(en *deadletter.Entry, replayed bool, why string) {
