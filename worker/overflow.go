@@ -157,9 +157,12 @@ func (jr *jobRunner) estimateOverflow(d *delivery, run *sessionEnd, h *history, 
 	}
 	for range 2 { // the action's model, then perhaps the fallback's
 		w, known := window(jr.id, d.action)
+		if !known {
+			return pr
+		}
 		sent := sentRunes(d.action.System, h.msgs)
 		o, over := w.Estimate(sent)
-		if !known || !over {
+		if !over {
 			return pr
 		}
 		if run.overflow == nil {
