@@ -203,6 +203,18 @@ func TestOverflowThatCannotFit(t *testing.T) {
 			"still too long (the provider named no sizes) after 2 rounds (max_rounds 2)")
 		require.Equal(t, []string{"context_overflow"}, r.Recovery.Classes)
 	})
+	t.Run("the fallback is too small too", func(t *testing.T) {
+		t.Parallel()
+		cw := &providertest.ContextWindow{Dialect: providertest.DialectOpenAI, Windows: map[string]int{"small": 1000, "big": 2000}}
+		_, entry := windowServer(t, cw)
+		_, _, results, _ := runOverflow(t, entry, "{fallback_model: big}", "", overflowInput(t, []overflowRecord{{"r1", 20000, ""}}, ""), worker.Config{})
+		r := results["r1"]
+		require.Equal(t, string(retry.ReasonContextOverflow), r.Reason)
+		require.Equal(t, 2, r.Recovery.Attempts)
+		require.Equal(t, "big", r.Model)
+		require.Contains(t, r.Error.Message, "; overflow: tried moved to fake/big; the fallback fake/big is too small too (5,003 tokens > 2,000), "+
+			"and no field may be shortened (overflow.truncate)")
+	})
 	t.Run("a field that is not text", func(t *testing.T) {
 		t.Parallel()
 		cw := &providertest.ContextWindow{Dialect: providertest.DialectGemini, Window: 3000}
