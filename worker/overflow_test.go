@@ -46,10 +46,10 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// windowServer is a fake endpoint of dialect that refuses any prompt over
-// its window with the dialect's real overflow error, and the provider
-// entry of kind that points at it.
-func windowServer(t *testing.T, cw *providertest.ContextWindow) (srv *providertest.Server, entry string) {
+// windowEntry starts cw, a fake endpoint that refuses any prompt over its
+// window with its dialect's real overflow error, and returns the provider
+// entry of the matching kind that points at it.
+func windowEntry(t *testing.T, cw *providertest.ContextWindow) string {
 	kind := provider.KindOpenAI
 	switch cw.Dialect {
 	case providertest.DialectAnthropic:
@@ -57,13 +57,23 @@ func windowServer(t *testing.T, cw *providertest.ContextWindow) (srv *providerte
 	case providertest.DialectGemini:
 		kind = provider.KindGemini
 	}
-	srv = providertest.NewServer(t, cw)
-	return srv, fmt.Sprintf("{kind: %s, base_url: %q}", kind, providertest.Config(kind, srv).BaseURL)
+	srv := providertest.NewServer(t, cw)
+	return fmt.Sprintf("{kind: %s, base_url: %q}", kind, providertest.Config(kind, srv).BaseURL)
 }
 
-// runOverflow runs the records through an action with the given overflow
-// block (and extra action fields) on the fake endpoint.
-func runOverflow(t *testing.T, entry, overflow, extra, input string, cfg worker.Config) (*broker.Job, broker.Progress, map[string]*broker.Result, *broker.Broker) {
+// summarize is the action of the tests below, after its name and provider,
+// with the given overflow: block and extra lines.
+func summarize(overflow, extra string) string {
+	return fmt.Sprintf(`    model: small
+    prompt: "Summarize: {{ .text }}"
+    params: {max_tokens: 100}
+    overflow: %s
+%s`, overflow, extra)
+}
+
+// runOverflow runs the records of input through the action (its lines
+// after its name and provider) on cw.
+func runOverflow(t *testing.T, cw *providertest.ContextWindow, action, input string, cfg worker.Config) (*broker.Job, broker.Progress, map[string]*broker.Result, *broker.Broker) {
 	t.Helper()
 	b := testenv.Broker(t)
 	wf := testenv.Workflow(t, fmt.Sprintf(`
@@ -72,15 +82,19 @@ providers:
 actions:
   - name: summarize
     provider: fake
-    model: small
-    prompt: "Summarize: {{ .text }}"
-    params: {max_tokens: 100}
-    overflow: %s
-%s`, entry, overflow, extra))
+%s`, windowEntry(t, cw), action))
 	res := testenv.Dispatch(t, b, wf, input, dispatcher.Options{})
 	testenv.Pool(t, b, cfg)
 	job, p := testenv.WaitFinished(t, b, res.Job.ID, 60*time.Second)
 	return job, p, testenv.Results(t, b, job), b
+}
+
+// overflowOne runs one record r1 of chars characters (and the extra
+// fields) through the action on cw and returns its result.
+func overflowOne(t *testing.T, cw *providertest.ContextWindow, action string, chars int, extra string) (*broker.Result, broker.Progress, *broker.Broker) {
+	t.Helper()
+	_, p, results, b := runOverflow(t, cw, action, overflowInput(t, []overflowRecord{{"r1", chars, ""}}, extra), worker.Config{})
+	return results["r1"], p, b
 }
 
 // sizes are the records of the compaction tests: 2k–40k characters, and
@@ -99,8 +113,7 @@ func TestOverflowCompactsEveryDialect(t *testing.T) {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
 			cw := &providertest.ContextWindow{Dialect: dialect, Window: 3000}
-			_, entry := windowServer(t, cw)
-			job, p, results, _ := runOverflow(t, entry, "{truncate: text}", "", overflowInput(t, sizes, ""), worker.Config{})
+			job, p, results, _ := runOverflow(t, cw, summarize("{truncate: text}", ""), overflowInput(t, sizes, ""), worker.Config{})
 			require.NotEqual(t, broker.JobFailed, job.Status)
 			require.EqualValues(t, len(sizes), p.OK, "every record ends ok")
 			calls, refused := cw.Calls()
@@ -143,9 +156,8 @@ func TestOverflowCompactsEveryDialect(t *testing.T) {
 func TestOverflowFallbackModel(t *testing.T) {
 	t.Parallel()
 	cw := &providertest.ContextWindow{Dialect: providertest.DialectOpenAI, Windows: map[string]int{"small": 3000, "big": 12000}}
-	_, entry := windowServer(t, cw)
 	recs := append(append([]overflowRecord(nil), sizes...), overflowRecord{"r60k", 60000, ""})
-	_, p, results, _ := runOverflow(t, entry, "{truncate: text, fallback_model: big}", "", overflowInput(t, recs, ""), worker.Config{})
+	_, p, results, _ := runOverflow(t, cw, summarize("{truncate: text, fallback_model: big}", ""), overflowInput(t, recs, ""), worker.Config{})
 	require.EqualValues(t, len(recs), p.OK)
 	for _, rec := range recs {
 		r := results[rec.id]
@@ -179,11 +191,8 @@ func TestOverflowThatCannotFit(t *testing.T) {
 	t.Run("the rest of the prompt alone is over", func(t *testing.T) {
 		t.Parallel()
 		cw := &providertest.ContextWindow{Dialect: providertest.DialectAnthropic, Window: 3000}
-		_, entry := windowServer(t, cw)
-		_, p, results, b := runOverflow(t, entry, "{truncate: text}", "    system: "+strings.Repeat("rule ", 3000),
-			overflowInput(t, []overflowRecord{{"r1", 5000, ""}}, ""), worker.Config{})
+		r, p, b := overflowOne(t, cw, summarize("{truncate: text}", "    system: "+strings.Repeat("rule ", 3000)), 5000, "")
 		require.EqualValues(t, 1, p.ByReason["context_overflow"])
-		r := results["r1"]
 		require.Equal(t, 1, r.Recovery.Attempts, "no round could help: no second call")
 		require.Contains(t, r.Error.Message, "failed permanently: ContextOverflowError: prompt is too long: 5003 tokens > 3000 maximum")
 		require.Contains(t, r.Error.Message, "; overflow: text cannot be shortened enough: the prompt is over (5,003 tokens > 3,000) even without its 5,000 chars")
@@ -194,10 +203,8 @@ func TestOverflowThatCannotFit(t *testing.T) {
 	t.Run("rounds spent", func(t *testing.T) {
 		t.Parallel()
 		cw := &providertest.ContextWindow{Dialect: providertest.DialectOllama, Window: 3000}
-		_, entry := windowServer(t, cw)
-		_, p, results, _ := runOverflow(t, entry, "{truncate: text, keep: tail}", "", overflowInput(t, []overflowRecord{{"r1", 200000, ""}}, ""), worker.Config{})
+		r, p, _ := overflowOne(t, cw, summarize("{truncate: text, keep: tail}", ""), 200000, "")
 		require.EqualValues(t, 1, p.ByReason["context_overflow"])
-		r := results["r1"]
 		require.Equal(t, 3, r.Recovery.Attempts, "the call and two rounds")
 		require.Contains(t, r.Error.Message, "; overflow: tried text 200,000 → 100,000 chars, then text 100,000 → 50,000 chars; "+
 			"still too long (the provider named no sizes) after 2 rounds (max_rounds 2)")
@@ -206,9 +213,7 @@ func TestOverflowThatCannotFit(t *testing.T) {
 	t.Run("the fallback is too small too", func(t *testing.T) {
 		t.Parallel()
 		cw := &providertest.ContextWindow{Dialect: providertest.DialectOpenAI, Windows: map[string]int{"small": 1000, "big": 2000}}
-		_, entry := windowServer(t, cw)
-		_, _, results, _ := runOverflow(t, entry, "{fallback_model: big}", "", overflowInput(t, []overflowRecord{{"r1", 20000, ""}}, ""), worker.Config{})
-		r := results["r1"]
+		r, _, _ := overflowOne(t, cw, summarize("{fallback_model: big}", ""), 20000, "")
 		require.Equal(t, string(retry.ReasonContextOverflow), r.Reason)
 		require.Equal(t, 2, r.Recovery.Attempts)
 		require.Equal(t, "big", r.Model)
@@ -218,28 +223,15 @@ func TestOverflowThatCannotFit(t *testing.T) {
 	t.Run("a field that is not text", func(t *testing.T) {
 		t.Parallel()
 		cw := &providertest.ContextWindow{Dialect: providertest.DialectGemini, Window: 3000}
-		_, entry := windowServer(t, cw)
-		b := testenv.Broker(t)
-		wf := testenv.Workflow(t, fmt.Sprintf(`
-providers:
-  fake: %s
-actions:
-  - {name: a, provider: fake, model: small, prompt: "{{ .n }} {{ .text }}", overflow: {truncate: n}}
-`, entry))
-		res := testenv.Dispatch(t, b, wf, overflowInput(t, []overflowRecord{{"r1", 20000, ""}}, `,"n":42`), dispatcher.Options{})
-		testenv.Pool(t, b, worker.Config{})
-		job, _ := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
-		r := testenv.Results(t, b, job)["r1"]
+		r, _, _ := overflowOne(t, cw, "    model: small\n    prompt: \"{{ .n }} {{ .text }}\"\n    overflow: {truncate: n}\n", 20000, `,"n":42`)
 		require.Equal(t, string(retry.ReasonContextOverflow), r.Reason)
 		require.Contains(t, r.Error.Message, "; overflow: n is a JSON number, not text: it cannot be shortened")
 	})
 	t.Run("max_calls", func(t *testing.T) {
 		t.Parallel()
 		cw := &providertest.ContextWindow{Dialect: providertest.DialectOpenAI, Window: 3000}
-		_, entry := windowServer(t, cw)
-		_, p, results, _ := runOverflow(t, entry, "{truncate: text}", "    max_calls: 1", overflowInput(t, []overflowRecord{{"r1", 20000, ""}}, ""), worker.Config{})
+		r, p, _ := overflowOne(t, cw, summarize("{truncate: text}", "    max_calls: 1"), 20000, "")
 		require.EqualValues(t, 1, p.ByReason["max_calls"])
-		r := results["r1"]
 		require.Equal(t, 1, r.Recovery.Attempts)
 		require.True(t, strings.HasPrefix(r.Error.Message, "stopped at max_calls 1: "), r.Error.Message)
 	})
@@ -250,9 +242,8 @@ actions:
 func TestOverflowEstimatedBeforeTheCall(t *testing.T) {
 	t.Parallel()
 	cw := &providertest.ContextWindow{Dialect: providertest.DialectGemini, Window: 3000}
-	_, entry := windowServer(t, cw)
 	recs := []overflowRecord{{"r1", 40000, ""}, {"r2", 20000, ""}, {"r3", 4000, ""}, {"r4", 32000, ""}, {"r5", 13000, ""}, {"r6", 15000, ""}}
-	_, p, results, _ := runOverflow(t, entry, "{truncate: text, keep: middle}", "", overflowInput(t, recs, ""), worker.Config{Concurrency: 1})
+	_, p, results, _ := runOverflow(t, cw, summarize("{truncate: text, keep: middle}", ""), overflowInput(t, recs, ""), worker.Config{Concurrency: 1})
 	require.EqualValues(t, len(recs), p.OK)
 	calls, refused := cw.Calls()
 	require.Equal(t, 2, refused, "the first overflow, and r5's, whose estimate is within the slack")
