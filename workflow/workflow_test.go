@@ -210,7 +210,6 @@ actions:
 		require.Equal(t, ModeBatch, a.Mode)
 		require.Equal(t, BatchConfig{MaxRecords: 10, MaxWait: BatchMaxWaitDefault, Poll: BatchPollDefault}, a.Batch)
 		require.Equal(t, ModeOnline, a.Fallback)
-	require.Nil(t, a.Overflow, "off by default")
 
 		b := w.Actions[1]
 		require.Equal(t, "other", b.Model)
