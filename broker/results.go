@@ -52,6 +52,25 @@ type Recovery struct {
 	// HandBacks the deliveries stopping workers handed back.
 	Lost      int `json:"lost,omitempty"`
 	HandBacks int `json:"hand_backs,omitempty"`
+	// Compacted is what the delivery that ended the action did about
+	// context overflows (the action's overflow: block), in order.
+	Compacted []Compaction `json:"compacted,omitempty"`
+}
+
+// Compaction is one answer to a context overflow: a field shortened, or a
+// move to the fallback model, before the record's next call.
+type Compaction struct {
+	// After is the attempt (Failure.N) that overflowed; 0 when there was
+	// none: the prompt was estimated not to fit a window an earlier record's
+	// overflow named, and changed before it was sent.
+	After int    `json:"after,omitempty"`
+	Field string `json:"field,omitempty"` // the field shortened
+	From  int    `json:"from,omitempty"`  // its characters before,
+	To    int    `json:"to,omitempty"`    // and after
+	Model string `json:"model,omitempty"` // the fallback moved to: provider/model
+	// Note says it in words: "text 40,000 → 5,600 chars", "moved to
+	// openai/gpt-4.1".
+	Note string `json:"note"`
 }
 
 // Usage is tokens spent on the record, all attempts. Cached and cache-write

@@ -373,7 +373,11 @@ type wireError struct {
 	Code    json.RawMessage `json:"code"`
 	Status  string          `json:"status"`
 	Detail  json.RawMessage `json:"detail"`
-	Details []struct {
+	// llama.cpp's exceed_context_size_error counts the prompt and names the
+	// context size beside a message that says neither.
+	NPromptTokens int `json:"n_prompt_tokens"`
+	NCtx          int `json:"n_ctx"`
+	Details       []struct {
 		Type       string `json:"@type"`
 		Reason     string `json:"reason"`
 		RetryDelay string `json:"retryDelay"`
@@ -412,6 +416,11 @@ func parseAPIError(body []byte) apiError {
 	ae.message = jsonText(w.Message)
 	if ae.message == "" {
 		ae.message = jsonText(w.Detail) // FastAPI servers: {"detail":"Not Found"}
+	}
+	if w.NPromptTokens > 0 && w.NCtx > 0 {
+		// In the message, where compaction (retry.ParseOverflow) and a
+		// reader of the dead letter find them.
+		ae.message += fmt.Sprintf(" (n_prompt_tokens %d, n_ctx %d)", w.NPromptTokens, w.NCtx)
 	}
 	ae.typ = cmp.Or(w.Status, w.Type)
 	if w.Type == "error" && w.Status == "" {

@@ -250,12 +250,14 @@ func ownAccount(r *broker.Result) *broker.Account {
 }
 
 // story adds what the record's deliveries went through besides its calls:
-// its waits, the deliveries lost with a process and those handed back.
+// its waits, the deliveries lost with a process and those handed back, and
+// what compaction did.
 func story(rec *broker.Recovery, d *delivery) {
 	rec.Lost = d.lost()
 	if st := d.state; st != nil {
 		rec.Waits, rec.Waited, rec.HandBacks = st.Waits, st.Waited, st.HandBacks
 	}
+	rec.Compacted = d.run.compactions() // worker/overflow.go
 }
 
 // recovery is how a record got to its result: calls made, deliveries that

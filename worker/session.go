@@ -58,6 +58,7 @@ type sessionEnd struct {
 	priced            bool
 	grows             int // max_tokens doublings (on_truncated: grow)
 	params            map[string]any
+	overflow          *overflowRun // context overflow rounds (worker/overflow.go)
 }
 
 // failed ends a session before any call, with a permanent error.
@@ -159,6 +160,8 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 	}
 
 	h := &history{msgs: []provider.Message{{Role: "user", Content: prompt}}}
+	// worker/overflow.go: a prompt known not to fit is moved or cut unpaid.
+	pr = jr.estimateOverflow(d, run, h, pr)
 	repairs := 0 // this delivery's
 	for {
 		pol := a.Retry
@@ -187,6 +190,12 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 			break
 		}
 		run.err, run.handOver, run.canceled = o.Err, o.HandOver, o.Canceled
+		if o.Err != nil && o.Err.Class == retry.ClassContextOverflow {
+			if next := jr.compact(d, run, h, o.Err, pr); next != nil { // worker/overflow.go: a round of its own
+				pr = next
+				continue
+			}
+		}
 		if o.Err != nil || o.Canceled {
 			// A transport error: the retry layers decide, unless the cap
 			// is what stopped them.

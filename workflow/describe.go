@@ -129,6 +129,10 @@ func (w *Workflow) Describe(out io.Writer) {
 		case a.MaxCalls > 0:
 			row("max_calls", "%d", a.MaxCalls)
 		}
+		if o := a.Overflow; o != nil {
+			row("overflow", "%s", o.describe())
+			row("", "worst case with its rounds: %s", o.worstCase(a))
+		}
 		if f := a.Fields(); len(f) > 0 {
 			row("reads", "%s", strings.Join(f, ", "))
 		}

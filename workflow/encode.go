@@ -26,8 +26,9 @@ import (
 // the newest Decode reads. Raise it whenever Encode writes something an
 // older Decode would read differently or refuse: a worker then says it
 // cannot serve the job (ErrNewerFormat) instead of misreading it. An
-// encoded workflow without a version is version 1.
-const FormatVersion = 1
+// encoded workflow without a version is version 1. Version 2 added
+// actions[].overflow.
+const FormatVersion = 2
 
 // ErrNewerFormat is returned (wrapped, naming both versions) by Decode for
 // a workflow encoded by a newer jetpool than this one.
@@ -76,6 +77,7 @@ type wireAction struct {
 	Price       *pricing.Price `json:"price,omitempty"`
 	OnTruncated string         `json:"on_truncated,omitempty"`
 	OnFiltered  string         `json:"on_filtered,omitempty"`
+	Overflow    *wireOverflow  `json:"overflow,omitempty"`
 }
 
 type wireRetry struct {
@@ -155,7 +157,7 @@ func (w *Workflow) Encode() ([]byte, error) {
 		wa := wireAction{Name: a.Name, Line: a.Line, Provider: a.Provider, Model: a.Model, System: a.System,
 			Prompt: a.Prompt, Params: a.Params, Stream: a.Stream, JSON: a.JSON, Retry: wirePolicy(a.Retry),
 			MaxCalls: a.MaxCalls, Mode: a.Mode, Fallback: a.Fallback,
-			Price: a.Price, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered}
+			Price: a.Price, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered, Overflow: encodeOverflow(a.Overflow)}
 		if e := a.Expect; e != nil {
 			wa.Expect = &wireExpect{Format: e.Format, Schema: e.Schema, SchemaFile: e.SchemaFile, SchemaLine: e.SchemaLine,
 				Repair: wireRepair{MaxAttempts: e.RepairAttempts, OnExhausted: string(e.RepairOnExhausted)}}

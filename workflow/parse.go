@@ -179,6 +179,10 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "action %s (provider %s, model %s) has no known price, so the budget could not count its calls: give it a price: block",
 					a.Name, a.Provider, cmp.Or(a.Model, "default"))
 			}
+			if o := a.Overflow; o != nil && o.FallbackModel != "" && o.FallbackPrice == nil {
+				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "action %s's overflow fallback (provider %s, model %s) has no known price, so the budget could not count its calls: give its provider a price: block",
+					a.Name, o.FallbackProvider, o.FallbackModel)
+			}
 		}
 	}
 	return w
@@ -469,7 +473,8 @@ type spec struct {
 	onTruncated  opt[string]
 	onFiltered   opt[string]
 	price        opt[*pricing.Price]
-	maxCost      opt[float64] // defaults: only
+	maxCost      opt[float64]  // defaults: only
+	overflow     *overflowSpec // actions only
 
 	encodedLine int
 	compiled    *compiledPrompt
@@ -484,9 +489,9 @@ var specFields = []string{"provider", "model", "system", "params", "stream", "js
 
 func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 	n = deref(n)
-	known := slices.Concat(specFields, []string{"max_cost"}) // a job's budget: defaults: only
+	known := slices.Concat(specFields, []string{"max_cost", "overflow"}) // a job's budget: defaults: only
 	if action {
-		known = append([]string{"name", "prompt"}, specFields...)
+		known = append([]string{"name", "prompt", "overflow"}, specFields...)
 		if p.encoded {
 			known = append(known, "line")
 		}
@@ -600,6 +605,12 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 		case "price":
 			if x, ok := p.price(v); ok {
 				s.price = some(x, line)
+			}
+		case "overflow":
+			if !action {
+				p.errorf(v.key.Line, v.path, "only on an action: it names a field of that action's prompt")
+			} else if x, ok := p.overflow(v); ok {
+				s.overflow = x
 			}
 		case "max_cost":
 			if x, ok := p.money(v); ok {
@@ -972,6 +983,9 @@ func (p *parser) resolve(s, d *spec, index int, w *Workflow) *Action {
 		entryPrice = e.price
 	}
 	a.Price = actionPrice(pick(s.price, d.price).v, entryPrice, a.Provider, a.Model)
+	if s.overflow != nil {
+		a.Overflow = p.resolveOverflow(s.overflow, a, child(s.path, "overflow"), w) // overflow.go
+	}
 	a.Mode = cmp.Or(pick(s.mode, d.mode).v, ModeDefault)
 	if a.Mode == ModeBatch {
 		b := pick(s.batch, d.batch).v

@@ -100,6 +100,9 @@ type Action struct {
 	// OnFiltered is what an answer stopped by a content filter does:
 	// OnFilteredFail ("" too) or OnFilteredOK.
 	OnFiltered string
+	// Overflow is what a context overflow does (overflow:, overflow.go);
+	// nil: the record is dead-lettered as context_overflow.
+	Overflow *Overflow
 	// Price bills the action's calls (price:, its provider's price:, or the
 	// built-in table); nil when unknown: its cost is then not reported.
 	Price *pricing.Price

@@ -102,6 +102,9 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, OnTruncatedOK, a.OnTruncated)
 	require.Equal(t, OnFilteredOK, a.OnFiltered)
 	require.Equal(t, &pricing.Price{Source: "workflow"}, a.Price, "a free local model: the action's own price")
+	require.Equal(t, &Overflow{Truncate: "text", Keep: KeepTail, FallbackModel: "llama-3.3-70b-versatile", FallbackProvider: "groq",
+		FallbackPrice: &pricing.Price{InputPerMTok: 0.05, OutputPerMTok: 0.08, Source: "workflow"}, MaxRounds: 3}, a.Overflow,
+		"the fallback is billed at its provider's price, not the action's")
 
 	a, _ = w.Action("classify")
 	require.Equal(t, "mysim", a.Provider)
@@ -110,6 +113,7 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, ModeBatch, a.Mode)
 	require.Equal(t, BatchConfig{MaxRecords: 500, MaxWait: time.Minute, Poll: 10 * time.Second}, a.Batch)
 	require.Equal(t, ModeOnline, a.Fallback)
+	require.Nil(t, a.Overflow, "off by default")
 
 	a, i = w.Action("nope")
 	require.Nil(t, a)

@@ -223,6 +223,8 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		if err := reviseForRetry(ctx, e, b, rf.f, rf.revise, rf.dry, rf.noPreflight); err != nil {
 			return err
 		}
+	} else if err := warnOverflow(ctx, e, b, *rf.f); err != nil { // retry_overflow.go
+		return err
 	}
 	res, err := replay(ctx, e, b, rf)
 	if err != nil {
@@ -259,6 +261,8 @@ func parseRetry(e *env, args []string) (*retryFlags, error) {
 			"them to completion and print a summary; with an external server, return after republishing (--wait follows).\n"+
 			"--workflow replays them under a new revision of the job's workflow (same actions, any definitions): the\n"+
 			"actions that failed and those after them run it; those that succeeded keep their results and are not paid again.\n"+
+			"Dead letters of a context overflow replayed under a workflow that gives their action no overflow: block would\n"+
+			"fail the same way: retry warns (--dry-run too) and names the --workflow to use.\n"+
 			"A replay an earlier retry left unfinished (killed half way) is found and finished too.\n"+
 			"Exit 4 when the job completes with failed records (--allow-failed: 0).")
 	rf := &retryFlags{f: filterFlags(fs)}
