@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/broker"
@@ -88,7 +88,7 @@ func TestLastMsgRetriesNoResponders(t *testing.T) {
 	retries = nil
 	broker.SetNoResponders(100*time.Millisecond, func(stream string) { retries = append(retries, stream) })
 	_, err = b.HasOK(ctx, "nr", "a", "r1")
-	require.ErrorIs(t, err, nats.ErrNoResponders)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	require.ErrorContains(t, err, "no server answered a lookup in stream "+broker.StreamResults)
 	require.NotEmpty(t, retries, "retried before giving up")
 }

@@ -330,24 +330,20 @@ func (b *Broker) Count(ctx context.Context, stream, filter string) (uint64, erro
 
 // LastMsg returns the last message on subject in stream, or nil when none.
 //
-// The lookup is a direct get, answered by any server holding the stream.
-// While a stream is being placed (a cluster's streams made seconds ago) or
-// has lost every member, nobody answers: the lookup is retried with backoff
-// for up to noRespondersWait before that is an error.
+// The lookup is answered by the stream's leader (leaderget.go: a replica's
+// direct get can be behind). While a stream is being placed (a cluster's
+// streams made seconds ago) or has lost every member, it is not found or
+// nobody answers: the lookup is retried with backoff for up to
+// noRespondersWait before that is an error.
 func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
-	s, err := b.stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
 	var m *jetstream.RawStreamMsg
-	noAnswer := func(err error) bool { return errors.Is(err, nats.ErrNoResponders) }
+	noAnswer := func(err error) bool {
+		return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errUnavailable)
+	}
 	gaveUp, err := untilAnswered(ctx, noRespondersWait, 20*time.Millisecond, noRespondersWait, noAnswer,
 		func() { noResponders(stream) },
 		func() (err error) {
-			m, err = s.GetLastMsgForSubject(ctx, subject)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				m, err = nil, nil
-			}
+			m, err = b.leaderLast(ctx, stream, subject)
 			return err
 		})
 	if gaveUp {

@@ -331,3 +331,48 @@ func TestChaosStarvedPool(t *testing.T) {
 		require.Zero(t, r.Recovery.Lost, id)
 	}
 }
+
+// A lookup reads the leader, and a lookup through a node just back from a
+// long freeze finds every outcome stored meanwhile. Such a node is behind
+// (the leader dropped its route to it) and answers "JetStream temporarily
+// unavailable" for a while: that is asked again, not an error. A direct
+// get could be answered by a follower that is only 90 % caught up
+// (nats-server serves a follower's direct gets from there), so lookups that
+// decide whether to pay do not use them; the test logs what direct gets
+// through the thawed node found.
+func TestLookupReadsTheLeader(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	c := startNATSCluster(t, natsOpts{})
+	admin := readyURLs(t, c.urls(), 10*time.Second)
+	leader := c.leader(admin, broker.StreamResults)
+	follower := (leader + 1) % 3
+	writer := clusterBroker(t, c.url(leader))
+	reader := clusterBroker(t, c.url(follower))
+	ctx := context.Background()
+
+	c.freeze(follower)
+	frozen := time.Now()
+	big := strings.Repeat("x", 64<<10) // enough to fill the routes' buffers: the leader drops its route to the frozen node
+	for i := range n {
+		require.NoError(t, writer.WriteResult(ctx, &broker.Result{ID: fmt.Sprintf("r%d", i), Job: "thaw", Action: "a", Status: broker.StatusOK, Output: big}))
+	}
+	testenv.Eventually(t, time.Minute, func() bool { return time.Since(frozen) > 15*time.Second }, "frozen past the route's write deadline")
+	c.thaw(follower)
+	s, err := reader.JS.Stream(ctx, broker.StreamResults)
+	require.NoError(t, err)
+	direct, missed := 0, 0
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		if m, err := s.GetLastMsgForSubject(ctx, broker.ResultSubject("thaw", "a", "*", id)); err != nil || m == nil {
+			direct++
+		}
+		r, _, err := reader.LastOutcome(ctx, "thaw", "a", id)
+		require.NoError(t, err)
+		if r == nil {
+			missed++
+		}
+	}
+	t.Logf("after the thaw, %d of %d direct gets through the thawed replica found nothing; lookups from the leader missed %d", direct, n, missed)
+	require.Zero(t, missed)
+}
