@@ -36,7 +36,11 @@ func (c *openAI) Limits() Limits {
 }
 
 func (c *openAI) Line(customID string, req provider.Request) ([]byte, error) {
-	return json.Marshal(map[string]any{"custom_id": customID, "method": "POST", "url": OpenAIEndpoint, "body": c.w.Body(req)})
+	body, err := c.w.Body(req)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"custom_id": customID, "method": "POST", "url": OpenAIEndpoint, "body": body})
 }
 
 // openAIBatch is a Batch object.
