@@ -20,7 +20,9 @@ var weather = provider.Tool{Name: "get_weather", Description: "The weather in a 
 
 var paris = []providertest.ToolCall{{ID: "call_abc", Name: "get_weather", Args: `{"city":"Paris"}`}}
 
-func withTools(r *provider.Request) { r.Tools, r.ToolChoice = []provider.Tool{weather}, provider.ToolChoiceAuto }
+func withTools(r *provider.Request) {
+	r.Tools, r.ToolChoice = []provider.Tool{weather}, provider.ToolChoiceAuto
+}
 
 // toolCases are the suite's cases of answers that call tools (issue 31),
 // streamed or not, with cached input tokens in the streamed usage.
