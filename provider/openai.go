@@ -168,7 +168,7 @@ func (p *openAI) body(req Request) (map[string]any, *retry.Error) {
 	if _, set := req.Params["response_format"]; req.JSON && !set {
 		if req.Schema != nil {
 			js := map[string]any{"name": "response", "schema": req.Schema}
-			if openAIStrict(req.Schema) {
+			if OpenAIStrict(req.Schema) {
 				// Outside the strict subset, strict: true is a 400 for
 				// every record; without it the schema still guides.
 				js["strict"] = true

@@ -180,12 +180,12 @@ func (c *client) badPart(model, msg string) *retry.Error {
 		Message: msg, Provider: c.cfg.Name, Model: model}
 }
 
-// openAIStrict reports whether schema is in OpenAI's strict structured-output
+// OpenAIStrict reports whether schema is in OpenAI's strict structured-output
 // subset, which strict: true requires (a schema outside it is refused with a
 // 400): an object at the root, and every object listing all its properties
 // in required and setting additionalProperties: false, with no keyword
 // strict mode does not take.
-func openAIStrict(schema map[string]any) bool {
+func OpenAIStrict(schema map[string]any) bool {
 	if schema["type"] != "object" {
 		return false
 	}

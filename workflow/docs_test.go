@@ -39,7 +39,7 @@ func TestWorkflowDocExamplesParse(t *testing.T) {
 	}
 }
 
-// fieldListRE finds the field lists of parse.go: the known-fields argument
+// fieldListRE finds the field lists of parse.go (and multimodal.go): the known-fields argument
 // of every p.fields call, specFields and the known lists.
 var fieldListRE = regexp.MustCompile(`(?s)(?:p\.fields\([^,]+,[^,]+,|specFields\s*=\s*\[\]string\{|known\s*:?=\s*(?:append\()?\[\]string\{)([^})]*)`)
 
@@ -50,8 +50,12 @@ var transportOnly = map[string]bool{"file": true, "line": true, "schema_file": t
 func TestWorkflowDocHasEveryField(t *testing.T) {
 	doc, err := os.ReadFile(workflowDoc)
 	require.NoError(t, err)
-	src, err := os.ReadFile("parse.go")
-	require.NoError(t, err)
+	var src []byte
+	for _, f := range []string{"parse.go", "multimodal.go"} {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		src = append(src, b...)
+	}
 	documented := func(name string) bool {
 		return strings.Contains(string(doc), "`"+name+"`") || strings.Contains(string(doc), "."+name+"`") ||
 			strings.Contains(string(doc), "`"+name+".")
