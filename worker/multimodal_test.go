@@ -24,6 +24,7 @@ import (
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/provider/providertest"
 	"github.com/jetpool/jetpool/worker"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // allResults is every stored result of a job, by action then record.
@@ -346,4 +347,57 @@ actions:
 		require.Len(t, req.Body["input"], 1)
 	}
 	require.Zero(t, srv.Online())
+}
+
+// Each example of issue 31 (examples/images, tools, structured, cache,
+// embed) parses and runs to completion on the sim, every record ok.
+func TestExamplesRun(t *testing.T) {
+	t.Parallel()
+	checks := map[string]func(t *testing.T, results map[string]*broker.Result){
+		"images": func(t *testing.T, rs map[string]*broker.Result) {
+			require.Equal(t, "1 image(s), 1 document(s): Describe item item-1's photo in one line, and what its report says.", rs["item-1"].Output)
+			require.True(t, strings.HasPrefix(rs["item-2"].Output.(string), "1 image(s), 0 document(s)"), "an empty entry adds nothing")
+		},
+		"tools": func(t *testing.T, rs map[string]*broker.Result) {
+			require.Equal(t, "routed to the billing: I was charged twice this month queue", rs["t-1"].Output)
+			require.Contains(t, rs["t-1"].Outputs["triage"], "tool_calls")
+		},
+		"structured": func(t *testing.T, rs map[string]*broker.Result) {
+			out := rs["b-1"].Output.(map[string]any)
+			require.Equal(t, 1800.0, out["year"])
+			require.Contains(t, out["title"], "Dune")
+		},
+		"cache": func(t *testing.T, rs map[string]*broker.Result) {
+			writes, reads := 0, 0
+			for _, r := range rs {
+				if r.Usage.CacheWriteTokens > 0 {
+					writes++
+				}
+				if r.Usage.CachedInputTokens > 0 {
+					reads++
+				}
+			}
+			require.Equal(t, 1, writes, "the first call writes the cache")
+			require.Equal(t, len(rs)-1, reads, "the others read it")
+		},
+		"embed": func(t *testing.T, rs map[string]*broker.Result) {
+			require.Len(t, rs["doc-001"].Output, 8)
+		},
+	}
+	for name, check := range checks {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join("..", "examples", name)
+			wf, err := workflow.Load(filepath.Join(dir, "workflow.yaml"))
+			require.NoError(t, err)
+			b := testenv.Broker(t)
+			d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+			res, err := d.Dispatch(context.Background(), wf, dispatcher.Options{Input: filepath.Join(dir, "records.jsonl"), IDField: "id"})
+			require.NoError(t, err)
+			testenv.Pool(t, b, worker.Config{Concurrency: 8})
+			job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+			require.EqualValues(t, job.Total, p.OK, "every record ok")
+			check(t, testenv.Results(t, b, job))
+		})
+	}
 }
