@@ -77,6 +77,25 @@ func embedTimed(call func() (EmbedResponse, error)) (EmbedResponse, error) {
 	return out, err
 }
 
+// post sends one POST of body to target, with the key and within the
+// timeout, and reads the answer whole; the key is returned for the decoding
+// to redact.
+func (c *client) post(ctx context.Context, target string, body any, model string) ([]byte, string, *retry.Error) {
+	key, kerr := c.key(model)
+	if kerr != nil {
+		return nil, "", kerr
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	resp, rerr := c.send(ctx, http.MethodPost, target, body, model, key, nil)
+	if rerr != nil {
+		return nil, key, rerr
+	}
+	defer resp.Body.Close()
+	b, rerr := c.readBody(ctx, resp, model, key)
+	return b, key, rerr
+}
+
 // checkCount fails an answer that does not have one vector per input.
 func (c *client) checkCount(out EmbedResponse, inputs int, model string) *retry.Error {
 	if len(out.Vectors) != inputs {
@@ -101,18 +120,7 @@ func EmbedBody(req EmbedRequest) map[string]any {
 // Embed implements Embedder.
 func (p *openAI) Embed(ctx context.Context, req EmbedRequest) (EmbedResponse, error) {
 	return embedTimed(func() (EmbedResponse, error) {
-		key, kerr := p.key(req.Model)
-		if kerr != nil {
-			return EmbedResponse{}, kerr
-		}
-		ctx, cancel := p.withTimeout(ctx)
-		defer cancel()
-		resp, rerr := p.send(ctx, http.MethodPost, p.endpoint("embeddings", nil), EmbedBody(req), req.Model, key, nil)
-		if rerr != nil {
-			return EmbedResponse{}, rerr
-		}
-		defer resp.Body.Close()
-		b, rerr := p.readBody(ctx, resp, req.Model, key)
+		b, key, rerr := p.post(ctx, p.endpoint("embeddings", nil), EmbedBody(req), req.Model)
 		if rerr != nil {
 			return EmbedResponse{}, rerr
 		}
@@ -232,12 +240,6 @@ func geminiEmbedContent(model, text string, params map[string]any, batched bool)
 // for more.
 func (p *gemini) Embed(ctx context.Context, req EmbedRequest) (EmbedResponse, error) {
 	return embedTimed(func() (EmbedResponse, error) {
-		key, kerr := p.key(req.Model)
-		if kerr != nil {
-			return EmbedResponse{}, kerr
-		}
-		ctx, cancel := p.withTimeout(ctx)
-		defer cancel()
 		target := p.endpoint(modelPath(req.Model)+":embedContent", nil)
 		var body any
 		if len(req.Inputs) == 1 {
@@ -250,12 +252,7 @@ func (p *gemini) Embed(ctx context.Context, req EmbedRequest) (EmbedResponse, er
 			}
 			body = map[string]any{"requests": reqs}
 		}
-		resp, rerr := p.send(ctx, http.MethodPost, target, body, req.Model, key, nil)
-		if rerr != nil {
-			return EmbedResponse{}, rerr
-		}
-		defer resp.Body.Close()
-		b, rerr := p.readBody(ctx, resp, req.Model, key)
+		b, key, rerr := p.post(ctx, target, body, req.Model)
 		if rerr != nil {
 			return EmbedResponse{}, rerr
 		}

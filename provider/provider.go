@@ -100,6 +100,10 @@ type Response struct {
 	// ToolCalls are the tools the model asked for (FinishReason
 	// FinishToolCalls).
 	ToolCalls []ToolCall
+	// Embedding is the vector of an embeddings answer of one input read
+	// from a batch's results (Wire.EmbedResponseBody); online embeddings
+	// come from Embedder.Embed.
+	Embedding []float32
 	// FinishReason is one of the Finish* constants, "" when the provider
 	// gave none (some compatible servers); FinishReasonRaw is the
 	// provider's own word ("max_tokens", "MAX_TOKENS", "refusal", …).
