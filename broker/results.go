@@ -118,6 +118,9 @@ func Sum(accounts []Account) Totals {
 		t.Calls += a.Calls
 		t.Usage.InputTokens += a.Usage.InputTokens
 		t.Usage.OutputTokens += a.Usage.OutputTokens
+		t.Usage.CachedInputTokens += a.Usage.CachedInputTokens
+		t.Usage.CacheWriteTokens += a.Usage.CacheWriteTokens
+		t.Usage.ReasoningTokens += a.Usage.ReasoningTokens
 		t.LatencyMS += a.LatencyMS
 	}
 	return t

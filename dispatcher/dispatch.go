@@ -51,6 +51,9 @@ type Options struct {
 	// dups: the ids used more than once, and the line of their first use
 	// (Checked.Apply).
 	dups map[string]int
+	// readFiles: the pass publishes, so it reads the files of the
+	// records' images and documents (files.go).
+	readFiles bool
 }
 
 // Result of a dispatch.
@@ -158,6 +161,7 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 	for i := range wf.Actions {
 		fields[i] = wf.RecordFields(i)
 	}
+	at := newAttacher(wf, opts) // files.go: nil without images or documents to read
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -165,6 +169,9 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 		}
 		if err == nil {
 			err = checkFields(opts.Input, rec, wf, fields)
+		}
+		if err == nil && at != nil {
+			err = at.attach(opts.Input, &rec)
 		}
 		if err == nil {
 			err = checkSize(opts, rec, wf.Actions[0].Name)
@@ -312,6 +319,7 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		return nil
 	}
 	var err error
+	opts.readFiles = true
 	res.inputHash, err = eachRecord(wf, opts, func(rec Record, le *LineError) error {
 		if le != nil {
 			res.BadLines++
@@ -321,7 +329,7 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 			res.Skipped++
 			return nil
 		}
-		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: broker.RecordSum(rec.Raw)}
+		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: broker.RecordSum(rec.Raw), Files: rec.Files}
 		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
 		if err != nil {
 			return err

@@ -17,6 +17,13 @@ const (
 type Message struct {
 	Role    string `json:"role"` // "user" | "assistant"
 	Content string `json:"content"`
+	// Parts are a user turn's images and documents, sent before its text
+	// (parts.go).
+	Parts []Part `json:"parts,omitempty"`
+	// ToolCalls are the tools an assistant turn asked for. A user turn that
+	// follows it answers each with a result saying it was not run: jetpool
+	// runs no tools; the calls are the action's output.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Request is one model call.
@@ -36,6 +43,17 @@ type Request struct {
 	OnDelta func(text string)
 	// RecordID lets the sim provider seed its faults per record; real adapters ignore it.
 	RecordID string
+
+	// Tools the model may call (parts.go), and ToolChoice: "" (the
+	// provider's default), ToolChoiceAuto, ToolChoiceNone,
+	// ToolChoiceRequired, or the name of one of Tools.
+	Tools      []Tool
+	ToolChoice string
+	// CacheSystem and CacheTools mark the system prompt and the tool
+	// definitions as the end of a cacheable prefix (Anthropic
+	// cache_control; OpenAI and Gemini cache prefixes by themselves).
+	// Part.Cache marks a part.
+	CacheSystem, CacheTools bool
 }
 
 // Usage is the token count of one call. InputTokens counts every prompt
@@ -79,6 +97,13 @@ const (
 // Response is a successful call.
 type Response struct {
 	Text string
+	// ToolCalls are the tools the model asked for (FinishReason
+	// FinishToolCalls).
+	ToolCalls []ToolCall
+	// Embedding is the vector of an embeddings answer of one input read
+	// from a batch's results (Wire.EmbedResponseBody); online embeddings
+	// come from Embedder.Embed.
+	Embedding []float32
 	// FinishReason is one of the Finish* constants, "" when the provider
 	// gave none (some compatible servers); FinishReasonRaw is the
 	// provider's own word ("max_tokens", "MAX_TOKENS", "refusal", …).

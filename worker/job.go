@@ -38,6 +38,10 @@ type jobRunner struct {
 	replicated atomic.Bool
 	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
 	costs      *CostGate      // worker/cost.go; made on first use
+
+	// embeds are the embed actions' batchers (worker/embed.go), by action
+	// (of any revision), made on first use.
+	embeds map[*workflow.Action]*embedBatcher
 	// done ends when the pool's caller says the job has nothing left to
 	// deliver (JobDone): its pulls end then, not at their expiry.
 	done   context.Context

@@ -127,6 +127,10 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 	if err != nil {
 		return renderFailure(err) // worker/bounds.go: bad_input past the bounds
 	}
+	parts, err := partsFor(a, d) // worker/parts.go: images and documents
+	if err != nil {
+		return renderFailure(err)
+	}
 	pr, err := jr.provider(a.Provider)
 	if err != nil {
 		return failed(retry.ReasonProgrammingError, retry.ClassProgramming, "ProviderError", err.Error())
@@ -142,24 +146,11 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 	// was a call, and counts against max_calls.
 	prior := len(d.prior())
 	priorCalls := billed(d.prior())
-	if a.MaxCalls > 0 && priorCalls >= a.MaxCalls {
-		// A redelivery after a crash gets here (the cap was spent by
-		// deliveries that saved their attempts but did not finish), and a
-		// batch straggler sent online whose rounds spent it.
-		last := d.prior()[len(d.prior())-1]
-		run.err = &retry.Error{Class: last.Class, TypeName: "MaxCallsError",
-			Message: fmt.Sprintf("max_calls %d spent by earlier deliveries", a.MaxCalls)}
-		run.reason = retry.ReasonMaxCalls
-		run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
-		return run
+	if end := jr.beforeCalls(d, run); end != nil {
+		return end
 	}
 
-	if e := jr.gate().Allow(); e != nil { // worker/cost.go: the job's max_cost
-		run.err, run.reason = e, retry.ReasonBudget
-		return run
-	}
-
-	h := &history{msgs: []provider.Message{{Role: "user", Content: prompt}}}
+	h := &history{msgs: []provider.Message{{Role: "user", Content: prompt, Parts: parts}}}
 	// worker/overflow.go: a prompt known not to fit is moved or cut unpaid.
 	pr = jr.estimateOverflow(d, run, h, pr)
 	repairs := 0 // this delivery's
@@ -205,7 +196,7 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 			}
 			break
 		}
-		run.text = resp.Text
+		run.text = answerText(a, resp)               // worker/parts.go: with tools, {text, tool_calls}
 		if _, ferr := Finish(a, resp); ferr != nil { // worker/outcome_finish.go
 			if ferr.Class == retry.ClassTruncated && a.OnTruncated == workflow.OnTruncatedGrow &&
 				!(a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls) {
@@ -220,28 +211,28 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 			run.err = ferr
 			run.attempts = append(run.attempts, retry.Attempt{N: prior + run.calls, Delivery: d.delivery(),
 				Class: ferr.Class, Error: ferr.Error(), At: jr.p.cfg.Clock.Now()})
-			text := resp.Text
+			text := run.text
 			run.explain = func(all []retry.Attempt) string {
 				return retry.Diagnose(ferr, all, d.delivery()) + "; last output: " + clipOutput(text)
 			}
 			break
 		}
 		if chk == nil {
-			run.output = resp.Text
+			run.output = answerOutput(a, resp)
 			break
 		}
-		v, err := chk.Check(resp.Text, resp.FinishReason)
+		v, err := chk.Check(run.text, resp.FinishReason)
 		if err == nil {
 			run.output = v
 			break
 		}
-		viol := asViolation(err, resp.Text)
+		viol := asViolation(err, run.text)
 		final := schemaViolation(a, viol, run.model)
 		run.err = final
 		run.attempts = append(run.attempts, retry.Attempt{N: prior + run.calls, Delivery: d.delivery(),
 			Class: retry.ClassSchemaViolation, Error: final.Error(), At: jr.p.cfg.Clock.Now()})
 		if repairs >= a.Expect.RepairAttempts {
-			text := resp.Text
+			text := run.text
 			run.explain = func(all []retry.Attempt) string {
 				return retry.Diagnose(final, all, d.delivery()) + "; last output: " + clipOutput(text)
 			}
@@ -249,7 +240,7 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 		}
 		if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls {
 			run.reason = retry.ReasonMaxCalls
-			run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), resp.Text)
+			run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), run.text)
 			break
 		}
 		h.msgs = append(h.msgs, provider.Message{Role: "user", Content: viol.Correction()})
@@ -257,6 +248,29 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 		run.repairs++
 	}
 	return run
+}
+
+// beforeCalls ends a session before any call when the record may make
+// none: its max_calls spent by earlier deliveries, or the job's max_cost
+// reached. It returns nil when the calls may go.
+func (jr *jobRunner) beforeCalls(d *delivery, run *sessionEnd) *sessionEnd {
+	a := d.action
+	if a.MaxCalls > 0 && billed(d.prior()) >= a.MaxCalls {
+		// A redelivery after a crash gets here (the cap was spent by
+		// deliveries that saved their attempts but did not finish), and a
+		// batch straggler sent online whose rounds spent it.
+		last := d.prior()[len(d.prior())-1]
+		run.err = &retry.Error{Class: last.Class, TypeName: "MaxCallsError",
+			Message: fmt.Sprintf("max_calls %d spent by earlier deliveries", a.MaxCalls)}
+		run.reason = retry.ReasonMaxCalls
+		run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
+		return run
+	}
+	if e := jr.gate().Allow(); e != nil { // worker/cost.go: the job's max_cost
+		run.err, run.reason = e, retry.ReasonBudget
+		return run
+	}
+	return nil
 }
 
 // ask makes one model request with the history as it stands and, when it
@@ -271,6 +285,7 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	if checked {
 		req.JSON, req.Schema = jsonMode(a, h.msgs), a.Expect.Schema
 	}
+	withTools(a, &req) // worker/parts.go: tools, tool_choice, cache marks
 	if req.Stream {
 		var partial strings.Builder
 		h.msgs = append(h.msgs, provider.Message{Role: "assistant"})
@@ -297,8 +312,9 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	}
 	if req.Stream {
 		h.msgs[len(h.msgs)-1].Content = resp.Text
+		h.msgs[len(h.msgs)-1].ToolCalls = resp.ToolCalls
 	} else {
-		h.msgs = append(h.msgs, provider.Message{Role: "assistant", Content: resp.Text})
+		h.msgs = append(h.msgs, provider.Message{Role: "assistant", Content: resp.Text, ToolCalls: resp.ToolCalls})
 	}
 	return resp, nil
 }

@@ -31,7 +31,7 @@ func (s brokerStore) publishResult(r *broker.Result) (future, error) {
 // output, without waiting for the store.
 func (s brokerStore) forward(d *delivery, output any) (future, error) {
 	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, RawRecord: d.env.RawRecord, Line: d.env.Line,
-		Outputs: make(map[string]any, len(d.env.Outputs)+1), Cost: d.recordCost(), Sum: d.env.Sum}
+		Outputs: make(map[string]any, len(d.env.Outputs)+1), Cost: d.recordCost(), Sum: d.env.Sum, Files: d.env.Files}
 	for k, v := range d.env.Outputs {
 		env.Outputs[k] = v
 	}

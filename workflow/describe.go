@@ -123,6 +123,7 @@ func (w *Workflow) Describe(out io.Writer) {
 				row("repair", "none (an output that fails the expectation fails the record)")
 			}
 		}
+		describeMore(a, kind, row) // multimodal.go
 		switch {
 		case a.MaxCalls > 0 && a.MaxCalls < calls:
 			row("max_calls", "%d (caps the worst case of %d)", a.MaxCalls, calls)

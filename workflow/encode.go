@@ -27,7 +27,8 @@ import (
 // older Decode would read differently or refuse: a worker then says it
 // cannot serve the job (ErrNewerFormat) instead of misreading it. An
 // encoded workflow without a version is version 1. Version 2 added
-// actions[].overflow.
+// actions[].overflow (issue 30) and an action's kind, input, images,
+// documents, tools, tool_choice, cache and embed (issue 31).
 const FormatVersion = 2
 
 // ErrNewerFormat is returned (wrapped, naming both versions) by Decode for
@@ -62,7 +63,7 @@ type wireAction struct {
 	Provider string         `json:"provider"`
 	Model    string         `json:"model,omitempty"`
 	System   string         `json:"system,omitempty"`
-	Prompt   string         `json:"prompt"`
+	Prompt   string         `json:"prompt,omitempty"` // an embed action's is its input
 	Params   map[string]any `json:"params,omitempty"`
 	Stream   bool           `json:"stream"`
 	JSON     bool           `json:"json"`
@@ -78,6 +79,21 @@ type wireAction struct {
 	OnTruncated string         `json:"on_truncated,omitempty"`
 	OnFiltered  string         `json:"on_filtered,omitempty"`
 	Overflow    *wireOverflow  `json:"overflow,omitempty"`
+
+	Kind       string          `json:"kind,omitempty"`
+	Input      string          `json:"input,omitempty"`
+	Images     []string        `json:"images,omitempty"`
+	Documents  []string        `json:"documents,omitempty"`
+	Tools      []provider.Tool `json:"tools,omitempty"`
+	ToolChoice string          `json:"tool_choice,omitempty"`
+	Cache      []string        `json:"cache,omitempty"`
+	Embed      *wireEmbed      `json:"embed,omitempty"`
+}
+
+type wireEmbed struct {
+	BatchSize int    `json:"batch_size"`
+	MaxWait   string `json:"max_wait"`
+	Format    string `json:"format"`
 }
 
 type wireRetry struct {
@@ -164,6 +180,11 @@ func (w *Workflow) Encode() ([]byte, error) {
 		}
 		if a.Mode == ModeBatch {
 			wa.Batch = &wireBatch{MaxRecords: a.Batch.MaxRecords, MaxWait: dur(a.Batch.MaxWait), Poll: dur(a.Batch.Poll)}
+		}
+		wa.Images, wa.Documents, wa.Tools, wa.ToolChoice, wa.Cache = a.Images, a.Documents, a.Tools, a.ToolChoice, a.Cache
+		if a.IsEmbed() {
+			wa.Kind, wa.Input, wa.Prompt = a.Kind, a.Prompt, ""
+			wa.Embed = &wireEmbed{BatchSize: a.Embed.BatchSize, MaxWait: dur(a.Embed.MaxWait), Format: a.Embed.Format}
 		}
 		ww.Actions = append(ww.Actions, wa)
 	}

@@ -461,6 +461,7 @@ func pick[T any](own, inherited opt[T]) opt[T] {
 type spec struct {
 	path string
 	line int
+	node *yaml.Node
 
 	name, provider, model, system, prompt, mode, fallback opt[string]
 
@@ -475,6 +476,7 @@ type spec struct {
 	price        opt[*pricing.Price]
 	maxCost      opt[float64]  // defaults: only
 	overflow     *overflowSpec // actions only
+	more         moreSpec      // multimodal.go: kind, input, images, documents, tools, tool_choice, cache, embed
 
 	encodedLine int
 	compiled    *compiledPrompt
@@ -485,13 +487,13 @@ type spec struct {
 
 // specFields are the fields an action shares with defaults:.
 var specFields = []string{"provider", "model", "system", "params", "stream", "json", "retry", "expect", "max_calls", "mode", "batch", "fallback",
-	"on_truncated", "on_filtered", "price"}
+	"on_truncated", "on_filtered", "price", "cache"}
 
 func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 	n = deref(n)
 	known := slices.Concat(specFields, []string{"max_cost", "overflow"}) // a job's budget: defaults: only
 	if action {
-		known = append([]string{"name", "prompt", "overflow"}, specFields...)
+		known = append([]string{"name", "prompt", "overflow", "kind", "input", "images", "documents", "tools", "tool_choice", "embed"}, specFields...)
 		if p.encoded {
 			known = append(known, "line")
 		}
@@ -500,7 +502,7 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 	if !ok {
 		return nil
 	}
-	s := &spec{path: path, line: n.Line, written: map[string]bool{}}
+	s := &spec{path: path, line: n.Line, node: n, written: map[string]bool{}}
 	for name := range f {
 		s.written[name] = true
 	}
@@ -620,13 +622,15 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 					s.maxCost = some(x, line)
 				}
 			}
+		default:
+			p.moreField(s, name, v) // multimodal.go
 		}
 	}
 	if action {
 		if _, ok := f["name"]; !ok {
 			p.errorf(n.Line, child(path, "name"), "missing; every action needs a name")
 		}
-		if _, ok := f["prompt"]; !ok {
+		if _, ok := f["prompt"]; !ok && s.more.kind.v != KindEmbed {
 			p.errorf(n.Line, child(path, "prompt"), "missing; every action needs a prompt")
 		}
 	}
@@ -639,6 +643,12 @@ func (p *parser) template(name string, f field) *compiledPrompt {
 		p.errorf(f.val.Line, f.path, "empty; every action needs a prompt")
 		return nil
 	}
+	return p.compileTemplate(name, f)
+}
+
+// compileTemplate compiles the template of f, reporting a parse error at
+// its line in the file.
+func (p *parser) compileTemplate(name string, f field) *compiledPrompt {
 	cp, err := compilePrompt(name, f.val.Value)
 	if err != nil {
 		line, msg := f.val.Line, err.Error()
@@ -1004,5 +1014,6 @@ func (p *parser) resolve(s, d *spec, index int, w *Workflow) *Action {
 			p.errorf(s.fallback.line, child(s.path, "fallback"), "only used with mode: batch (this action's mode is %s)", a.Mode)
 		}
 	}
+	p.resolveMore(s, d, a, cfg, known) // multimodal.go
 	return a
 }

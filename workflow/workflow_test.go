@@ -293,7 +293,7 @@ func comparable(w *Workflow) Workflow {
 	c.Actions = nil
 	for _, a := range w.Actions {
 		ac := *a
-		ac.prompt = nil
+		ac.prompt, ac.parts = nil, nil
 		c.Actions = append(c.Actions, &ac)
 	}
 	return c

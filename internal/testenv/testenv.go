@@ -251,3 +251,19 @@ func (p *counted) Call(ctx context.Context, req provider.Request) (provider.Resp
 	}
 	return p.Provider.Call(ctx, req)
 }
+
+// Embed counts an embeddings request once in Total and once for each
+// record it carries; the provider must be an Embedder.
+func (p *counted) Embed(ctx context.Context, req provider.EmbedRequest) (provider.EmbedResponse, error) {
+	e, ok := p.Provider.(provider.Embedder)
+	if !ok {
+		return provider.EmbedResponse{}, fmt.Errorf("provider %s (kind %s) has no embeddings API", p.Name(), p.Kind())
+	}
+	p.c.mu.Lock()
+	for _, id := range req.RecordIDs {
+		p.c.calls[id]++
+	}
+	p.c.total++
+	p.c.mu.Unlock()
+	return e.Embed(ctx, req)
+}
