@@ -53,8 +53,8 @@ type Config struct {
 	// duration. SyncIntervalDefault; see docs/durability.md for the trade-off.
 	SyncInterval string `envconfig:"JETPOOL_SYNC_INTERVAL" default:"1s"`
 
-	// AckWait of the work consumers (AckWaitDefault). Long calls send
-	// InProgress heartbeats at a third of it.
+	// AckWait of the work consumers (AckWaitDefault). Records held send
+	// InProgress heartbeats at a sixth of it (worker.BeatsPerAckWait).
 	AckWait time.Duration `envconfig:"JETPOOL_ACK_WAIT" default:"30s"`
 	// MaxAckPending per job consumer. A delayed Nak holds a slot until it
 	// is redelivered, so this must cover in-flight plus waiting records.

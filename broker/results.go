@@ -190,11 +190,12 @@ func (r *Result) Outcome() string {
 // WriteResult stores a result, idempotently: one message per subject of
 // job, action, outcome and record.
 func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
+	sent := time.Now()
 	f, err := b.PublishResult(r)
 	if err != nil {
 		return err
 	}
-	return AwaitResult(ctx, f)
+	return AwaitResult(ctx, f, sent)
 }
 
 // PublishResult publishes a result without waiting for the store: wait on
@@ -228,15 +229,20 @@ func (b *Broker) PublishResult(r *Result) (jetstream.PubAckFuture, error) {
 // the redelivery's already-succeeded lookup, so it is not paid twice.
 const ResultAckTimeout = 5 * time.Second
 
-// AwaitResult waits for a result published by PublishResult to be stored,
-// at most ResultAckTimeout.
-func AwaitResult(ctx context.Context, f jetstream.PubAckFuture) error {
+// AwaitResult waits for a publish made at sent (PublishResult, or any async
+// publish) to be stored, until ResultAckTimeout after sent. The deadline
+// runs from the publish, not from the wait: publishes lost together (sent
+// into a connection whose server froze) time out together, instead of one
+// after another, each a full timeout behind the last, while their records
+// wait unstored (TestChaosFrozenNode: 5 s a record, until AckWait ran out
+// under three of them and they were paid again).
+func AwaitResult(ctx context.Context, f jetstream.PubAckFuture, sent time.Time) error {
 	select {
 	case <-f.Ok():
 		return nil
 	default:
 	}
-	t := time.NewTimer(ResultAckTimeout)
+	t := time.NewTimer(max(time.Until(sent.Add(ResultAckTimeout)), 0))
 	defer t.Stop()
 	select {
 	case <-f.Ok():

@@ -78,7 +78,7 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 		return nil
 	}
 	if aw := c.CachedInfo().Config.AckWait; aw > 0 {
-		jr.heartbeat.Store(int64(min(aw/3, p.cfg.Heartbeat)))
+		jr.heartbeat.Store(int64(min(aw/BeatsPerAckWait, p.cfg.Heartbeat)))
 	}
 	ci := c.CachedInfo().Cluster
 	jr.replicated.Store(ci != nil && len(ci.Replicas) > 0)

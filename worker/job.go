@@ -27,7 +27,7 @@ type jobRunner struct {
 	job       *broker.Job
 	providers map[string]provider.Provider
 	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
-	heartbeat atomic.Int64                  // InProgress interval: a third of the consumer's AckWait
+	heartbeat atomic.Int64                  // InProgress interval: the consumer's AckWait / BeatsPerAckWait
 	inFlight  atomic.Int64
 	storing   atomic.Int64 // records the completer took over: their writes are landing
 	// replicated: the job's consumer has followers (a cluster, R3). A
