@@ -116,7 +116,7 @@ func anthropicFinish(r string) string {
 }
 
 // Call implements Provider.
-func (p *anthropic) Call(ctx context.Context, req Request) (Response, error) {
+func (p *anthropic) Call(ctx context.Context, req Request) (res Response, err error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr
@@ -132,6 +132,7 @@ func (p *anthropic) Call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, rerr
 	}
 	defer resp.Body.Close()
+	defer p.noteRateLimit(resp.Header, &res, &err) // http.go
 	if req.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		return p.stream(ctx, resp.Body, req, key)
 	}

@@ -169,7 +169,7 @@ func (r *geminiResponse) blocked(p *gemini, model string) *retry.Error {
 func hasError(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // Call implements Provider.
-func (p *gemini) Call(ctx context.Context, req Request) (Response, error) {
+func (p *gemini) Call(ctx context.Context, req Request) (res Response, err error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr
@@ -185,6 +185,7 @@ func (p *gemini) Call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, rerr
 	}
 	defer resp.Body.Close()
+	defer p.noteRateLimit(resp.Header, &res, &err) // http.go
 	if req.Stream {
 		return p.stream(ctx, resp.Body, req, key)
 	}

@@ -103,7 +103,7 @@ func (r *openAIResponse) usage() Usage {
 }
 
 // Call implements Provider.
-func (p *openAI) Call(ctx context.Context, req Request) (Response, error) {
+func (p *openAI) Call(ctx context.Context, req Request) (res Response, err error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr
@@ -119,6 +119,7 @@ func (p *openAI) Call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, rerr
 	}
 	defer resp.Body.Close()
+	defer p.noteRateLimit(resp.Header, &res, &err) // http.go
 	if req.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		return p.stream(ctx, resp.Body, req, key)
 	}
