@@ -1,74 +1,194 @@
 package ratelimit
 
 import (
+	"fmt"
 	"math"
 	"time"
+
+	"github.com/jetpool/jetpool/retry"
 )
 
 // Defaults of AIMD.
 const (
 	// AdaptiveInitialDefault (0) starts a provider without limits at
-	// AdaptiveStartDefault, or the maximum when that is lower; slow start
-	// grows it by about half each round trip until the first cut.
+	// AdaptiveStartDefault, or the maximum when that is lower.
 	AdaptiveInitialDefault = 0
-	// AdaptiveStartDefault is where a provider without limits starts. Slow
-	// start (×1.5 a round trip) takes it to a pool of 100 in about eight
-	// round trips; starting at 16 instead cost the rate-limit benchmark
-	// 5–7 points of goodput (a bigger first cohort of 429s, a longer first
-	// cooldown) for 5 points of efficiency at concurrency 100.
+	// AdaptiveStartDefault is where a provider without limits starts.
 	AdaptiveStartDefault = 4
+	// AdaptiveRampDefault is how often the window doubles before the
+	// provider has answered anything (the initial ramp). Until a first
+	// answer there is nothing to learn from; doubling every 10 ms takes a
+	// window from 4 to 1,000 in 80 ms, so a pool on an endpoint that never
+	// pushes back runs at its concurrency within one round trip (the whole
+	// 100 ms run at concurrency 1000 stays above 90 % of the ideal rate),
+	// while an endpoint that answers 429 at once (they come back in a
+	// millisecond, long before the first success) stops the ramp a few
+	// calls past its bucket.
+	AdaptiveRampDefault = 10 * time.Millisecond
 	// AdaptiveMinDefault is the floor of a cut.
 	AdaptiveMinDefault = 1
 	// AdaptiveMaxDefault caps growth (the pool's own concurrency caps it too).
 	AdaptiveMaxDefault = 1024
-	// AdaptiveBetaDefault is the multiplicative decrease on a 429 or overload.
+	// AdaptiveBetaDefault is the multiplicative decrease on congestion.
 	AdaptiveBetaDefault = 0.7
+	// AdaptiveFaultBetaDefault is the gentle trim when faults rise above
+	// AdaptiveFaultShareDefault of the calls (once per round trip).
+	AdaptiveFaultBetaDefault = 0.9
+	// AdaptiveFaultShareDefault is the share of faults (5xx, dropped
+	// streams, resets) among the breaker window's calls above which the
+	// window is trimmed. Below it faults are noise that the retry layers
+	// absorb: they say nothing about capacity.
+	AdaptiveFaultShareDefault = 0.1
 	// AdaptiveProbeDefault is how many round trips of success it takes to
 	// grow by one above the level of the last cut. Below it the limit grows
 	// by one a round trip (classic additive increase); above it, probing is
 	// slow, because each probe that finds the ceiling costs a cohort of 429s.
 	AdaptiveProbeDefault = 32
+	// AdaptiveLatencyRiseDefault ends slow start when the fastest call of a
+	// round is this much slower than the fastest call seen (a queue is
+	// building at the provider), as TCP's HyStart does.
+	AdaptiveLatencyRiseDefault = 1.5
 )
 
-// AIMD is adaptive concurrency for a provider without configured limits:
-// additive increase while calls succeed, multiplicative decrease on a 429
-// or overload, once per congestion epoch (the calls already in flight when
-// the cut happened do not cut again). It is not safe for concurrent use; the
-// Limiter guards it.
-type AIMD struct {
-	Min, Max float64
-	Beta     float64
-	Probe    float64
+// Change is a decision of the window: from what to what, why, when.
+type Change struct {
+	From   int       `json:"from"`
+	To     int       `json:"to"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
 
+// String is "window 8 (was 32): 429s from openai at 12:01:03".
+func (c Change) String() string {
+	if c.At.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("window %d (was %d): %s at %s", c.To, c.From, c.Reason, c.At.Format("15:04:05"))
+}
+
+// AIMD is adaptive concurrency for a provider without configured limits.
+// It tells congestion (429, overload, a bucket the headers say is empty)
+// from faults (a 5xx or a dropped stream on one call, which say little about
+// capacity): congestion cuts multiplicatively, once per round trip; faults
+// trim gently, and only when their share rises (the Limiter decides). The
+// window ramps in time until the provider first answers, then grows by
+// slow start (×2 a round trip while in use) until the first congestion, a
+// latency rise or rate-limit headers saying the bucket is smaller than the
+// window, then additively. It is not safe for concurrent use; the Limiter
+// guards it.
+type AIMD struct {
+	Min, Max    float64
+	Beta        float64
+	FaultBeta   float64
+	Probe       float64
+	Ramp        time.Duration // AdaptiveRampDefault; negative: no initial ramp
+	LatencyRise float64
+
+	start    float64
 	limit    float64
 	ssthresh float64   // slow start below it; +Inf until the first cut
 	ceiling  float64   // the limit at the last cut
 	epoch    time.Time // calls started before it do not cut again
+
+	rampFrom time.Time // when the initial ramp began (the first Limit)
+	answered bool      // the provider answered: the initial ramp is over
+
+	baseLat    time.Duration // fastest success seen
+	roundMin   time.Duration // fastest success of this round
+	roundN     int           // successes in this round
+	roundSize  int           // of this round: the window when it began, at least 8
+	tokensCall float64       // average tokens of a call (usage), for token buckets
+
+	last Change
 }
 
-// NewAIMD returns an AIMD at initial (maxLimit when ≤ 0), capped at
-// maxLimit (AdaptiveMaxDefault when ≤ 0).
+// NewAIMD returns an AIMD at initial (AdaptiveStartDefault when ≤ 0),
+// capped at maxLimit (AdaptiveMaxDefault when ≤ 0).
 func NewAIMD(initial, maxLimit int) *AIMD {
 	if maxLimit <= 0 {
 		maxLimit = AdaptiveMaxDefault
 	}
 	if initial <= 0 {
-		initial = min(maxLimit, AdaptiveStartDefault)
+		initial = AdaptiveStartDefault
 	}
+	start := float64(min(initial, maxLimit))
 	return &AIMD{Min: AdaptiveMinDefault, Max: float64(maxLimit), Beta: AdaptiveBetaDefault,
-		Probe: AdaptiveProbeDefault, limit: float64(min(initial, maxLimit)), ssthresh: math.Inf(1)}
+		FaultBeta: AdaptiveFaultBetaDefault, Probe: AdaptiveProbeDefault, Ramp: AdaptiveRampDefault,
+		LatencyRise: AdaptiveLatencyRiseDefault, start: start, limit: start, ssthresh: math.Inf(1)}
 }
 
-// Limit is the number of calls that may be in flight now.
-func (a *AIMD) Limit() int { return max(int(a.limit), 1) }
+// Limit is the number of calls that may be in flight at now.
+func (a *AIMD) Limit(now time.Time) int {
+	a.ramp(now)
+	return max(int(a.limit), 1)
+}
 
 // Value is the exact limit (for metrics and tests).
 func (a *AIMD) Value() float64 { return a.limit }
 
+// Last is the window's last decision.
+func (a *AIMD) Last() Change { return a.last }
+
+// ramp applies the initial ramp: until the provider first answers, the
+// limit doubles every Ramp from the first call.
+func (a *AIMD) ramp(now time.Time) {
+	if a.answered || a.Ramp <= 0 || a.limit >= a.Max {
+		return
+	}
+	if a.rampFrom.IsZero() {
+		a.rampFrom = now
+		return
+	}
+	steps := float64(now.Sub(a.rampFrom)) / float64(a.Ramp)
+	a.limit = max(a.limit, min(a.Max, a.start*math.Exp2(min(steps, 30))))
+}
+
+// NextRamp is how long until the initial ramp lets one more call go (0:
+// it will not; wait for a call to end instead).
+func (a *AIMD) NextRamp(now time.Time) time.Duration {
+	if a.answered || a.Ramp <= 0 || a.limit >= a.Max || a.rampFrom.IsZero() {
+		return 0
+	}
+	next := math.Floor(a.limit) + 1
+	at := a.rampFrom.Add(time.Duration(math.Log2(next/a.start) * float64(a.Ramp)))
+	return max(at.Sub(now), time.Millisecond)
+}
+
+// answer ends the initial ramp: the provider has said something.
+func (a *AIMD) answer(now time.Time) {
+	if !a.answered {
+		a.ramp(now)
+		a.answered = true
+	}
+}
+
 // Success grows the limit after a call that succeeded while inflight calls
-// (counting it) were running. A limit that is not in use does not grow: an
-// idle pool learns nothing about the provider.
-func (a *AIMD) Success(inflight int) {
+// (counting it) were running, took latency and used tokens (0: unknown),
+// with the rate-limit headers of its response. A limit that is not in use
+// does not grow: an idle pool learns nothing about the provider.
+func (a *AIMD) Success(inflight int, latency time.Duration, tokens int, rl retry.RateLimit, now time.Time) {
+	a.answer(now)
+	switch {
+	case tokens <= 0:
+	case a.tokensCall == 0:
+		a.tokensCall = float64(tokens)
+	default:
+		a.tokensCall = a.tokensCall*0.9 + float64(tokens)*0.1
+	}
+	slow := a.limit < a.ssthresh
+	if slow && a.latencyRose(latency) {
+		a.endSlowStart(now, fmt.Sprintf("slow start ended: latency rose from %s to %s",
+			a.baseLat.Round(time.Millisecond), a.roundMin.Round(time.Millisecond)))
+		return
+	}
+	if left, what := a.bucketLeft(rl); left >= 0 && float64(left) < a.limit {
+		// The headers say the provider's bucket holds fewer calls than the
+		// window: growing would only empty it.
+		if slow {
+			a.endSlowStart(now, fmt.Sprintf("slow start ended: %s %d below the window", what, left))
+		}
+		return
+	}
 	// Calls run in cohorts (they start together after a cooldown or a
 	// batch of completions), so "the window was full when this call
 	// started" is true for only the last few of each cohort; half full is
@@ -77,9 +197,9 @@ func (a *AIMD) Success(inflight int) {
 		return
 	}
 	switch {
-	case a.limit < a.ssthresh:
-		a.limit += 1 // slow start: about ×1.5 each round trip (half the cohort counts), so the first overshoot is a smaller cohort
-	case a.limit < a.ceiling:
+	case slow:
+		a.limit += 1 // slow start: ×2 a round trip when the window is full
+	case a.ceiling == 0 || a.limit < a.ceiling: // no cut yet, or below the last one
 		a.limit += 1 / a.limit
 	default:
 		a.limit += 1 / (a.limit * a.Probe)
@@ -87,26 +207,89 @@ func (a *AIMD) Success(inflight int) {
 	a.limit = min(a.limit, a.Max)
 }
 
-// Overload cuts the limit after a 429 or overload of a call started at
-// started, at now. It reports whether it cut: only the first overload of an
-// epoch does.
-func (a *AIMD) Overload(started, now time.Time) bool {
-	return a.OverloadTo(started, now, math.Inf(1))
+// bucketLeft is how many calls the rate-limit headers say the provider
+// will still take (-1: unknown), and the header that says it.
+func (a *AIMD) bucketLeft(rl retry.RateLimit) (int, string) {
+	left, what := -1, ""
+	if b := rl.Requests; b.Known {
+		left, what = b.Remaining, "x-ratelimit-remaining-requests"
+	}
+	if b := rl.Tokens; b.Known && a.tokensCall > 0 {
+		if n := int(float64(b.Remaining) / a.tokensCall); left < 0 || n < left {
+			left, what = n, "x-ratelimit-remaining-tokens (in calls)"
+		}
+	}
+	return left, what
 }
 
-// OverloadTo is Overload with an estimate of the window the provider
-// sustains (its served rate times the call latency): the cut goes down to
-// it when it is lower than Beta × limit, and probing is slow above it. A
-// rate limit measured in requests per second is not a concurrency: after a
-// cooldown the provider's bucket is full, a whole window succeeds, and the
-// limit alone would keep growing past what the rate allows.
-func (a *AIMD) OverloadTo(started, now time.Time, sustained float64) bool {
+// latencyRose tracks the fastest success of each round (a window's worth
+// of successes, at least 8) against the fastest ever, and reports a round
+// whose fastest call was LatencyRise times slower (and 10 ms more).
+func (a *AIMD) latencyRose(latency time.Duration) bool {
+	if latency <= 0 {
+		return false
+	}
+	if a.baseLat == 0 || latency < a.baseLat {
+		a.baseLat = latency
+	}
+	if a.roundN == 0 || latency < a.roundMin {
+		a.roundMin = latency
+	}
+	if a.roundN == 0 {
+		a.roundSize = max(8, int(a.limit))
+	}
+	a.roundN++
+	if a.roundN < a.roundSize {
+		return false
+	}
+	rose := float64(a.roundMin) > float64(a.baseLat)*a.LatencyRise && a.roundMin-a.baseLat > 10*time.Millisecond
+	a.roundN = 0
+	return rose
+}
+
+func (a *AIMD) endSlowStart(now time.Time, reason string) {
+	a.ssthresh = a.limit
+	a.note(a.limit, now, reason)
+}
+
+func (a *AIMD) note(from float64, now time.Time, reason string) {
+	a.last = Change{From: max(int(from), 1), To: max(int(a.limit), 1), Reason: reason, At: now}
+}
+
+// Congestion cuts the limit after congestion (429s, an overload, an empty
+// bucket) met by a call started at started, at now, to the lower of
+// Beta × limit and sustained, the window the provider has been serving
+// (served rate times latency; +Inf when unknown). A rate limit measured in
+// requests per second is not a concurrency: after a cooldown the provider's
+// bucket is full, a whole window succeeds, and the limit alone would keep
+// growing past what the rate allows. It reports whether it cut: only the
+// first congestion of an epoch (calls started before the last cut are the
+// same event) does.
+func (a *AIMD) Congestion(started, now time.Time, sustained float64, reason string) bool {
+	a.answer(now)
 	if started.Before(a.epoch) {
 		return false
 	}
+	from := a.limit
 	a.ceiling = min(a.limit, max(sustained, a.Min))
 	a.limit = max(min(a.limit*a.Beta, sustained), a.Min)
 	a.ssthresh = a.limit
 	a.epoch = now
+	a.note(from, now, reason)
+	return true
+}
+
+// Faults trims the limit gently (FaultBeta) when faults have risen above
+// their usual noise, once per epoch. It reports whether it trimmed.
+func (a *AIMD) Faults(started, now time.Time, reason string) bool {
+	a.answer(now)
+	if started.Before(a.epoch) {
+		return false
+	}
+	from := a.limit
+	a.limit = max(a.limit*a.FaultBeta, a.Min)
+	a.ssthresh = min(a.ssthresh, a.limit)
+	a.epoch = now
+	a.note(from, now, reason)
 	return true
 }

@@ -94,7 +94,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 
 	// Heartbeats keep a long call's delivery alive (AckWait).
 	stopHB := heartbeat(msg, jr.heartbeatEvery())
-	run := jr.runLimited(ctx, d) // runSession, plus the 429s the limiter absorbed
+	run := jr.runSession(ctx, d)
 	stopHB()
 
 	out := run.outcome
