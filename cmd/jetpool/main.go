@@ -60,6 +60,7 @@ var commands = []command{
 	{"dlq", "inspect dead letters: list, show, purge", cmdDLQ},
 	{"retry", "replay dead letters into the work stream", cmdRetry},
 	{"validate", "check a workflow and print each action's retry budget", cmdValidate},
+	{"limits", "show or reset the providers' shared rate-limit state (cooldowns, circuits, windows)", cmdLimits},
 	{"server", "run the embedded NATS server on its own", cmdServer},
 	{"bench", "measure jetpool side by side with the raw JetStream engine", cmdBench},
 }

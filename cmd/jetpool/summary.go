@@ -30,6 +30,7 @@ type summary struct {
 	recovered int64 // ok records that needed more than one call
 	tokensIn  int64
 	tokensOut int64
+	providers []string // a line per provider's limiter (status_limits.go)
 }
 
 // summarize reads every result of the job once, writes the final result of
@@ -119,8 +120,7 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 		retries = 0
 	}
 	// Attempts come from the results (all runs of the job); calls are this
-	// process's, and include 429s the shared limiter absorbed, which spend
-	// no attempt.
+	// process's. Every call is an attempt, a 429 included.
 	fmt.Fprintf(out, "  attempts: %d, retries spent: %d, records recovered by retry: %d; model calls this run: %d\n",
 		s.calls, retries, s.recovered, callsThisRun)
 	if s.tokensIn+s.tokensOut > 0 {
@@ -128,6 +128,9 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	}
 	rate := float64(s.records) / elapsed.Seconds()
 	fmt.Fprintf(out, "  elapsed: %s, %.1f records/s\n", elapsed.Round(time.Millisecond), rate)
+	for _, p := range s.providers {
+		fmt.Fprintf(out, "  %s\n", p)
+	}
 	if s.failed > 0 {
 		fmt.Fprintf(out, "  dead letters: jetpool dlq list --job %s   replay: jetpool retry --job %s\n", s.job.ID, s.job.ID)
 	}
