@@ -84,7 +84,8 @@ type Limits struct {
 // Breaker is a provider's circuit-breaker settings: the circuit opens when
 // at least FailureRatio of at least MinCalls calls in Window failed (5xx,
 // overload, connection failures), stays open for Cooldown, doubling after
-// each failed probe up to CooldownMax. Zero fields take the defaults.
+// each failed probe up to CooldownMax. Zero fields take the defaults
+// (package ratelimit says why they are what they are).
 type Breaker struct {
 	Off          bool          `json:"off,omitempty"` // `breaker: false`
 	FailureRatio float64       `json:"failure_ratio,omitempty"`
@@ -92,6 +93,37 @@ type Breaker struct {
 	Window       time.Duration `json:"window,omitempty"`
 	Cooldown     time.Duration `json:"cooldown,omitempty"`
 	CooldownMax  time.Duration `json:"cooldown_max,omitempty"`
+}
+
+// Defaults of Breaker.
+const (
+	BreakerFailureRatioDefault = 0.5
+	BreakerMinCallsDefault     = 20
+	BreakerWindowDefault       = 30 * time.Second
+	BreakerCooldownDefault     = 15 * time.Second
+	BreakerCooldownMaxDefault  = 5 * time.Minute
+)
+
+// WithDefaults returns b with its zero fields set to the defaults, and
+// CooldownMax at least Cooldown.
+func (b Breaker) WithDefaults() Breaker {
+	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
+		b.FailureRatio = BreakerFailureRatioDefault
+	}
+	if b.MinCalls <= 0 {
+		b.MinCalls = BreakerMinCallsDefault
+	}
+	if b.Window <= 0 {
+		b.Window = BreakerWindowDefault
+	}
+	if b.Cooldown <= 0 {
+		b.Cooldown = BreakerCooldownDefault
+	}
+	if b.CooldownMax <= 0 {
+		b.CooldownMax = BreakerCooldownMaxDefault
+	}
+	b.CooldownMax = max(b.CooldownMax, b.Cooldown)
+	return b
 }
 
 // Budgeted reports whether an rpm, tpm or concurrency budget is set.

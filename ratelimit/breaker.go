@@ -14,27 +14,28 @@ const (
 	CircuitHalfOpen = "half_open"
 )
 
-// Defaults of BreakerConfig.
+// Defaults of BreakerConfig (provider.Breaker's, where a workflow's
+// limits.breaker overrides them).
 const (
 	// BreakerFailureRatioDefault of the calls in the window must have failed
 	// (5xx, overload, a connection that failed or dropped) for the circuit
 	// to open: a provider that fails half of what it is sent is down for
 	// practical purposes, while one that fails a few percent is only noisy,
 	// and the retry layers deal with that.
-	BreakerFailureRatioDefault = 0.5
+	BreakerFailureRatioDefault = provider.BreakerFailureRatioDefault
 	// BreakerMinCallsDefault calls in the window are needed before the
 	// ratio means anything: two failed records must not open a circuit for
 	// every job.
-	BreakerMinCallsDefault = 20
+	BreakerMinCallsDefault = provider.BreakerMinCallsDefault
 	// BreakerWindowDefault is how far back the calls are counted.
-	BreakerWindowDefault = 30 * time.Second
+	BreakerWindowDefault = provider.BreakerWindowDefault
 	// BreakerCooldownDefault is how long the circuit stays open before a
 	// probe: longer than Config.WaitMax (WaitMaxDefault), so that records
 	// are handed back (parked) rather than held in worker slots, short
 	// enough that a provider back from a blip is used again soon.
-	BreakerCooldownDefault = 15 * time.Second
+	BreakerCooldownDefault = provider.BreakerCooldownDefault
 	// BreakerCooldownMaxDefault caps the cooldown, which doubles after each failed probe.
-	BreakerCooldownMaxDefault = 5 * time.Minute
+	BreakerCooldownMaxDefault = provider.BreakerCooldownMaxDefault
 	// BreakerProbeTimeoutDefault is how long a probe may take before another
 	// process may probe in its place (its process may have died).
 	BreakerProbeTimeoutDefault = 2 * time.Minute
@@ -53,13 +54,9 @@ type BreakerConfig struct {
 }
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
-	if !(c.FailureRatio > 0 && c.FailureRatio <= 1) {
-		c.FailureRatio = BreakerFailureRatioDefault
-	}
-	c.MinCalls = max(cmp.Or(c.MinCalls, BreakerMinCallsDefault), 1)
-	c.Window = cmp.Or(max(c.Window, 0), BreakerWindowDefault)
-	c.Cooldown = cmp.Or(max(c.Cooldown, 0), BreakerCooldownDefault)
-	c.CooldownMax = max(cmp.Or(max(c.CooldownMax, 0), BreakerCooldownMaxDefault), c.Cooldown)
+	b := provider.Breaker{FailureRatio: c.FailureRatio, MinCalls: c.MinCalls, Window: c.Window,
+		Cooldown: c.Cooldown, CooldownMax: c.CooldownMax}.WithDefaults()
+	c.FailureRatio, c.MinCalls, c.Window, c.Cooldown, c.CooldownMax = b.FailureRatio, b.MinCalls, b.Window, b.Cooldown, b.CooldownMax
 	c.ProbeTimeout = cmp.Or(max(c.ProbeTimeout, 0), BreakerProbeTimeoutDefault)
 	return c
 }

@@ -92,7 +92,9 @@ func printLimitStates(w io.Writer, states map[string]ratelimit.State, now time.T
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		row := func(label, format string, args ...any) { fmt.Fprintf(w, "  %-10s %s\n", label+":", fmt.Sprintf(format, args...)) }
+		row := func(label, format string, args ...any) {
+			fmt.Fprintf(w, "  %-10s %s\n", label+":", fmt.Sprintf(format, args...))
+		}
 		fmt.Fprintf(w, "%s (key %s)\n", cmpStr(s.Provider, ratelimit.ProviderOf(k)), k)
 		row("limits", "%s", limitsText(s))
 		if ws := windowsText(s, now); ws != "" {
