@@ -15,16 +15,18 @@ const (
 	AdaptiveInitialDefault = 0
 	// AdaptiveStartDefault is where a provider without limits starts.
 	AdaptiveStartDefault = 4
-	// AdaptiveRampDefault is how often the window doubles before the
-	// provider has answered anything (the initial ramp). Until a first
-	// answer there is nothing to learn from; doubling every 10 ms takes a
-	// window from 4 to 1,000 in 80 ms, so a pool on an endpoint that never
-	// pushes back runs at its concurrency within one round trip (the whole
-	// 100 ms run at concurrency 1000 stays above 90 % of the ideal rate),
-	// while an endpoint that answers 429 at once (they come back in a
-	// millisecond, long before the first success) stops the ramp a few
-	// calls past its bucket.
-	AdaptiveRampDefault = 10 * time.Millisecond
+	// AdaptiveRampDefault is how long the initial ramp takes the window
+	// from its start to the pool's concurrency, doubling evenly, before the
+	// provider has answered anything. Until a first answer there is nothing
+	// to learn from, and a slow start by round trips from 4 cannot reach a
+	// pool of 1,000 before a short job is half done (at 100 ms calls it
+	// loses eight round trips: 29 % of a 2 s job). In 80 ms a pool on an
+	// endpoint that never pushes back runs at its concurrency within one
+	// round trip, while an endpoint that answers 429 at once (they come
+	// back in a millisecond, long before the first success) stops the ramp
+	// a few calls past its bucket; a small pool doubles more slowly
+	// (every 27 ms from 4 to 32), so it overshoots less.
+	AdaptiveRampDefault = 80 * time.Millisecond
 	// AdaptiveMinDefault is the floor of a cut.
 	AdaptiveMinDefault = 1
 	// AdaptiveMaxDefault caps growth (the pool's own concurrency caps it too).
@@ -43,7 +45,7 @@ const (
 	// grow by one above the level of the last cut. Below it the limit grows
 	// by one a round trip (classic additive increase); above it, probing is
 	// slow, because each probe that finds the ceiling costs a cohort of 429s.
-	AdaptiveProbeDefault = 32
+	AdaptiveProbeDefault = 64
 	// AdaptiveLatencyRiseDefault ends slow start when the fastest call of a
 	// round is this much slower than the fastest call seen (a queue is
 	// building at the provider), as TCP's HyStart does.
@@ -81,7 +83,7 @@ type AIMD struct {
 	Beta        float64
 	FaultBeta   float64
 	Probe       float64
-	Ramp        time.Duration // AdaptiveRampDefault; negative: no initial ramp
+	Ramp        time.Duration // the initial ramp's length, AdaptiveRampDefault; negative: none
 	LatencyRise float64
 
 	start    float64
@@ -139,9 +141,18 @@ func (a *AIMD) ramp(now time.Time) {
 		a.rampFrom = now
 		return
 	}
-	steps := float64(now.Sub(a.rampFrom)) / float64(a.Ramp)
+	steps := float64(now.Sub(a.rampFrom)) / float64(a.doubling())
 	a.limit = max(a.limit, min(a.Max, a.start*math.Exp2(min(steps, 30))))
 }
+
+// doubling is how long the initial ramp takes to double the window: Ramp
+// spread over the doublings from the start to Max.
+func (a *AIMD) doubling() time.Duration {
+	return time.Duration(float64(a.Ramp) / max(math.Log2(a.Max/a.start), 1))
+}
+
+// Ramping reports whether the initial ramp is on: no answer yet.
+func (a *AIMD) Ramping() bool { return !a.answered && a.Ramp > 0 && a.limit < a.Max }
 
 // NextRamp is how long until the initial ramp lets one more call go (0:
 // it will not; wait for a call to end instead).
@@ -150,7 +161,7 @@ func (a *AIMD) NextRamp(now time.Time) time.Duration {
 		return 0
 	}
 	next := math.Floor(a.limit) + 1
-	at := a.rampFrom.Add(time.Duration(math.Log2(next/a.start) * float64(a.Ramp)))
+	at := a.rampFrom.Add(time.Duration(math.Log2(next/a.start) * float64(a.doubling())))
 	return max(at.Sub(now), time.Millisecond)
 }
 
@@ -160,6 +171,18 @@ func (a *AIMD) answer(now time.Time) {
 		a.ramp(now)
 		a.answered = true
 	}
+}
+
+// Refused ends the initial ramp on a congestion answer (a 429 that came
+// back before any success) with inUse calls in flight: the limit stops at
+// the calls in use, so the calls the 429s free do not refill a window the
+// ramp ran ahead to.
+func (a *AIMD) Refused(now time.Time, inUse int) {
+	if a.answered {
+		return
+	}
+	a.answer(now)
+	a.limit = max(min(a.limit, float64(inUse)), a.start, a.Min)
 }
 
 // Success grows the limit after a call that succeeded while inflight calls
@@ -257,22 +280,26 @@ func (a *AIMD) note(from float64, now time.Time, reason string) {
 }
 
 // Congestion cuts the limit after congestion (429s, an overload, an empty
-// bucket) met by a call started at started, at now, to the lower of
-// Beta × limit and sustained, the window the provider has been serving
-// (served rate times latency; +Inf when unknown). A rate limit measured in
-// requests per second is not a concurrency: after a cooldown the provider's
-// bucket is full, a whole window succeeds, and the limit alone would keep
-// growing past what the rate allows. It reports whether it cut: only the
-// first congestion of an epoch (calls started before the last cut are the
-// same event) does.
-func (a *AIMD) Congestion(started, now time.Time, sustained float64, reason string) bool {
+// bucket) met by a call started at started, at now, while inflight calls
+// were in flight, to the lower of Beta × the window in use and sustained,
+// the window the provider has been serving (served rate times latency;
+// +Inf when unknown). The window in use is the limit, or fewer calls when
+// fewer were in flight (the initial ramp runs ahead of the calls, an idle
+// pool's limit was never tested; as TCP's window validation). A rate limit
+// measured in requests per second is not a concurrency: after a cooldown the
+// provider's bucket is full, a whole window succeeds, and the limit alone
+// would keep growing past what the rate allows. It reports whether it cut:
+// only the first congestion of an epoch (calls started before the last cut
+// are the same event) does.
+func (a *AIMD) Congestion(started, now time.Time, inflight int, sustained float64, reason string) bool {
 	a.answer(now)
 	if started.Before(a.epoch) {
 		return false
 	}
 	from := a.limit
-	a.ceiling = min(a.limit, max(sustained, a.Min))
-	a.limit = max(min(a.limit*a.Beta, sustained), a.Min)
+	used := min(a.limit, max(float64(inflight), a.start))
+	a.ceiling = min(used, max(sustained, a.Min))
+	a.limit = max(min(used*a.Beta, sustained), a.Min)
 	a.ssthresh = a.limit
 	a.epoch = now
 	a.note(from, now, reason)

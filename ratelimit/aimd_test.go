@@ -38,15 +38,15 @@ func TestAIMD(t *testing.T) {
 	a.ok(3)
 	require.Equal(t, 8, a.Limit(t0), "a window less than half used does not grow")
 	// Congestion cuts once per epoch.
-	require.True(t, a.Congestion(t0, t0.Add(time.Millisecond), math.Inf(1), "429s"))
+	require.True(t, a.Congestion(t0, t0.Add(time.Millisecond), 1000, math.Inf(1), "429s"))
 	require.InDelta(t, 8*AdaptiveBetaDefault, a.Value(), 1e-9)
-	require.False(t, a.Congestion(t0, t0.Add(2*time.Millisecond), math.Inf(1), "429s"), "a call sent before the cut does not cut again")
-	require.True(t, a.Congestion(t0.Add(time.Second), t0.Add(time.Second), math.Inf(1), "429s"))
+	require.False(t, a.Congestion(t0, t0.Add(2*time.Millisecond), 1000, math.Inf(1), "429s"), "a call sent before the cut does not cut again")
+	require.True(t, a.Congestion(t0.Add(time.Second), t0.Add(time.Second), 1000, math.Inf(1), "429s"))
 	require.Equal(t, Change{From: 5, To: 3, Reason: "429s", At: t0.Add(time.Second)}, a.Last())
 	// Back to the level of the last cut it grows by one per round trip,
 	// above it by one per AdaptiveProbeDefault round trips.
 	b := fixed(10, 100)
-	b.Congestion(t0, t0, math.Inf(1), "429s") // ceiling 10, limit 7
+	b.Congestion(t0, t0, 1000, math.Inf(1), "429s") // ceiling 10, limit 7
 	rounds := 0
 	for b.Value() < 10 {
 		for range b.Limit(t0) {
@@ -95,7 +95,7 @@ func TestAIMDConverges(t *testing.T) {
 			calls++
 			if i >= capacity {
 				over++
-				a.Congestion(now, now, math.Inf(1), "429s")
+				a.Congestion(now, now, 1000, math.Inf(1), "429s")
 			} else {
 				a.Success(n, 100*time.Millisecond, 0, retry.RateLimit{}, now)
 			}
@@ -119,7 +119,7 @@ func TestAIMDDefaultStart(t *testing.T) {
 	require.Equal(t, 2, NewAIMD(0, 2).Limit(t0))
 	require.Equal(t, AdaptiveStartDefault, NewAIMD(0, 64).Limit(t0))
 	a := fixed(32, 64)
-	require.True(t, a.Congestion(t0.Add(-time.Millisecond), t0, 10, "429s"))
+	require.True(t, a.Congestion(t0.Add(-time.Millisecond), t0, 1000, 10, "429s"))
 	require.Equal(t, 10, a.Limit(t0), "the first congestion cuts to what the provider sustained")
 }
 
@@ -128,16 +128,29 @@ func TestAIMDDefaultStart(t *testing.T) {
 // stops the ramp where it is.
 func TestAIMDRampsUntilTheFirstAnswer(t *testing.T) {
 	t.Parallel()
-	a := NewAIMD(4, 1000)
+	a := NewAIMD(4, 1024) // 8 doublings in AdaptiveRampDefault
+	step := AdaptiveRampDefault / 8
 	require.Equal(t, 4, a.Limit(t0))
-	require.Equal(t, time.Duration(math.Log2(5.0/4)*float64(AdaptiveRampDefault)), a.NextRamp(t0), "when the fifth call may go")
-	require.Equal(t, 8, a.Limit(t0.Add(AdaptiveRampDefault)))
-	require.Equal(t, 1000, a.Limit(t0.Add(8*AdaptiveRampDefault)), "4 → 1000 in 8 doublings")
-	b := NewAIMD(4, 1000)
+	require.Equal(t, time.Duration(math.Log2(5.0/4)*float64(step)), a.NextRamp(t0), "when the fifth call may go")
+	require.Equal(t, 8, a.Limit(t0.Add(step)))
+	require.Equal(t, 1024, a.Limit(t0.Add(AdaptiveRampDefault)), "the pool's concurrency in AdaptiveRampDefault")
+	small := NewAIMD(4, 32)
+	small.Limit(t0)
+	require.Equal(t, 8, small.Limit(t0.Add(AdaptiveRampDefault/3)), "a small pool doubles more slowly")
+	require.Equal(t, 32, small.Limit(t0.Add(AdaptiveRampDefault)))
+	b := NewAIMD(4, 1024)
 	b.Limit(t0)
-	b.answer(t0.Add(3 * AdaptiveRampDefault))
+	b.answer(t0.Add(3 * step))
 	require.Equal(t, 32, b.Limit(t0.Add(time.Hour)), "the ramp stops at the first answer")
 	require.Zero(t, b.NextRamp(t0.Add(time.Hour)))
+	// A 429 as the first answer stops it where the calls are.
+	c := NewAIMD(4, 1024)
+	c.Limit(t0)
+	c.Limit(t0.Add(3 * step))
+	c.Refused(t0.Add(3*step), 21)
+	require.Equal(t, 21, c.Limit(t0.Add(time.Hour)))
+	c.Refused(t0.Add(time.Hour), 2)
+	require.Equal(t, 21, c.Limit(t0.Add(time.Hour)), "only the first answer stops the ramp")
 }
 
 // Slow start ends when the fastest call of a round is much slower than

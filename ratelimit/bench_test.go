@@ -123,16 +123,44 @@ actions:
 `, srv.BaseURL(), lim))
 	input := testenv.Records(t, benchRecords)
 	start := time.Now()
+	var ps []*worker.Pool
 	for i := range pools {
 		bb := b
 		if i > 0 {
 			bb = testenv.Connect(t, b)
 		}
-		testenv.Pool(t, bb, worker.Config{Concurrency: benchConcurrency})
+		ps = append(ps, testenv.Pool(t, bb, worker.Config{Concurrency: benchConcurrency}))
 	}
+	stop := make(chan struct{})
+	traced := make(chan struct{})
+	go func() { // JETPOOL_BENCH_TRACE: each pool's window twice a second
+		defer close(traced)
+		if os.Getenv("JETPOOL_BENCH_TRACE") == "" {
+			return
+		}
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var line []string
+			for _, p := range ps {
+				for _, l := range p.Limits().Limiters() {
+					st := l.Status()
+					line = append(line, fmt.Sprintf("%.1f/%d cool %.1fs", st.Limit, st.InFlight, st.Cooldown.Seconds()))
+				}
+			}
+			t.Logf("%5.1fs served %d: %s", time.Since(start).Seconds(), srv.Stats().Served, strings.Join(line, " | "))
+		}
+	}()
 	res := testenv.Dispatch(t, b, wf, input, dispatcher.Options{})
 	_, prog := testenv.WaitFinished(t, b, res.Job.ID, 5*time.Minute)
 	elapsed := time.Since(start)
+	close(stop)
+	<-traced
 	st := srv.Stats()
 	if os.Getenv("JETPOOL_BENCH_TRACE") != "" {
 		_, limited := srv.Arrivals()

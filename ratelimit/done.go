@@ -89,11 +89,18 @@ func (p *Permit) Done(resp provider.Response, err error) {
 // window, the tallies and the counts, and fills o's tallies for decide.
 func (l *Limiter) learn(p *Permit, o *outcome, usage provider.Usage, now time.Time) {
 	sig := o.Signal
+	switch sig {
+	case sigNone, sigTimeout:
+	case sigCongestion, sigOverload:
+		l.run++
+	default:
+		l.run = 0
+	}
 	if sig != sigNone {
 		l.recent.add(now, sig)
 		l.health.add(now, sig)
 	}
-	o.Recent, o.Health = l.recent.counts(now), l.health.counts(now)
+	o.Recent, o.Health, o.Run = l.recent.counts(now), l.health.counts(now), l.run
 	o.Closed = l.shared.Breaker.Closed()
 	switch sig {
 	case sigCongestion, sigOverload:
@@ -122,15 +129,19 @@ func (l *Limiter) learn(p *Permit, o *outcome, usage provider.Usage, now time.Ti
 		if n := o.Health; n.calls() >= l.breaker.MinCalls && float64(n[sigFault]) >= AdaptiveFaultShareDefault*float64(n.calls()) {
 			l.aimd.Faults(p.started, now, fmt.Sprintf("faults from %s: %d of the last %d calls", l.name, n[sigFault], n.calls()))
 		}
+	case sigCongestion, sigOverload:
+		// Congestion cuts with the shared cooldown it sets (observe);
+		// until then it stops the initial ramp where the calls are.
+		l.aimd.Refused(now, max(l.peak, l.inflight+1))
 	default:
-		l.aimd.answer(now) // congestion cuts with the shared cooldown it sets (observe)
+		l.aimd.answer(now)
 	}
 }
 
 // rule is the configuration decide reads.
 func (l *Limiter) rule() ruleConfig {
 	return ruleConfig{Provider: l.name, Cooldown: l.r.cfg.Cooldown, CongestionMin: l.r.cfg.CongestionMin,
-		CongestionShare: l.r.cfg.CongestionShare, Breaker: l.breaker}
+		CongestionShare: l.r.cfg.CongestionShare, CongestionRun: l.r.cfg.CongestionRun, Breaker: l.breaker}
 }
 
 // logCapped logs, once per provider, that a wait it asked for was capped.
@@ -187,6 +198,7 @@ type outcome struct {
 	Wait         time.Duration   // the provider's Retry-After or reset, capped by the adapter
 	RateLimit    retry.RateLimit // the response's rate-limit headers
 	Recent       counts          // this process's answers in the congestion window, this one included
+	Run          int             // congestion answers in a row, this one included
 	Health       counts          // … in the breaker's window
 	Probe        bool            // the call was the half-open circuit's probe
 	Closed       bool            // the circuit is closed, as this process last saw it
@@ -198,6 +210,7 @@ type ruleConfig struct {
 	Cooldown        time.Duration // when congestion names no wait
 	CongestionMin   int
 	CongestionShare float64
+	CongestionRun   int
 	Breaker         BreakerConfig
 }
 
@@ -230,10 +243,11 @@ func (e effect) writes() bool { return !e.CooldownUntil.IsZero() || e.Circuit !=
 //     0), success or 429, sets it until that bucket's reset (the
 //     provider's Retry-After, or Config.Cooldown, when it names none);
 //   - a 429 or an overload sets it until the provider's wait when it is
-//     not one-off: at least CongestionMin of them, and CongestionShare of
-//     this process's answers, in the congestion window. A one-off 429
-//     among successes changes nothing shared: only its record waits (its
-//     session delay, never shorter than the Retry-After).
+//     not one-off: CongestionRun of them in a row, or at least
+//     CongestionMin of them and CongestionShare of this process's answers
+//     in the congestion window. A one-off 429 among successes changes
+//     nothing shared: only its record waits (its session delay, never
+//     shorter than the Retry-After).
 //
 // The circuit (unless the breaker is off):
 //   - the probe's outcome decides the half-open circuit: a failure (5xx,
@@ -262,11 +276,17 @@ func decide(o outcome, c ruleConfig) effect {
 		e.Reason = fmt.Sprintf("cooldown %s: %s from %s", e.CooldownUntil.Sub(o.Now).Round(time.Millisecond), emptyBucket(o.RateLimit), c.Provider)
 	case congestion:
 		n, all := o.Recent.congested(), o.Recent.calls()
-		if n >= c.CongestionMin && float64(n) >= c.CongestionShare*float64(all) {
+		var why string
+		switch {
+		case c.CongestionRun > 0 && o.Run >= c.CongestionRun:
+			why = fmt.Sprintf("%d answers of %s in a row said it is full", o.Run, c.Provider)
+		case n >= c.CongestionMin && float64(n) >= c.CongestionShare*float64(all):
+			why = fmt.Sprintf("%d of %s's last %d answers said it is full", n, c.Provider, all)
+		}
+		if why != "" {
 			e.CooldownUntil = o.Now.Add(wait(o.Wait))
 			e.Cause = o.Cause
-			e.Reason = fmt.Sprintf("cooldown %s: %d of %s's last %d answers said it is full: %s",
-				e.CooldownUntil.Sub(o.Now).Round(time.Millisecond), n, c.Provider, all, o.Cause)
+			e.Reason = fmt.Sprintf("cooldown %s: %s: %s", e.CooldownUntil.Sub(o.Now).Round(time.Millisecond), why, o.Cause)
 		}
 	}
 	if c.Breaker.Off {

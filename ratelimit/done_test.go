@@ -33,7 +33,7 @@ var (
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	now := t0
-	rule := ruleConfig{Provider: "openai", Cooldown: time.Second, CongestionMin: 2, CongestionShare: 0.2,
+	rule := ruleConfig{Provider: "openai", Cooldown: time.Second, CongestionMin: 2, CongestionShare: 0.2, CongestionRun: 3,
 		Breaker: BreakerConfig{MinCalls: 10, FailureRatio: 0.5}.withDefaults()}
 	empty := retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 500, Remaining: 0, Reset: 700 * time.Millisecond}}
 	for _, c := range []struct {
@@ -55,6 +55,11 @@ func TestDecide(t *testing.T) {
 		{name: "the first answers all 429s: congestion",
 			o:     outcome{Signal: sigCongestion, Recent: tallied(congested, 2)},
 			until: time.Second, reason: "cooldown 1s: 2 of openai's last 2 answers said it is full: "},
+		{name: "three 429s in a row are congestion, however many successes came before",
+			o:     outcome{Signal: sigCongestion, Wait: time.Second, Cause: "RateLimitError: x", Run: 3, Recent: tallied(ok, 300, congested, 3)},
+			until: time.Second, reason: "cooldown 1s: 3 answers of openai in a row said it is full: RateLimitError: x"},
+		{name: "two in a row among many successes are not",
+			o: outcome{Signal: sigCongestion, Run: 2, Recent: tallied(ok, 300, congested, 2)}},
 		{name: "a single 429 with nothing else seen is not enough",
 			o: outcome{Signal: sigCongestion, Recent: tallied(congested, 1)}},
 		{name: "overloads count as congestion",

@@ -54,6 +54,12 @@ const (
 	// made a job with 2 % random 429s 16 times slower (issue 24).
 	CongestionMinDefault   = 2
 	CongestionShareDefault = 0.2
+	// CongestionRunDefault 429s (or overloads) in a row, with no other
+	// answer between them, are congestion too, whatever the share: a
+	// bucket that ran dry answers every call 429 at once, and each 429
+	// frees a slot that sends the next call into it, while one-off 429s
+	// almost never come three in a row (at 2 %, once in 125,000 answers).
+	CongestionRunDefault = 3
 	// leasePoll is how often a waiter for a concurrency slot looks again
 	// when no change was seen (a lease that lapsed produces no event).
 	leasePoll = 250 * time.Millisecond
@@ -81,6 +87,7 @@ type Config struct {
 	// (CongestionMinDefault, CongestionShareDefault).
 	CongestionMin   int
 	CongestionShare float64
+	CongestionRun   int // CongestionRunDefault
 	// Holder names this process in leases and probes; default host-pid-random.
 	Holder string
 }
@@ -116,6 +123,7 @@ func NewRegistry(ctx context.Context, store Store, cfg Config) (*Registry, error
 	cfg.LeaseTTL = cmp.Or(max(cfg.LeaseTTL, 0), LeaseTTLDefault)
 	cfg.AdaptiveRamp = cmp.Or(cfg.AdaptiveRamp, AdaptiveRampDefault)
 	cfg.CongestionMin = cmp.Or(max(cfg.CongestionMin, 0), CongestionMinDefault)
+	cfg.CongestionRun = cmp.Or(max(cfg.CongestionRun, 0), CongestionRunDefault)
 	if !(cfg.CongestionShare > 0 && cfg.CongestionShare <= 1) {
 		cfg.CongestionShare = CongestionShareDefault
 	}
@@ -168,12 +176,20 @@ func (r *Registry) For(cfg provider.Config) *Limiter {
 	l := &Limiter{r: r, key: k, name: cfg.Name, limits: cfg.Limits, paces: PacesOf(cfg.Limits, r.cfg.Headroom),
 		breaker: bc, maxWait: cfg.RetryAfterCap(), changed: make(chan struct{}), fifo: make(chan struct{}, 1),
 		recent: newTally(CongestionWindowDefault), health: newTally(bc.Window)}
+	l.shared = r.seen[k]
+	now := r.cfg.Clock.Now()
+	l.bound(&l.shared, now)
 	if !cfg.Limits.Budgeted() && !cfg.Limits.NoAdaptive {
 		l.aimd = NewAIMD(r.cfg.AdaptiveInitial, r.cfg.AdaptiveMax)
 		l.aimd.Ramp = r.cfg.AdaptiveRamp
+		if ws := l.shared.LiveWindows(now); len(ws) > 0 {
+			// Other processes are calling this provider already: their
+			// calls fill what it allows, and a ramp in time would run a
+			// whole window into their cohort before any answer came back.
+			// This one starts small and grows by slow start instead.
+			l.aimd.Ramp = -1
+		}
 	}
-	l.shared = r.seen[k]
-	l.bound(&l.shared, r.cfg.Clock.Now())
 	l.cooldownSeen = l.shared.CooldownSet
 	delete(r.seen, k)
 	r.lims[k] = l
@@ -207,6 +223,7 @@ type Limiter struct {
 	changed  chan struct{} // closed and replaced on every change
 	aimd     *AIMD         // nil with limits configured, or adaptive: false
 	inflight int           // this process's calls in flight (adaptive)
+	peak     int           // the most in flight since the last cut: the window in use
 	probing  bool          // a caller here is (or is becoming) the probe
 	// localCooldown is a shared cooldown this process decided on and is
 	// writing to the store: it holds local callers back at once, because a
@@ -217,6 +234,7 @@ type Limiter struct {
 	cooldownSeen time.Time
 	served       servedRate // successes and latency, for AIMD cuts
 	recent       tally      // answers over CongestionWindowDefault: congestion or one-off 429s
+	run          int        // congestion answers in a row
 	health       tally      // answers over the breaker's window: the breaker, the fault trim
 	published    Window     // the window last written to the shared state
 	publishedAt  time.Time
@@ -257,7 +275,8 @@ func (l *Limiter) observe(s State) {
 		// A new shared cooldown, set by congestion seen here or in another
 		// process: every process cuts, once per cooldown.
 		l.cooldownSeen = s.CooldownSet
-		l.aimd.Congestion(s.CooldownSet, now, l.served.sustained(now), cmp.Or(s.Reason, "shared cooldown"))
+		l.aimd.Congestion(s.CooldownSet, now, max(l.peak, l.inflight), l.served.sustained(now), cmp.Or(s.Reason, "shared cooldown"))
+		l.peak = l.inflight
 	}
 	if s.Breaker.Closed() && prev != "" && prev != CircuitClosed {
 		l.health.reset() // a closed circuit starts counting afresh
@@ -468,9 +487,28 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 	l.mu.Lock()
 	if probe || l.inflight < l.aimd.Limit(now) {
 		l.inflight++
+		l.peak = max(l.peak, l.inflight)
 		p := &Permit{l: l, started: now, inflightAt: l.inflight, tokens: tokens, probe: probe}
+		announce := l.aimd.Ramping() && l.published.Expires.IsZero()
+		if announce {
+			l.published = Window{N: l.aimd.Limit(now), Expires: now.Add(l.r.cfg.LeaseTTL)}
+			l.publishedAt = now
+		}
+		w := l.published
 		l.mu.Unlock()
 		l.calls.Add(1)
+		if announce {
+			// Say at once that this process is ramping: another one starting
+			// on the provider now sees it and grows by slow start instead of
+			// ramping blind into this one's calls (For).
+			if st, err := l.r.store.Update(ctx, l.key, func(s *State) bool {
+				s.Provider, s.Limits, s.Updated = l.name, l.limits, now
+				l.publish(s, now, w)
+				return true
+			}); err == nil {
+				l.observe(st)
+			}
+		}
 		return p, false, nil
 	}
 	ch := l.changed
