@@ -66,19 +66,21 @@ func TestBenchRateLimited(t *testing.T) {
 	}
 	var rows []benchRow
 	for _, c := range []struct {
-		name   string
-		limits bool
-		pools  int
+		name            string
+		limits, headers bool
+		pools           int
 	}{
-		{"jetpool, no limits (adaptive), 1 pool", false, 1},
-		{"jetpool, limits rpm 1200, 1 pool", true, 1},
-		{"jetpool, no limits (adaptive), 2 pools", false, 2},
-		{"jetpool, limits rpm 1200, 2 pools", true, 2},
+		{"jetpool, no limits (adaptive), 1 pool", false, false, 1},
+		{"jetpool, limits rpm 1200, 1 pool", true, false, 1},
+		{"jetpool, no limits (adaptive), 2 pools", false, false, 2},
+		{"jetpool, limits rpm 1200, 2 pools", true, false, 2},
+		{"jetpool, adaptive, x-ratelimit headers, 1 pool", false, true, 1},
+		{"jetpool, adaptive, x-ratelimit headers, 2 pools", false, true, 2},
 	} {
 		if only := os.Getenv("JETPOOL_BENCH_ONLY"); only != "" && !strings.Contains(c.name, only) {
 			continue
 		}
-		row := benchJetpool(t, c.name, c.limits, c.pools)
+		row := benchJetpool(t, c.name, c.limits, c.headers, c.pools)
 		t.Log(row)
 		rows = append(rows, row)
 	}
@@ -102,9 +104,10 @@ func TestBenchRateLimited(t *testing.T) {
 	}
 }
 
-func benchJetpool(t *testing.T, name string, limits bool, pools int) benchRow {
+func benchJetpool(t *testing.T, name string, limits, headers bool, pools int) benchRow {
 	srv := ratelimittest.New(benchRate, benchLatency)
 	defer srv.Close()
+	srv.SetHeaders(headers)
 	b := testenv.Broker(t)
 	lim := ""
 	if limits {

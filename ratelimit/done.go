@@ -224,6 +224,9 @@ const (
 
 // effect is what one outcome changes in the shared state.
 type effect struct {
+	// Congested is a congestion event: every process cuts its window
+	// once (a new cooldown is one too).
+	Congested bool
 	// CooldownUntil sets (or, for the cohort of calls that went before
 	// it, extends) the shared cooldown; zero: no cooldown.
 	CooldownUntil time.Time
@@ -233,15 +236,19 @@ type effect struct {
 	Reason        string // why, for the state's Reason
 }
 
-func (e effect) writes() bool { return !e.CooldownUntil.IsZero() || e.Circuit != "" }
+func (e effect) writes() bool { return e.Congested || !e.CooldownUntil.IsZero() || e.Circuit != "" }
 
 // decide is the shared-state rule of Done: what one call's outcome changes
 // for every process. It is pure.
 //
-// The shared cooldown:
-//   - a response whose rate-limit headers say a bucket is empty (remaining
-//     0), success or 429, sets it until that bucket's reset (the
-//     provider's Retry-After, or Config.Cooldown, when it names none);
+// Congestion and the shared cooldown:
+//   - a success whose rate-limit headers say a bucket is empty (remaining
+//     0) is congestion: every window is cut, nothing waits (the bucket
+//     refills as calls go, and the calls it cannot take meet 429s that
+//     say how long to wait);
+//   - a 429 whose headers say a bucket is empty sets the cooldown until
+//     the longer of its Retry-After and that bucket's reset
+//     (Config.Cooldown when it names neither);
 //   - a 429 or an overload sets it until the provider's wait when it is
 //     not one-off: CongestionRun of them in a row, or at least
 //     CongestionMin of them and CongestionShare of this process's answers
@@ -267,13 +274,14 @@ func decide(o outcome, c ruleConfig) effect {
 	}
 	congestion := o.Signal == sigCongestion || o.Signal == sigOverload
 	switch {
-	case o.Signal != sigNone && o.RateLimit.Empty():
+	case congestion && o.RateLimit.Empty():
 		e.CooldownUntil = o.Now.Add(wait(max(o.RateLimit.EmptyReset(), o.Wait)))
 		e.Cause = o.Cause
-		if e.Cause == "" {
-			e.Cause = emptyBucket(o.RateLimit) + " (the provider's bucket is empty)"
-		}
-		e.Reason = fmt.Sprintf("cooldown %s: %s from %s", e.CooldownUntil.Sub(o.Now).Round(time.Millisecond), emptyBucket(o.RateLimit), c.Provider)
+		e.Reason = fmt.Sprintf("cooldown %s: %s on a 429 from %s: %s", e.CooldownUntil.Sub(o.Now).Round(time.Millisecond),
+			emptyBucket(o.RateLimit), c.Provider, o.Cause)
+	case o.Signal != sigNone && o.RateLimit.Empty():
+		e.Congested = true
+		e.Reason = fmt.Sprintf("%s from %s", emptyBucket(o.RateLimit), c.Provider)
 	case congestion:
 		n, all := o.Recent.congested(), o.Recent.calls()
 		var why string
@@ -334,6 +342,14 @@ func (e effect) apply(s *State, now, started time.Time, holder string, b Breaker
 			newCooldown = true
 		case e.CooldownUntil.After(s.CooldownUntil):
 			s.CooldownUntil = e.CooldownUntil
+		}
+	}
+	// A congestion event for every process, once per round trip: calls
+	// that went before the last event are its cohort.
+	if (newCooldown || e.Congested) && !started.Before(s.CongestedAt) {
+		s.CongestedAt = now
+		if e.Congested {
+			s.note(now, e.Reason)
 		}
 	}
 	mine := s.Breaker.State == CircuitHalfOpen && s.Breaker.Probe == holder

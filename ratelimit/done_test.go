@@ -38,11 +38,12 @@ func TestDecide(t *testing.T) {
 	empty := retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 500, Remaining: 0, Reset: 700 * time.Millisecond}}
 	for _, c := range []struct {
 		name    string
-		o       outcome
-		rule    func(*ruleConfig)
-		until   time.Duration // of the shared cooldown; 0: none
-		circuit string
-		reason  string
+		o         outcome
+		rule      func(*ruleConfig)
+		until     time.Duration // of the shared cooldown; 0: none
+		congested bool          // a congestion event without a cooldown
+		circuit   string
+		reason    string
 	}{
 		{name: "a success changes nothing", o: outcome{Signal: sigOK, Recent: tallied(ok, 50)}},
 		{name: "a one-off 429 among successes: only its record waits",
@@ -65,15 +66,18 @@ func TestDecide(t *testing.T) {
 		{name: "overloads count as congestion",
 			o:     outcome{Signal: sigOverload, Recent: tallied(overload, 3, ok, 3)},
 			until: time.Second},
-		{name: "an empty bucket on a success: until its reset",
-			o:     outcome{Signal: sigOK, RateLimit: empty, Recent: tallied(ok, 50)},
-			until: 700 * time.Millisecond, reason: "cooldown 700ms: x-ratelimit-remaining-requests 0 from openai"},
+		{name: "an empty bucket on a success: congestion, no cooldown",
+			o:         outcome{Signal: sigOK, RateLimit: empty, Recent: tallied(ok, 50)},
+			congested: true, reason: "x-ratelimit-remaining-requests 0 from openai"},
 		{name: "an empty bucket on a one-off 429: the longer of reset and Retry-After",
-			o:     outcome{Signal: sigCongestion, Wait: 2 * time.Second, RateLimit: empty, Recent: tallied(ok, 50, congested, 1)},
-			until: 2 * time.Second},
-		{name: "an empty token bucket without a reset: the default",
-			o:     outcome{Signal: sigOK, RateLimit: retry.RateLimit{Tokens: retry.Bucket{Known: true}}, Recent: tallied(ok, 1)},
-			until: time.Second, reason: "cooldown 1s: x-ratelimit-remaining-tokens 0 from openai"},
+			o:     outcome{Signal: sigCongestion, Wait: 2 * time.Second, Cause: "RateLimitError: x", RateLimit: empty, Recent: tallied(ok, 50, congested, 1)},
+			until: 2 * time.Second, reason: "cooldown 2s: x-ratelimit-remaining-requests 0 on a 429 from openai: RateLimitError: x"},
+		{name: "an empty token bucket on a 429 without a reset or Retry-After: the default",
+			o:     outcome{Signal: sigCongestion, RateLimit: retry.RateLimit{Tokens: retry.Bucket{Known: true}}, Recent: tallied(ok, 10, congested, 1)},
+			until: time.Second},
+		{name: "an empty token bucket on a success",
+			o:         outcome{Signal: sigOK, RateLimit: retry.RateLimit{Tokens: retry.Bucket{Known: true}}, Recent: tallied(ok, 1)},
+			congested: true, reason: "x-ratelimit-remaining-tokens 0 from openai"},
 		{name: "a cancelled call's headers say nothing",
 			o: outcome{Signal: sigNone, RateLimit: empty}},
 		{name: "a share of 429s set by configuration",
@@ -127,6 +131,7 @@ func TestDecide(t *testing.T) {
 			} else {
 				require.Equal(t, now.Add(c.until), e.CooldownUntil)
 			}
+			require.Equal(t, c.congested, e.Congested)
 			require.Equal(t, c.circuit, e.Circuit)
 			if c.reason != "" {
 				require.Equal(t, c.reason, e.Reason)
@@ -174,7 +179,21 @@ func TestApply(t *testing.T) {
 			}},
 		{name: "a call sent after the last cooldown ended is a new event", s: State{CooldownUntil: now.Add(-time.Second), Cooldowns: 3},
 			e: effect{CooldownUntil: now.Add(time.Second)}, started: now.Add(-500 * time.Millisecond),
-			want: func(t *testing.T, s State, fresh bool) { require.True(t, fresh); require.Equal(t, 4, s.Cooldowns) }},
+			want: func(t *testing.T, s State, fresh bool) {
+				require.True(t, fresh)
+				require.Equal(t, 4, s.Cooldowns)
+				require.Equal(t, now, s.CongestedAt, "a new cooldown is a congestion event")
+			}},
+		{name: "an empty bucket is a congestion event, no cooldown", s: State{}, e: effect{Congested: true, Reason: "empty"},
+			started: now.Add(-100 * time.Millisecond), want: func(t *testing.T, s State, fresh bool) {
+				require.False(t, fresh)
+				require.Equal(t, now, s.CongestedAt)
+				require.Zero(t, s.CooldownUntil)
+				require.Equal(t, "empty", s.Reason)
+			}},
+		{name: "the cohort of the last congestion event is not a new one", s: State{CongestedAt: now.Add(-50 * time.Millisecond)},
+			e: effect{Congested: true}, started: now.Add(-100 * time.Millisecond),
+			want: func(t *testing.T, s State, _ bool) { require.Equal(t, now.Add(-50*time.Millisecond), s.CongestedAt) }},
 		{name: "trip a closed circuit", s: State{}, e: effect{Circuit: circuitTrip, LastError: "boom", Reason: "opened"},
 			want: func(t *testing.T, s State, _ bool) {
 				require.Equal(t, CircuitOpen, s.Breaker.State)

@@ -190,7 +190,7 @@ func (r *Registry) For(cfg provider.Config) *Limiter {
 			l.aimd.Ramp = -1
 		}
 	}
-	l.cooldownSeen = l.shared.CooldownSet
+	l.congestionSeen = l.shared.CongestedAt
 	delete(r.seen, k)
 	r.lims[k] = l
 	return l
@@ -230,8 +230,9 @@ type Limiter struct {
 	// 429 comes back in a millisecond and a window would otherwise refill
 	// with calls that meet the same 429 during the write.
 	localCooldown time.Time
-	// cooldownSeen is the CooldownSet of the last shared cooldown that cut AIMD.
-	cooldownSeen time.Time
+	// congestionSeen is the last shared congestion event (CongestedAt)
+	// that cut AIMD.
+	congestionSeen time.Time
 	served       servedRate // successes and latency, for AIMD cuts
 	recent       tally      // answers over CongestionWindowDefault: congestion or one-off 429s
 	run          int        // congestion answers in a row
@@ -271,11 +272,11 @@ func (l *Limiter) observe(s State) {
 	if !l.localCooldown.After(s.CooldownUntil) {
 		l.localCooldown = time.Time{} // the shared state holds it now
 	}
-	if l.aimd != nil && s.CooldownSet.After(l.cooldownSeen) {
-		// A new shared cooldown, set by congestion seen here or in another
-		// process: every process cuts, once per cooldown.
-		l.cooldownSeen = s.CooldownSet
-		l.aimd.Congestion(s.CooldownSet, now, max(l.peak, l.inflight), l.served.sustained(now), cmp.Or(s.Reason, "shared cooldown"))
+	if l.aimd != nil && s.CongestedAt.After(l.congestionSeen) {
+		// Congestion seen here or in another process (a new cooldown, an
+		// empty bucket): every process cuts, once per event.
+		l.congestionSeen = s.CongestedAt
+		l.aimd.Congestion(s.CongestedAt, now, max(l.peak, l.inflight), l.served.sustained(now), cmp.Or(s.Reason, "congestion"))
 		l.peak = l.inflight
 	}
 	if s.Breaker.Closed() && prev != "" && prev != CircuitClosed {

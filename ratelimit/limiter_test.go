@@ -210,19 +210,40 @@ func TestOneOff429DoesNotCoolOthers(t *testing.T) {
 	require.Equal(t, int64(1), a.Status().Congested)
 }
 
-// Rate-limit headers saying the bucket is empty set the shared cooldown
-// until its reset, on a success too: the next call would meet a 429.
-func TestEmptyBucketCoolsDown(t *testing.T) {
+// Rate-limit headers saying the bucket is empty are congestion: on a
+// success, every process cuts its window (nothing waits); on a 429, every
+// process also waits until the bucket's reset.
+func TestEmptyBucketIsCongestion(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	l := newTestRegistry(t, NewMemStore(), clock).For(provider.Config{Name: "p"})
-	p, err := l.Acquire(context.Background(), 0)
+	store := NewMemStore()
+	ramp := func(c *Config) { c.AdaptiveInitial, c.AdaptiveRamp = 10, -1 }
+	a := newTestRegistry(t, store, clock, ramp).For(provider.Config{Name: "p"})
+	b := newTestRegistry(t, store, clock, ramp).For(provider.Config{Name: "p"})
+	var ps []*Permit
+	for range 10 {
+		p, err := b.Acquire(context.Background(), 0)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	empty := retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 60, Remaining: 0, Reset: 800 * time.Millisecond}}
+	p, err := a.Acquire(context.Background(), 0)
 	require.NoError(t, err)
-	p.Done(provider.Response{RateLimit: retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 60, Remaining: 0,
-		Reset: 800 * time.Millisecond}}}, nil)
-	st := l.Status()
+	p.Done(provider.Response{RateLimit: empty}, nil)
+	require.Zero(t, a.Status().Cooldown)
+	require.InDelta(t, 10*AdaptiveBetaDefault, b.Status().Limit, 1e-9, "the other process cut its window in use")
+	require.Contains(t, b.Status().Change.Reason, "x-ratelimit-remaining-requests 0 from p")
+	for _, p := range ps {
+		p.Done(provider.Response{}, nil)
+	}
+
+	clock.Advance(time.Second)
+	p, err = a.Acquire(context.Background(), 0)
+	require.NoError(t, err)
+	p.Done(provider.Response{}, &retry.Error{Class: retry.ClassRateLimit, Status: 429, Message: "slow down", RateLimit: empty})
+	st := b.Status()
 	require.Equal(t, 800*time.Millisecond, st.Cooldown)
-	require.Contains(t, st.CooldownCause, "x-ratelimit-remaining-requests 0")
+	require.Contains(t, st.CooldownCause, "slow down")
 }
 
 func TestCooldownCohortDoesNotExtend(t *testing.T) {

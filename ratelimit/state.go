@@ -31,6 +31,11 @@ type State struct {
 	CooldownSet   time.Time `json:"cooldown_set,omitzero"`
 	Cooldowns     int       `json:"cooldowns,omitempty"` // how many were set
 
+	// CongestedAt is the last congestion event (a new cooldown, or
+	// rate-limit headers saying a bucket is empty): every process cuts its
+	// adaptive window once for each.
+	CongestedAt time.Time `json:"congested_at,omitzero"`
+
 	Breaker Breaker `json:"breaker,omitzero"`
 
 	// Windows are the adaptive windows of the processes calling the
