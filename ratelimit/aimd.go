@@ -157,10 +157,17 @@ func (a *AIMD) Ramping() bool { return !a.answered && a.Ramp > 0 && a.limit < a.
 // NextRamp is how long until the initial ramp lets one more call go (0:
 // it will not; wait for a call to end instead).
 func (a *AIMD) NextRamp(now time.Time) time.Duration {
+	return a.RampTo(now, int(a.limit)+1)
+}
+
+// RampTo is how long until the initial ramp lets n calls be in flight (0:
+// it will not, or they may be now). A waiter sleeps until its own turn, so
+// a thousand waiters are not all woken at each step of the ramp.
+func (a *AIMD) RampTo(now time.Time, n int) time.Duration {
 	if a.answered || a.Ramp <= 0 || a.limit >= a.Max || a.rampFrom.IsZero() {
 		return 0
 	}
-	next := math.Floor(a.limit) + 1
+	next := min(max(float64(n), math.Floor(a.limit)+1), a.Max)
 	at := a.rampFrom.Add(time.Duration(math.Log2(next/a.start) * float64(a.doubling())))
 	return max(at.Sub(now), time.Millisecond)
 }

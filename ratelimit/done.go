@@ -172,6 +172,8 @@ func (l *Limiter) windowToPublish(now time.Time, sig signal, eff effect) (Window
 		return w, true
 	case w.N != l.published.N && (eff.writes() || now.Sub(l.publishedAt) >= publishEvery):
 		return w, true
+	case now.Sub(l.publishedAt) >= l.r.cfg.LeaseTTL/2:
+		return w, true // still alive: before it lapses
 	}
 	return w, false
 }

@@ -142,8 +142,31 @@ func NewRegistry(ctx context.Context, store Store, cfg Config) (*Registry, error
 	return r, nil
 }
 
-// Close stops watching. Limiters keep working on what they last saw.
-func (r *Registry) Close() { r.cancel() }
+// Close retires this process's adaptive windows from the shared state (a
+// process that starts on the provider later must not take a stopped one for
+// a live one), then stops watching. Limiters keep working on what they last
+// saw.
+func (r *Registry) Close() {
+	ctx, cancel := context.WithTimeout(r.ctx, 2*time.Second)
+	defer cancel()
+	for _, l := range r.Limiters() {
+		l.mu.Lock()
+		published := !l.published.Expires.IsZero()
+		l.mu.Unlock()
+		if !published {
+			continue
+		}
+		_, _ = r.store.Update(ctx, l.key, func(s *State) bool {
+			if _, ok := s.Windows[r.cfg.Holder]; !ok {
+				return false
+			}
+			delete(s.Windows, r.cfg.Holder)
+			s.Updated = r.cfg.Clock.Now()
+			return true
+		})
+	}
+	r.cancel()
+}
 
 // Holder is this process's name in leases and probes.
 func (r *Registry) Holder() string { return r.cfg.Holder }
@@ -224,6 +247,9 @@ type Limiter struct {
 	aimd     *AIMD         // nil with limits configured, or adaptive: false
 	inflight int           // this process's calls in flight (adaptive)
 	peak     int           // the most in flight since the last cut: the window in use
+	// rampWaiting is the callers waiting for the window (each sleeps until
+	// the initial ramp reaches its place).
+	rampWaiting int
 	probing  bool          // a caller here is (or is becoming) the probe
 	// localCooldown is a shared cooldown this process decided on and is
 	// writing to the store: it holds local callers back at once, because a
@@ -320,6 +346,18 @@ func (l *Limiter) wait(ctx context.Context, d time.Duration, changed <-chan stru
 		case <-changed:
 			return nil
 		}
+	}
+	if _, real := l.r.cfg.Clock.(retry.SystemClock); real {
+		// No goroutine per wait: a thousand callers may be waiting.
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed: // nil: never
+		case <-t.C:
+		}
+		return nil
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -513,9 +551,16 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 		return p, false, nil
 	}
 	ch := l.changed
-	ramp := l.aimd.NextRamp(now) // the initial ramp lets more go in time
+	// The initial ramp lets more go in time: this caller's turn comes when
+	// it covers the calls in flight and the callers waiting before it.
+	l.rampWaiting++
+	ramp := l.aimd.RampTo(now, l.inflight+l.rampWaiting)
 	l.mu.Unlock()
-	if err := l.wait(ctx, ramp, ch); err != nil {
+	err := l.wait(ctx, ramp, ch)
+	l.mu.Lock()
+	l.rampWaiting--
+	l.mu.Unlock()
+	if err != nil {
 		return nil, false, err
 	}
 	return nil, true, nil

@@ -220,12 +220,7 @@ func TestEmptyBucketIsCongestion(t *testing.T) {
 	ramp := func(c *Config) { c.AdaptiveInitial, c.AdaptiveRamp = 10, -1 }
 	a := newTestRegistry(t, store, clock, ramp).For(provider.Config{Name: "p"})
 	b := newTestRegistry(t, store, clock, ramp).For(provider.Config{Name: "p"})
-	var ps []*Permit
-	for range 10 {
-		p, err := b.Acquire(context.Background(), 0)
-		require.NoError(t, err)
-		ps = append(ps, p)
-	}
+	ps := acquire(t, b, 10)
 	empty := retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 60, Remaining: 0, Reset: 800 * time.Millisecond}}
 	p, err := a.Acquire(context.Background(), 0)
 	require.NoError(t, err)
@@ -250,12 +245,7 @@ func TestCooldownCohortDoesNotExtend(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	l := newTestRegistry(t, NewMemStore(), clock).For(provider.Config{Name: "p"})
-	var ps []*Permit
-	for range 3 {
-		p, err := l.Acquire(context.Background(), 0)
-		require.NoError(t, err)
-		ps = append(ps, p)
-	}
+	ps := acquire(t, l, 3)
 	ps[0].Done(provider.Response{}, rateLimited(time.Second))
 	ps[1].Done(provider.Response{}, rateLimited(time.Second))
 	clock.Advance(500 * time.Millisecond)
@@ -353,6 +343,18 @@ func TestScheduleBeyondWaitMaxIsAWaitError(t *testing.T) {
 	// Nothing was booked for the caller that parked.
 	st, _ := l.view()
 	require.Equal(t, t0.Add(10*time.Second), st.TokTAT)
+}
+
+// acquire takes n permits of l at once.
+func acquire(t *testing.T, l *Limiter, n int) []*Permit {
+	t.Helper()
+	ps := make([]*Permit, 0, n)
+	for range n {
+		p, err := l.Acquire(context.Background(), 0)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	return ps
 }
 
 func serverErr() error {
@@ -525,12 +527,7 @@ func TestAdaptiveWindow(t *testing.T) {
 	require.NoError(t, err)
 	p3.Done(provider.Response{}, serverErr())
 	require.Equal(t, 4.0, l.Status().Limit, "a 5xx on one call says nothing about capacity")
-	var ps []*Permit
-	for range 4 {
-		p, err := l.Acquire(ctx, 0)
-		require.NoError(t, err)
-		ps = append(ps, p)
-	}
+	ps := acquire(t, l, 4)
 	ps[0].Done(provider.Response{}, nil)
 	ps[1].Done(provider.Response{}, nil)
 	ps[2].Done(provider.Response{}, rateLimited(0))
@@ -549,12 +546,7 @@ func TestAdaptiveRampsInTime(t *testing.T) {
 	clock := newFakeClock()
 	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.AdaptiveMax = 1000 }).For(provider.Config{Name: "p"})
 	t0 := clock.Now()
-	var ps []*Permit
-	for range 1000 {
-		p, err := l.Acquire(context.Background(), 0)
-		require.NoError(t, err)
-		ps = append(ps, p)
-	}
+	ps := acquire(t, l, 1000)
 	require.LessOrEqual(t, clock.Now().Sub(t0), AdaptiveRampDefault+time.Millisecond, "1000 in flight within the ramp")
 	for _, p := range ps {
 		p.Done(provider.Response{}, nil)
@@ -595,12 +587,7 @@ func TestAdaptiveOff(t *testing.T) {
 	require.False(t, l.Limited())
 	require.Equal(t, "none", l.Status().Mode)
 	ctx := context.Background()
-	var ps []*Permit
-	for range 50 { // far beyond the adaptive start of 2: nothing waits
-		p, err := l.Acquire(ctx, 0)
-		require.NoError(t, err)
-		ps = append(ps, p)
-	}
+	ps := acquire(t, l, 50) // far beyond the adaptive start of 2: nothing waits
 	states, err := store.List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, states, "admitting a call writes no shared state")
@@ -614,4 +601,49 @@ func TestAdaptiveOff(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, clock.Now().Sub(t0), 2*time.Second, "waited out the cooldown")
 	p.Done(provider.Response{}, nil)
+}
+
+// A process that finds another's window in the shared state does not ramp
+// blind into its calls; a process that stopped takes its window with it,
+// so the next one ramps again.
+func TestNewcomerRampsOnlyAlone(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	store := NewMemStore()
+	first, err := NewRegistry(context.Background(), store, Config{Clock: clock, AdaptiveMax: 1000})
+	require.NoError(t, err)
+	a := first.For(provider.Config{Name: "p"})
+	p := acquire(t, a, 1)[0] // ramping: it says so in the shared state
+	second := newTestRegistry(t, store, clock, func(c *Config) { c.AdaptiveMax = 1000 })
+	b := second.For(provider.Config{Name: "p"})
+	t0 := clock.Now()
+	cctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var got []*Permit
+	for range 5 {
+		q, err := b.Acquire(cctx, 0)
+		if err != nil {
+			break
+		}
+		got = append(got, q)
+	}
+	require.Len(t, got, AdaptiveStartDefault, "slow start from 4: no ramp in time")
+	require.Equal(t, t0, clock.Now())
+	for _, q := range got {
+		q.Done(provider.Response{}, nil)
+	}
+	p.Done(provider.Response{}, nil)
+	first.Close()
+	states, err := store.List(context.Background())
+	require.NoError(t, err)
+	_, ok := states[a.Key()].Windows[first.Holder()]
+	require.False(t, ok, "the stopped process's window is gone")
+	second.Close()
+	third := newTestRegistry(t, store, clock, func(c *Config) { c.AdaptiveMax = 1000 })
+	c := third.For(provider.Config{Name: "p"})
+	t1 := clock.Now()
+	for _, q := range acquire(t, c, 1000) {
+		q.Done(provider.Response{}, nil)
+	}
+	require.LessOrEqual(t, clock.Now().Sub(t1), AdaptiveRampDefault+time.Millisecond, "alone again: it ramps")
 }
