@@ -37,7 +37,7 @@ func TestDecide(t *testing.T) {
 		Breaker: BreakerConfig{MinCalls: 10, FailureRatio: 0.5}.withDefaults()}
 	empty := retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 500, Remaining: 0, Reset: 700 * time.Millisecond}}
 	for _, c := range []struct {
-		name    string
+		name      string
 		o         outcome
 		rule      func(*ruleConfig)
 		until     time.Duration // of the shared cooldown; 0: none

@@ -250,7 +250,7 @@ type Limiter struct {
 	// rampWaiting is the callers waiting for the window (each sleeps until
 	// the initial ramp reaches its place).
 	rampWaiting int
-	probing  bool          // a caller here is (or is becoming) the probe
+	probing     bool // a caller here is (or is becoming) the probe
 	// localCooldown is a shared cooldown this process decided on and is
 	// writing to the store: it holds local callers back at once, because a
 	// 429 comes back in a millisecond and a window would otherwise refill
@@ -259,13 +259,13 @@ type Limiter struct {
 	// congestionSeen is the last shared congestion event (CongestedAt)
 	// that cut AIMD.
 	congestionSeen time.Time
-	served       servedRate // successes and latency, for AIMD cuts
-	recent       tally      // answers over CongestionWindowDefault: congestion or one-off 429s
-	run          int        // congestion answers in a row
-	health       tally      // answers over the breaker's window: the breaker, the fault trim
-	published    Window     // the window last written to the shared state
-	publishedAt  time.Time
-	cappedLogged bool // a capped Retry-After was logged
+	served         servedRate // successes and latency, for AIMD cuts
+	recent         tally      // answers over CongestionWindowDefault: congestion or one-off 429s
+	run            int        // congestion answers in a row
+	health         tally      // answers over the breaker's window: the breaker, the fault trim
+	published      Window     // the window last written to the shared state
+	publishedAt    time.Time
+	cappedLogged   bool // a capped Retry-After was logged
 
 	calls, waited, congested, faults, cooldowns atomic.Int64
 }
