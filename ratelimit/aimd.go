@@ -92,8 +92,10 @@ type AIMD struct {
 	ceiling  float64   // the limit at the last cut
 	epoch    time.Time // calls started before it do not cut again
 
-	rampFrom time.Time // when the initial ramp began (the first Limit)
+	rampFrom time.Time // when the window was last found full (zero: no one waits)
+	rampBase float64   // the limit then
 	answered bool      // the provider answered: the initial ramp is over
+	served   bool      // a call succeeded
 
 	baseLat    time.Duration // fastest success seen
 	roundMin   time.Duration // fastest success of this round
@@ -132,17 +134,15 @@ func (a *AIMD) Value() float64 { return a.limit }
 func (a *AIMD) Last() Change { return a.last }
 
 // ramp applies the initial ramp: until the provider first answers, the
-// limit doubles every Ramp from the first call.
+// limit doubles in time while calls wait for it. A window nobody waits for
+// does not ramp: a pool that got one record first would otherwise send a
+// whole ramped window at once when the rest arrived.
 func (a *AIMD) ramp(now time.Time) {
-	if a.answered || a.Ramp <= 0 || a.limit >= a.Max {
-		return
-	}
-	if a.rampFrom.IsZero() {
-		a.rampFrom = now
+	if a.answered || a.Ramp <= 0 || a.limit >= a.Max || a.rampFrom.IsZero() {
 		return
 	}
 	steps := float64(now.Sub(a.rampFrom)) / float64(a.doubling())
-	a.limit = max(a.limit, min(a.Max, a.start*math.Exp2(min(steps, 30))))
+	a.limit = max(a.limit, min(a.Max, a.rampBase*math.Exp2(min(steps, 30))))
 }
 
 // doubling is how long the initial ramp takes to double the window: Ramp
@@ -153,6 +153,24 @@ func (a *AIMD) doubling() time.Duration {
 
 // Ramping reports whether the initial ramp is on: no answer yet.
 func (a *AIMD) Ramping() bool { return !a.answered && a.Ramp > 0 && a.limit < a.Max }
+
+// Full tells the ramp that the window is full at now (a call must wait):
+// the ramp runs from then.
+func (a *AIMD) Full(now time.Time) {
+	if a.Ramping() && a.rampFrom.IsZero() {
+		a.ramp(now)
+		a.rampFrom, a.rampBase = now, a.limit
+	}
+}
+
+// Idle tells the ramp that no call waits any more at now: it stops where it
+// is, until the window is full again.
+func (a *AIMD) Idle(now time.Time) {
+	if !a.rampFrom.IsZero() {
+		a.ramp(now)
+		a.rampFrom = time.Time{}
+	}
+}
 
 // NextRamp is how long until the initial ramp lets one more call go (0:
 // it will not; wait for a call to end instead).
@@ -168,7 +186,7 @@ func (a *AIMD) RampTo(now time.Time, n int) time.Duration {
 		return 0
 	}
 	next := min(max(float64(n), math.Floor(a.limit)+1), a.Max)
-	at := a.rampFrom.Add(time.Duration(math.Log2(next/a.start) * float64(a.doubling())))
+	at := a.rampFrom.Add(time.Duration(math.Log2(next/a.rampBase) * float64(a.doubling())))
 	return max(at.Sub(now), time.Millisecond)
 }
 
@@ -180,16 +198,20 @@ func (a *AIMD) answer(now time.Time) {
 	}
 }
 
-// Refused ends the initial ramp on a congestion answer (a 429 that came
-// back before any success) with inUse calls in flight: the limit stops at
-// the calls in use, so the calls the 429s free do not refill a window the
-// ramp ran ahead to.
+// Refused takes a congestion answer (a 429 or an overload) met while inUse
+// calls were in flight. As the first answer it ends the initial ramp at the
+// calls in use, not at a window the ramp ran ahead to; and until the
+// provider has served a call, each one takes its call's place out of the
+// window, so the 429s of a bucket that is already empty do not each send
+// the next call into it.
 func (a *AIMD) Refused(now time.Time, inUse int) {
-	if a.answered {
-		return
+	if !a.answered {
+		a.answer(now)
+		a.limit = max(min(a.limit, float64(inUse)), a.Min)
 	}
-	a.answer(now)
-	a.limit = max(min(a.limit, float64(inUse)), a.start, a.Min)
+	if !a.served {
+		a.limit = max(a.limit-1, a.Min)
+	}
 }
 
 // Success grows the limit after a call that succeeded while inflight calls
@@ -198,6 +220,7 @@ func (a *AIMD) Refused(now time.Time, inUse int) {
 // does not grow: an idle pool learns nothing about the provider.
 func (a *AIMD) Success(inflight int, latency time.Duration, tokens int, rl retry.RateLimit, now time.Time) {
 	a.answer(now)
+	a.served = true
 	switch {
 	case tokens <= 0:
 	case a.tokensCall == 0:

@@ -130,27 +130,32 @@ func TestAIMDRampsUntilTheFirstAnswer(t *testing.T) {
 	t.Parallel()
 	a := NewAIMD(4, 1024) // 8 doublings in AdaptiveRampDefault
 	step := AdaptiveRampDefault / 8
-	require.Equal(t, 4, a.Limit(t0))
+	require.Equal(t, 4, a.Limit(t0.Add(-time.Hour)))
+	require.Equal(t, 4, a.Limit(t0), "a window not yet full does not ramp")
+	a.Full(t0)
 	require.Equal(t, time.Duration(math.Log2(5.0/4)*float64(step)), a.NextRamp(t0), "when the fifth call may go")
 	require.Equal(t, 8, a.Limit(t0.Add(step)))
 	require.Equal(t, 1024, a.Limit(t0.Add(AdaptiveRampDefault)), "the pool's concurrency in AdaptiveRampDefault")
 	small := NewAIMD(4, 32)
-	small.Limit(t0)
+	small.Full(t0)
 	require.Equal(t, 8, small.Limit(t0.Add(AdaptiveRampDefault/3)), "a small pool doubles more slowly")
 	require.Equal(t, 32, small.Limit(t0.Add(AdaptiveRampDefault)))
 	b := NewAIMD(4, 1024)
-	b.Limit(t0)
+	b.Full(t0)
 	b.answer(t0.Add(3 * step))
 	require.Equal(t, 32, b.Limit(t0.Add(time.Hour)), "the ramp stops at the first answer")
 	require.Zero(t, b.NextRamp(t0.Add(time.Hour)))
 	// A 429 as the first answer stops it where the calls are.
 	c := NewAIMD(4, 1024)
-	c.Limit(t0)
+	c.Full(t0)
 	c.Limit(t0.Add(3 * step))
 	c.Refused(t0.Add(3*step), 21)
-	require.Equal(t, 21, c.Limit(t0.Add(time.Hour)))
+	require.Equal(t, 20, c.Limit(t0.Add(time.Hour)), "at the 21 calls in use, less the one refused")
 	c.Refused(t0.Add(time.Hour), 2)
-	require.Equal(t, 21, c.Limit(t0.Add(time.Hour)), "only the first answer stops the ramp")
+	require.Equal(t, 19, c.Limit(t0.Add(time.Hour)), "before any success each 429 takes its call's place")
+	c.Success(19, 100*time.Millisecond, 0, retry.RateLimit{}, t0.Add(time.Hour))
+	c.Refused(t0.Add(time.Hour), 19)
+	require.Equal(t, 20, c.Limit(t0.Add(time.Hour)), "once served, a one-off 429 changes nothing by itself")
 }
 
 // Slow start ends when the fastest call of a round is much slower than

@@ -262,6 +262,7 @@ type Limiter struct {
 	served         servedRate // successes and latency, for AIMD cuts
 	recent         tally      // answers over CongestionWindowDefault: congestion or one-off 429s
 	run            int        // congestion answers in a row
+	servedOnce     bool       // the provider has served a call of this process
 	health         tally      // answers over the breaker's window: the breaker, the fault trim
 	published      Window     // the window last written to the shared state
 	publishedAt    time.Time
@@ -527,6 +528,9 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 	if probe || l.inflight < l.aimd.Limit(now) {
 		l.inflight++
 		l.peak = max(l.peak, l.inflight)
+		if l.rampWaiting == 0 {
+			l.aimd.Idle(now) // no one else waits: the ramp pauses
+		}
 		p := &Permit{l: l, started: now, inflightAt: l.inflight, tokens: tokens, probe: probe}
 		announce := l.aimd.Ramping() && l.published.Expires.IsZero()
 		if announce {
@@ -553,6 +557,7 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 	ch := l.changed
 	// The initial ramp lets more go in time: this caller's turn comes when
 	// it covers the calls in flight and the callers waiting before it.
+	l.aimd.Full(now)
 	l.rampWaiting++
 	ramp := l.aimd.RampTo(now, l.inflight+l.rampWaiting)
 	l.mu.Unlock()
