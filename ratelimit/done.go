@@ -101,10 +101,6 @@ func (l *Limiter) learn(p *Permit, o *outcome, usage provider.Usage, now time.Ti
 		l.health.add(now, sig)
 	}
 	o.Recent, o.Health, o.Run = l.recent.counts(now), l.health.counts(now), l.run
-	if sig == sigOK {
-		l.servedOnce = true
-	}
-	o.Unserved = !l.servedOnce
 	o.Closed = l.shared.Breaker.Closed()
 	switch sig {
 	case sigCongestion, sigOverload:
@@ -205,7 +201,6 @@ type outcome struct {
 	RateLimit    retry.RateLimit // the response's rate-limit headers
 	Recent       counts          // this process's answers in the congestion window, this one included
 	Run          int             // congestion answers in a row, this one included
-	Unserved     bool            // this process has not seen a success from the provider yet
 	Health       counts          // … in the breaker's window
 	Probe        bool            // the call was the half-open circuit's probe
 	Closed       bool            // the circuit is closed, as this process last saw it
@@ -257,13 +252,13 @@ func (e effect) writes() bool { return e.Congested || !e.CooldownUntil.IsZero() 
 //     the longer of its Retry-After and that bucket's reset
 //     (Config.Cooldown when it names neither);
 //   - a 429 or an overload sets it until the provider's wait when it is
-//     not one-off: before this process has seen any success (nothing says
-//     it is one-off, and a bucket that ran dry at the first cohort will
-//     not have refilled by the next), CongestionRun of them in a row, or at
-//     least CongestionMin of them and CongestionShare of this process's
-//     answers in the congestion window. A one-off 429 among successes
-//     changes nothing shared: only its record waits (its session delay,
-//     never shorter than the Retry-After).
+//     not one-off: CongestionRun of them in a row, or at least
+//     CongestionMin of them and CongestionShare of this process's answers
+//     in the congestion window (so two 429s before any success do). A
+//     one-off 429 among successes changes nothing shared: only its record
+//     waits (its session delay, never shorter than the Retry-After). A
+//     single 429 before any success does not either: with a few percent of
+//     random 429s, one among a ramp's first answers is as likely as not.
 //
 // The circuit (unless the breaker is off):
 //   - the probe's outcome decides the half-open circuit: a failure (5xx,
@@ -295,8 +290,6 @@ func decide(o outcome, c ruleConfig) effect {
 		n, all := o.Recent.congested(), o.Recent.calls()
 		var why string
 		switch {
-		case o.Unserved:
-			why = fmt.Sprintf("%s refused before serving a call", c.Provider)
 		case c.CongestionRun > 0 && o.Run >= c.CongestionRun:
 			why = fmt.Sprintf("%d answers of %s in a row said it is full", o.Run, c.Provider)
 		case n >= c.CongestionMin && float64(n) >= c.CongestionShare*float64(all):

@@ -262,7 +262,6 @@ type Limiter struct {
 	served         servedRate // successes and latency, for AIMD cuts
 	recent         tally      // answers over CongestionWindowDefault: congestion or one-off 429s
 	run            int        // congestion answers in a row
-	servedOnce     bool       // the provider has served a call of this process
 	health         tally      // answers over the breaker's window: the breaker, the fault trim
 	published      Window     // the window last written to the shared state
 	publishedAt    time.Time

@@ -168,7 +168,7 @@ func TestSharedCooldown(t *testing.T) {
 	b := newTestRegistry(t, store, clock).For(provider.Config{Name: "p"})
 	congest(t, a, 3*time.Second)
 	require.Equal(t, 3*time.Second, b.Status().Cooldown, "the other process sees the cooldown")
-	require.Contains(t, b.Status().Reason, "p refused before serving a call")
+	require.Contains(t, b.Status().Reason, "2 of p's last 2 answers said it is full")
 
 	t0 := clock.Now()
 	p, err := b.Acquire(context.Background(), 0)
