@@ -27,6 +27,12 @@ const (
 	// a few calls past its bucket; a small pool doubles more slowly
 	// (every 27 ms from 4 to 32), so it overshoots less.
 	AdaptiveRampDefault = 80 * time.Millisecond
+	// AdaptiveRampHoldDefault is how long after its first call a process
+	// waits before it ramps: long enough for the shared state's watch to
+	// bring another process's announcement (a few milliseconds), so that
+	// two processes starting together do not both ramp blind into one
+	// bucket; short against the ramp itself.
+	AdaptiveRampHoldDefault = 10 * time.Millisecond
 	// AdaptiveMinDefault is the floor of a cut.
 	AdaptiveMinDefault = 1
 	// AdaptiveMaxDefault caps growth (the pool's own concurrency caps it too).
@@ -94,6 +100,7 @@ type AIMD struct {
 
 	rampFrom time.Time // when the window was last found full (zero: no one waits)
 	rampBase float64   // the limit then
+	rampHold time.Time // the ramp does not start before
 	answered bool      // the provider answered: the initial ramp is over
 	served   bool      // a call succeeded
 
@@ -154,14 +161,20 @@ func (a *AIMD) doubling() time.Duration {
 // Ramping reports whether the initial ramp is on: no answer yet.
 func (a *AIMD) Ramping() bool { return !a.answered && a.Ramp > 0 && a.limit < a.Max }
 
+// Hold keeps the ramp from starting before until.
+func (a *AIMD) Hold(until time.Time) { a.rampHold = until }
+
 // Full tells the ramp that the window is full at now (a call must wait):
-// the ramp runs from then.
+// the ramp runs from then, or from the end of its hold.
 func (a *AIMD) Full(now time.Time) {
-	if a.Ramping() && a.rampFrom.IsZero() {
+	if a.Ramping() && a.rampFrom.IsZero() && !now.Before(a.rampHold) {
 		a.ramp(now)
 		a.rampFrom, a.rampBase = now, a.limit
 	}
 }
+
+// NoRamp turns the initial ramp off: slow start from where the window is.
+func (a *AIMD) NoRamp() { a.Ramp, a.rampFrom = -1, time.Time{} }
 
 // Idle tells the ramp that no call waits any more at now: it stops where it
 // is, until the window is full again.
@@ -182,6 +195,9 @@ func (a *AIMD) NextRamp(now time.Time) time.Duration {
 // it will not, or they may be now). A waiter sleeps until its own turn, so
 // a thousand waiters are not all woken at each step of the ramp.
 func (a *AIMD) RampTo(now time.Time, n int) time.Duration {
+	if a.Ramping() && a.rampFrom.IsZero() && now.Before(a.rampHold) {
+		return a.rampHold.Sub(now) // then decide
+	}
 	if a.answered || a.Ramp <= 0 || a.limit >= a.Max || a.rampFrom.IsZero() {
 		return 0
 	}

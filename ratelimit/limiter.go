@@ -205,12 +205,12 @@ func (r *Registry) For(cfg provider.Config) *Limiter {
 	if !cfg.Limits.Budgeted() && !cfg.Limits.NoAdaptive {
 		l.aimd = NewAIMD(r.cfg.AdaptiveInitial, r.cfg.AdaptiveMax)
 		l.aimd.Ramp = r.cfg.AdaptiveRamp
-		if ws := l.shared.LiveWindows(now); len(ws) > 0 {
+		if l.others(now) {
 			// Other processes are calling this provider already: their
 			// calls fill what it allows, and a ramp in time would run a
 			// whole window into their cohort before any answer came back.
 			// This one starts small and grows by slow start instead.
-			l.aimd.Ramp = -1
+			l.aimd.NoRamp()
 		}
 	}
 	l.congestionSeen = l.shared.CongestedAt
@@ -268,6 +268,17 @@ type Limiter struct {
 	cappedLogged   bool // a capped Retry-After was logged
 
 	calls, waited, congested, faults, cooldowns atomic.Int64
+}
+
+// others reports whether the shared state shows another process's live
+// window on this provider (l.mu held, or before l is shared).
+func (l *Limiter) others(now time.Time) bool {
+	for h := range l.shared.LiveWindows(now) {
+		if h != l.r.cfg.Holder {
+			return true
+		}
+	}
+	return false
 }
 
 // Key is the limiter's KV key.
@@ -535,6 +546,7 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 		if announce {
 			l.published = Window{N: l.aimd.Limit(now), Expires: now.Add(l.r.cfg.LeaseTTL)}
 			l.publishedAt = now
+			l.aimd.Hold(now.Add(AdaptiveRampHoldDefault))
 		}
 		w := l.published
 		l.mu.Unlock()
@@ -555,7 +567,12 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 	}
 	ch := l.changed
 	// The initial ramp lets more go in time: this caller's turn comes when
-	// it covers the calls in flight and the callers waiting before it.
+	// it covers the calls in flight and the callers waiting before it. A
+	// process that another one's window shows calling the provider too
+	// grows by slow start instead.
+	if l.aimd.Ramping() && l.others(now) {
+		l.aimd.NoRamp()
+	}
 	l.aimd.Full(now)
 	l.rampWaiting++
 	ramp := l.aimd.RampTo(now, l.inflight+l.rampWaiting)

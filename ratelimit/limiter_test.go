@@ -547,7 +547,7 @@ func TestAdaptiveRampsInTime(t *testing.T) {
 	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.AdaptiveMax = 1000 }).For(provider.Config{Name: "p"})
 	t0 := clock.Now()
 	ps := acquire(t, l, 1000)
-	require.LessOrEqual(t, clock.Now().Sub(t0), AdaptiveRampDefault+time.Millisecond, "1000 in flight within the ramp")
+	require.LessOrEqual(t, clock.Now().Sub(t0), AdaptiveRampHoldDefault+AdaptiveRampDefault+time.Millisecond, "1000 in flight within the hold and the ramp")
 	for _, p := range ps {
 		p.Done(provider.Response{}, nil)
 	}
@@ -645,5 +645,5 @@ func TestNewcomerRampsOnlyAlone(t *testing.T) {
 	for _, q := range acquire(t, c, 1000) {
 		q.Done(provider.Response{}, nil)
 	}
-	require.LessOrEqual(t, clock.Now().Sub(t1), AdaptiveRampDefault+time.Millisecond, "alone again: it ramps")
+	require.LessOrEqual(t, clock.Now().Sub(t1), AdaptiveRampHoldDefault+AdaptiveRampDefault+time.Millisecond, "alone again: it ramps")
 }
