@@ -32,7 +32,6 @@ type Failure struct {
 	Delivery int    `json:"delivery"`
 	Class    string `json:"class"`
 	Error    string `json:"error"`
-	Absorbed bool   `json:"absorbed,omitempty"`
 	Repair   bool   `json:"repair,omitempty"`
 }
 
@@ -86,8 +85,8 @@ type Usage struct {
 
 // Account is what one action cost a record, in one replay generation:
 // one entry of Result.Actions. Attempts are the calls the provider
-// answered (Recovery.Attempts), Calls every request sent, the 429s the
-// shared limiter absorbed included; LatencyMS is the wall time of the
+// answered (Recovery.Attempts), Calls every request sent (the same
+// count since every call spends an attempt); LatencyMS is the wall time of the
 // delivery that ended the action (its calls, in-session retries and
 // backoff; not the time queued).
 type Account struct {

@@ -302,7 +302,7 @@ func (p *gemini) Call(ctx context.Context, req Request) (Response, error) {
 	return timed(func() (Response, error) { return p.call(ctx, req) })
 }
 
-func (p *gemini) call(ctx context.Context, req Request) (Response, error) {
+func (p *gemini) call(ctx context.Context, req Request) (res Response, err error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr
@@ -318,6 +318,7 @@ func (p *gemini) call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, rerr
 	}
 	defer resp.Body.Close()
+	defer p.noteRateLimit(resp.Header, &res, &err) // http.go
 	if req.Stream {
 		return p.stream(ctx, resp.Body, req, key)
 	}

@@ -3,6 +3,8 @@ package provider
 import (
 	"context"
 	"time"
+
+	"github.com/jetpool/jetpool/retry"
 )
 
 // Kinds of provider (one adapter per wire protocol).
@@ -114,6 +116,8 @@ type Response struct {
 	// Latency is how long the call took, from sending the request to the
 	// end of the answer (the whole stream).
 	Latency time.Duration
+	// RateLimit is what the response's rate-limit headers said.
+	RateLimit retry.RateLimit
 }
 
 // Provider is one configured endpoint. Call returns a *retry.Error (with its
@@ -136,6 +140,54 @@ type Limits struct {
 	// concurrency from the start (a self-hosted endpoint of known capacity).
 	// 429s still set the shared cooldown; the circuit breaker still runs.
 	NoAdaptive bool `json:"no_adaptive,omitempty" yaml:"-"`
+	// Breaker configures the provider's circuit breaker (`limits: {breaker:
+	// …}`); its zero fields take the defaults of package ratelimit.
+	Breaker Breaker `json:"breaker,omitzero" yaml:"-"`
+}
+
+// Breaker is a provider's circuit-breaker settings: the circuit opens when
+// at least FailureRatio of at least MinCalls calls in Window failed (5xx,
+// overload, connection failures), stays open for Cooldown, doubling after
+// each failed probe up to CooldownMax. Zero fields take the defaults
+// (package ratelimit says why they are what they are).
+type Breaker struct {
+	Off          bool          `json:"off,omitempty"` // `breaker: false`
+	FailureRatio float64       `json:"failure_ratio,omitempty"`
+	MinCalls     int           `json:"min_calls,omitempty"`
+	Window       time.Duration `json:"window,omitempty"`
+	Cooldown     time.Duration `json:"cooldown,omitempty"`
+	CooldownMax  time.Duration `json:"cooldown_max,omitempty"`
+}
+
+// Defaults of Breaker.
+const (
+	BreakerFailureRatioDefault = 0.5
+	BreakerMinCallsDefault     = 20
+	BreakerWindowDefault       = 30 * time.Second
+	BreakerCooldownDefault     = 15 * time.Second
+	BreakerCooldownMaxDefault  = 5 * time.Minute
+)
+
+// WithDefaults returns b with its zero fields set to the defaults, and
+// CooldownMax at least Cooldown.
+func (b Breaker) WithDefaults() Breaker {
+	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
+		b.FailureRatio = BreakerFailureRatioDefault
+	}
+	if b.MinCalls <= 0 {
+		b.MinCalls = BreakerMinCallsDefault
+	}
+	if b.Window <= 0 {
+		b.Window = BreakerWindowDefault
+	}
+	if b.Cooldown <= 0 {
+		b.Cooldown = BreakerCooldownDefault
+	}
+	if b.CooldownMax <= 0 {
+		b.CooldownMax = BreakerCooldownMaxDefault
+	}
+	b.CooldownMax = max(b.CooldownMax, b.Cooldown)
+	return b
 }
 
 // Budgeted reports whether an rpm, tpm or concurrency budget is set.
@@ -153,7 +205,27 @@ type Config struct {
 	Stream     bool              `json:"stream,omitempty"`
 	Limits     Limits            `json:"limits,omitzero"`
 	Sim        *SimConfig        `json:"sim,omitempty"`
+	// MaxRetryAfter caps every wait the provider asks for (Retry-After,
+	// retry-after-ms, rate-limit resets, Gemini's RetryInfo):
+	// MaxRetryAfterDefault when 0.
+	MaxRetryAfter time.Duration `json:"max_retry_after,omitempty"`
 }
 
 // TimeoutDefault is the per-request timeout when a provider sets none.
 const TimeoutDefault = 120 * time.Second
+
+// MaxRetryAfterDefault is the longest wait a provider may ask for before it
+// is capped (and logged): a hostile or broken Retry-After (a year, a date in
+// 2100) must not stop a provider for every job. Ten minutes is longer than
+// any reset a real provider sends for its per-minute and per-day buckets'
+// retries (OpenAI, Anthropic and Groq reset within a minute; a daily quota
+// that is spent is better dead-lettered and replayed than waited out).
+const MaxRetryAfterDefault = 10 * time.Minute
+
+// RetryAfterCap is c's MaxRetryAfter, or its default.
+func (c Config) RetryAfterCap() time.Duration {
+	if c.MaxRetryAfter > 0 {
+		return c.MaxRetryAfter
+	}
+	return MaxRetryAfterDefault
+}

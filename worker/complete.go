@@ -534,7 +534,7 @@ func (c *completer) tooLarge(s *settling, st step, err error) {
 		if s.o.result != nil {
 			calls = s.o.result.Recovery.Attempts
 		}
-		o := deadLetterOutcome(in, final, retry.ReasonTooLarge, retry.Diagnose(final, nil, d.delivery()), d.prior(), &sessionEnd{calls: calls - billed(d.prior())})
+		o := deadLetterOutcome(in, final, retry.ReasonTooLarge, retry.Diagnose(final, nil, d.delivery()), d.prior(), &sessionEnd{calls: calls - len(d.prior())})
 		s.o = o
 		s.steps = c.stepsOf(s)
 	}

@@ -355,7 +355,9 @@ func TestHeldPassTriesAFailingStreamOnce(t *testing.T) {
 	for _, id := range []string{"r0", "r1", "r2"} {
 		settle(id, func(*delivery) outcome { return okOutcome() })
 	}
-	settle("r3", func(d *delivery) outcome { return outcome{kind: outcomeRetry, state: d.nextState(nil), delay: time.Second} })
+	settle("r3", func(d *delivery) outcome {
+		return outcome{kind: outcomeRetry, state: d.nextState(nil), delay: time.Second}
+	})
 	require.Eventually(t, func() bool { return c.heldCount() == 4 }, 10*time.Second, 5*time.Millisecond, "all four held")
 
 	go c.heldLoop(ctx)

@@ -258,9 +258,9 @@ func (jr *jobRunner) runEmbed(ctx context.Context, d *delivery) *sessionEnd {
 	if end := jr.beforeCalls(d, run); end != nil {
 		return end
 	}
-	prior, priorCalls := len(d.prior()), billed(d.prior())
+	prior := len(d.prior())
 	pol := a.Retry
-	if left := a.MaxCalls - priorCalls; a.MaxCalls > 0 && pol.Attempts() > left {
+	if left := a.MaxCalls - prior; a.MaxCalls > 0 && pol.Attempts() > left {
 		pol.MaxAttempts = left
 	}
 	s := &retry.Session{Policy: pol, Clock: jr.p.cfg.Clock, History: &history{}, Delivery: d.delivery(), PriorAttempts: prior}
@@ -280,7 +280,7 @@ func (jr *jobRunner) runEmbed(ctx context.Context, d *delivery) *sessionEnd {
 	}
 	run.err, run.handOver, run.canceled = o.Err, o.HandOver, o.Canceled
 	if o.Err != nil || o.Canceled {
-		if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.delivery()) {
+		if a.MaxCalls > 0 && prior+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.delivery()) {
 			run.reason = retry.ReasonMaxCalls
 			run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
 		}

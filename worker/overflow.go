@@ -79,7 +79,7 @@ func (jr *jobRunner) compact(d *delivery, run *sessionEnd, h *history, e *retry.
 	if st.rounds >= cfg.MaxRounds {
 		return giveUp(fmt.Sprintf("still too long (%s) after %s (max_rounds %d)", o, count(st.rounds, "round"), cfg.MaxRounds))
 	}
-	if a := d.action; a.MaxCalls > 0 && billed(d.prior())+run.calls >= a.MaxCalls {
+	if a := d.action; a.MaxCalls > 0 && len(d.prior())+run.calls >= a.MaxCalls {
 		run.reason = retry.ReasonMaxCalls
 		run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
 		return nil

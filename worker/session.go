@@ -141,10 +141,10 @@ type conversation struct {
 	chk *expect.Checker // nil without expect: format json
 	h   *history
 	run *sessionEnd
-	// prior is the attempts of earlier deliveries (every one a call: the
-	// attempts are numbered after them), priorCalls those billed against
-	// max_calls; repairs is this delivery's.
-	prior, priorCalls, repairs int
+	// prior is the attempts of earlier deliveries (every one a call billed
+	// against max_calls: the attempts are numbered after them); repairs is
+	// this delivery's.
+	prior, repairs int
 }
 
 // converse readies a delivery's conversation: the prompt rendered, its
@@ -175,7 +175,7 @@ func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 	if end := jr.beforeCalls(d, run); end != nil {
 		return nil, end
 	}
-	c = &conversation{jr: jr, d: d, a: a, pr: pr, chk: chk, run: run, prior: len(d.prior()), priorCalls: billed(d.prior()),
+	c = &conversation{jr: jr, d: d, a: a, pr: pr, chk: chk, run: run, prior: len(d.prior()),
 		h: &history{msgs: []provider.Message{{Role: "user", Content: prompt, Parts: parts}}}}
 	c.pr = jr.estimateOverflow(d, run, c.h, pr) // worker/overflow.go
 	return c, nil
@@ -238,7 +238,7 @@ func (c *conversation) round(ctx context.Context) bool {
 // to the calls max_calls leaves.
 func (c *conversation) policy() retry.Policy {
 	pol := c.a.Retry
-	if left := c.a.MaxCalls - c.priorCalls - c.run.calls; c.a.MaxCalls > 0 && pol.Attempts() > left {
+	if left := c.a.MaxCalls - c.prior - c.run.calls; c.a.MaxCalls > 0 && pol.Attempts() > left {
 		pol.MaxAttempts = left
 	}
 	return pol
@@ -246,7 +246,7 @@ func (c *conversation) policy() retry.Policy {
 
 // capped reports whether the record has made all the calls max_calls allows.
 func (c *conversation) capped() bool {
-	return c.a.MaxCalls > 0 && c.priorCalls+c.run.calls >= c.a.MaxCalls
+	return c.a.MaxCalls > 0 && c.prior+c.run.calls >= c.a.MaxCalls
 }
 
 // attempt records a step of the session that was not a transport error.
@@ -316,7 +316,7 @@ func (c *conversation) check(resp provider.Response) bool {
 // reached. It returns nil when the calls may go.
 func (jr *jobRunner) beforeCalls(d *delivery, run *sessionEnd) *sessionEnd {
 	a := d.action
-	if a.MaxCalls > 0 && billed(d.prior()) >= a.MaxCalls {
+	if a.MaxCalls > 0 && len(d.prior()) >= a.MaxCalls {
 		// A redelivery after a crash gets here (the cap was spent by
 		// deliveries that saved their attempts but did not finish), and a
 		// batch straggler sent online whose rounds spent it.
@@ -425,18 +425,6 @@ func maxCallsDiag(maxCalls, delivery int, lastOutput string) func([]retry.Attemp
 		}
 		return s
 	}
-}
-
-// billed counts the attempts that were calls the provider answered: all but
-// the 429s absorbed by the shared limiter.
-func billed(attempts []retry.Attempt) int {
-	n := 0
-	for _, a := range attempts {
-		if !a.Absorbed {
-			n++
-		}
-	}
-	return n
 }
 
 // repairsOf counts the repair calls in attempts: every schema violation

@@ -46,15 +46,12 @@ func (w *Workflow) Describe(out io.Writer) {
 		if c.Timeout > 0 {
 			parts = append(parts, "timeout "+c.Timeout.String())
 		}
-		switch l := c.Limits; {
-		case l.Budgeted():
-			parts = append(parts, fmt.Sprintf("limits rpm %s, tpm %s, concurrency %s", limit(l.RPM), limit(l.TPM), limit(l.Concurrency)))
-		case l.NoAdaptive:
-			parts = append(parts, "no limits, adaptive concurrency off")
-		default:
-			parts = append(parts, "no limits: adaptive concurrency")
-		}
+		limits, lines := describeLimits(c) // limits.go
+		parts = append(parts, limits)
 		pr("  provider %s: %s\n", name, strings.Join(parts, ", "))
+		for _, l := range lines {
+			pr("    %s\n", l)
+		}
 	}
 	for i, a := range w.Actions {
 		pr("\naction %d/%d %s (line %d)\n", i+1, n, a.Name, a.Line)

@@ -55,6 +55,8 @@ type wireProvider struct {
 	Stream     bool              `json:"stream,omitempty"`
 	Limits     *wireLimits       `json:"limits,omitempty"`
 	Sim        any               `json:"sim,omitempty"`
+	// MaxRetryAfter is max_retry_after.
+	MaxRetryAfter string `json:"max_retry_after,omitempty"`
 }
 
 type wireAction struct {
@@ -144,6 +146,36 @@ type wireLimits struct {
 	TPM         int   `json:"tpm,omitempty"`
 	Concurrency int   `json:"concurrency,omitempty"`
 	Adaptive    *bool `json:"adaptive,omitempty"`
+	Breaker     any   `json:"breaker,omitempty"` // false, or a wireBreaker
+}
+
+// wireBreaker is provider.Breaker as a workflow file spells it.
+type wireBreaker struct {
+	FailureRatio float64 `json:"failure_ratio,omitempty"`
+	MinCalls     int     `json:"min_calls,omitempty"`
+	Window       string  `json:"window,omitempty"`
+	Cooldown     string  `json:"cooldown,omitempty"`
+	CooldownMax  string  `json:"cooldown_max,omitempty"`
+}
+
+// encodeLimits is the limits: block of l, nil when it has nothing.
+func encodeLimits(l provider.Limits) *wireLimits {
+	if l == (provider.Limits{}) {
+		return nil
+	}
+	wl := &wireLimits{RPM: l.RPM, TPM: l.TPM, Concurrency: l.Concurrency}
+	if l.NoAdaptive {
+		off := false
+		wl.Adaptive = &off
+	}
+	switch b := l.Breaker; {
+	case b.Off:
+		wl.Breaker = false
+	case b != (provider.Breaker{}):
+		wl.Breaker = wireBreaker{FailureRatio: b.FailureRatio, MinCalls: b.MinCalls, Window: dur(b.Window),
+			Cooldown: dur(b.Cooldown), CooldownMax: dur(b.CooldownMax)}
+	}
+	return wl
 }
 
 // Encode renders the workflow as self-contained JSON for the jobs bucket:
@@ -152,14 +184,8 @@ func (w *Workflow) Encode() ([]byte, error) {
 	ww := wireWorkflow{Version: FormatVersion, Name: w.Name, File: w.File, Providers: map[string]wireProvider{}, MaxCost: w.MaxCost, Carry: w.Carry}
 	for name, c := range w.Providers {
 		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
-			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream}
-		if c.Limits != (provider.Limits{}) {
-			wp.Limits = &wireLimits{RPM: c.Limits.RPM, TPM: c.Limits.TPM, Concurrency: c.Limits.Concurrency}
-			if c.Limits.NoAdaptive {
-				off := false
-				wp.Limits.Adaptive = &off
-			}
-		}
+			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream, Limits: encodeLimits(c.Limits),
+			MaxRetryAfter: dur(c.MaxRetryAfter)}
 		if c.Sim != nil {
 			sim, err := yamlValue(reflect.ValueOf(c.Sim))
 			if err != nil {

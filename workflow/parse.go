@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -223,7 +224,7 @@ func (p *parser) provider(name string, f field) *entry {
 	e := &entry{cfg: cfg}
 	before := len(p.errs)
 	defer func() { e.bad = len(p.errs) > before }()
-	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "limits", "sim", "price")
+	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "limits", "max_retry_after", "sim", "price")
 	if !ok {
 		return e
 	}
@@ -283,26 +284,10 @@ func (p *parser) provider(name string, f field) *entry {
 		e.cfg.Stream, _ = p.boolean(v)
 	}
 	if v, ok := pf["limits"]; ok {
-		if lf, ok := p.fields(v.val, v.path, "rpm", "tpm", "concurrency", "adaptive"); ok {
-
-			if x, ok := lf["rpm"]; ok {
-				e.cfg.Limits.RPM, _ = p.intIn(x, 0, math.MaxInt)
-			}
-			if x, ok := lf["tpm"]; ok {
-				e.cfg.Limits.TPM, _ = p.intIn(x, 0, math.MaxInt)
-			}
-			if x, ok := lf["concurrency"]; ok {
-				e.cfg.Limits.Concurrency, _ = p.intIn(x, 0, math.MaxInt)
-			}
-			if x, ok := lf["adaptive"]; ok {
-				if on, ok := p.boolean(x); ok {
-					if e.cfg.Limits.Budgeted() {
-						p.errorf(x.key.Line, x.path, "only without rpm, tpm and concurrency (a budget already turns adaptive concurrency off)")
-					}
-					e.cfg.Limits.NoAdaptive = !on
-				}
-			}
-		}
+		p.limits(v, &e.cfg.Limits) // limits.go
+	}
+	if v, ok := pf["max_retry_after"]; ok {
+		e.cfg.MaxRetryAfter, _ = p.durationIn(v, time.Second, MaxRetryAfterMax)
 	}
 	if v, ok := pf["price"]; ok {
 		e.price, _ = p.price(v)

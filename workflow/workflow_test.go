@@ -388,6 +388,8 @@ func TestDescribe(t *testing.T) {
 	require.Equal(t, `workflow quickstart: 2 actions
   file: testdata/quickstart.yaml
   provider sim: kind sim, no limits: adaptive concurrency
+    breaker: opens when 50 % of at least 20 calls in 30s fail (5xx, overload, connection); open 15s, doubling up to 5m0s
+    Retry-After: honoured up to 10m0s (max_retry_after)
 
 action 1/2 extract_metadata (line 13)
   provider:   sim/(provider default) (sim)

@@ -69,6 +69,7 @@ var commands = []command{
 	{"retry", "replay dead letters into the work stream", cmdRetry},
 	{"job", "delete a job, or purge finished jobs older than the retention", cmdJob},
 	{"validate", "check a workflow and print each action's retry budget", cmdValidate},
+	{"limits", "show or reset the providers' shared rate-limit state (cooldowns, circuits, windows)", cmdLimits},
 	{"server", "run the embedded NATS server on its own", cmdServer},
 	{"ui", "serve the web dashboard: jobs, records, dead letters, providers", cmdUI},
 	{"bench", "measure jetpool side by side with the raw JetStream engine", cmdBench},

@@ -19,6 +19,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
 )
@@ -127,10 +128,10 @@ func Pool(t testing.TB, b *broker.Broker, cfg worker.Config) *worker.Pool {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 16
 	}
-	if cfg.Limits == nil && cfg.LimitsConfig.Breaker.Failures == 0 {
+	if cfg.Limits == nil && cfg.LimitsConfig.Breaker == (ratelimit.BreakerConfig{}) {
 		// Tests that inject failures on purpose would trip the circuit
 		// breaker; the tests of the breaker turn it on explicitly.
-		cfg.LimitsConfig.Breaker.Failures = -1
+		cfg.LimitsConfig.Breaker.Off = true
 	}
 	cfg.Log = Logger(t)
 	p := worker.New(b, cfg)
