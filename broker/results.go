@@ -288,41 +288,15 @@ func (b *Broker) LastOutcome(ctx context.Context, job, action, record string) (*
 
 // EachResult calls fn for every result of a job (ordered consumer; constant memory).
 func (b *Broker) EachResult(ctx context.Context, job string, fn func(*Result) error) error {
-	c, err := b.JS.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"jetpool.results." + job + ".>"},
-	})
-	if err != nil {
-		return err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return err
-	}
-	pending := info.NumPending
-	if pending == 0 {
-		return nil
-	}
-	it, err := c.Messages(jetstream.PullMaxMessages(500))
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	for n := uint64(0); n < pending; n++ {
-		msg, err := it.Next()
-		if err != nil {
-			return err
-		}
+	err := b.ReadStream(ctx, StreamResults, []string{"jetpool.results." + job + ".>"}, func(msg jetstream.Msg) (bool, error) {
 		var r Result
 		if err := json.Unmarshal(msg.Data(), &r); err != nil {
-			return fmt.Errorf("result %s: %w", msg.Subject(), err)
+			return false, fmt.Errorf("result %s: %w", msg.Subject(), err)
 		}
-		if err := fn(&r); err != nil {
-			return err
-		}
-		meta, err := msg.Metadata()
-		if err == nil && meta.NumPending == 0 {
-			break
-		}
+		return false, fn(&r)
+	})
+	if err != nil {
+		return fmt.Errorf("read the results of job %s: %w", job, err)
 	}
 	return nil
 }

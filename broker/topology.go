@@ -357,7 +357,10 @@ func (b *Broker) Count(ctx context.Context, stream, filter string) (uint64, erro
 func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
 	var m *jetstream.RawStreamMsg
 	noAnswer := func(err error) bool {
-		return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errUnavailable)
+		// a get that timed out while ctx has time left went to a node that
+		// could not answer (reconnecting, just thawed): asked again too.
+		return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errUnavailable) ||
+			(ctx.Err() == nil && unanswered(err))
 	}
 	gaveUp, err := untilAnswered(ctx, noRespondersWait, 20*time.Millisecond, noRespondersWait, noAnswer,
 		func() { noResponders(stream) },
