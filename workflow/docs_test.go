@@ -3,6 +3,7 @@ package workflow
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -39,9 +40,9 @@ func TestWorkflowDocExamplesParse(t *testing.T) {
 	}
 }
 
-// fieldListRE finds the field lists of parse.go: the known-fields argument
-// of every p.fields call, specFields and the known lists, of parse.go,
-// overflow.go and multimodal.go.
+// fieldListRE finds the field lists of the parser: the known-fields
+// argument of every p.fields call, specFields and the known lists, of
+// parse*.go, overflow.go and multimodal.go.
 var fieldListRE = regexp.MustCompile(`(?s)(?:p\.fields\([^,]+,[^,]+,|specFields\s*=\s*\[\]string\{|known\s*:?=\s*(?:append\()?\[\]string\{)([^})]*)`)
 
 // transportOnly are fields of the encoded workflow a job carries (Encode),
@@ -52,7 +53,12 @@ func TestWorkflowDocHasEveryField(t *testing.T) {
 	doc, err := os.ReadFile(workflowDoc)
 	require.NoError(t, err)
 	var src []byte
-	for _, file := range []string{"parse.go", "overflow.go", "multimodal.go"} {
+	files, err := filepath.Glob("parse*.go")
+	require.NoError(t, err)
+	for _, file := range append(files, "overflow.go", "multimodal.go") {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
 		b, err := os.ReadFile(file)
 		require.NoError(t, err)
 		src = append(src, b...)
@@ -71,7 +77,7 @@ func TestWorkflowDocHasEveryField(t *testing.T) {
 			assert.True(t, documented(q[1]), "workflow field %q is missing from docs/workflow.md", q[1])
 		}
 	}
-	assert.Greater(t, n, 40, "the scan of parse.go found its field lists")
+	assert.Greater(t, n, 40, "the scan of the parser found its field lists")
 	for _, typ := range []reflect.Type{reflect.TypeFor[provider.SimConfig](), reflect.TypeFor[provider.SimFaults]()} {
 		for i := range typ.NumField() {
 			if tag, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ","); tag != "" && tag != "-" {
