@@ -31,122 +31,139 @@ func (w *Workflow) Describe(out io.Writer) {
 		pr("  carry: %s (copied into every result line)\n", strings.Join(w.Carry, ", "))
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Providers)) {
-		c := w.Providers[name]
-		var parts []string
-		parts = append(parts, "kind "+c.Kind)
-		if c.BaseURL != "" {
-			parts = append(parts, c.BaseURL)
-		}
-		switch {
-		case c.APIKeyFile != "":
-			parts = append(parts, "key from file "+c.APIKeyFile)
-		case c.APIKeyEnv != "":
-			parts = append(parts, "key from $"+c.APIKeyEnv)
-		}
-		if c.Timeout > 0 {
-			parts = append(parts, "timeout "+c.Timeout.String())
-		}
-		limits, lines := describeLimits(c) // limits.go
-		parts = append(parts, limits)
-		pr("  provider %s: %s\n", name, strings.Join(parts, ", "))
-		for _, l := range lines {
-			pr("    %s\n", l)
-		}
+		describeProvider(pr, name, w.Providers[name])
 	}
 	for i, a := range w.Actions {
-		pr("\naction %d/%d %s (line %d)\n", i+1, n, a.Name, a.Line)
-		row := func(label, format string, args ...any) {
-			if label != "" {
-				label += ":"
-			}
-			pr("  %-11s %s\n", label, fmt.Sprintf(format, args...))
+		w.describeAction(pr, i, a)
+	}
+}
+
+// describeProvider writes a provider's line and its limits.
+func describeProvider(pr func(string, ...any), name string, c provider.Config) {
+	var parts []string
+	parts = append(parts, "kind "+c.Kind)
+	if c.BaseURL != "" {
+		parts = append(parts, c.BaseURL)
+	}
+	switch {
+	case c.APIKeyFile != "":
+		parts = append(parts, "key from file "+c.APIKeyFile)
+	case c.APIKeyEnv != "":
+		parts = append(parts, "key from $"+c.APIKeyEnv)
+	}
+	if c.Timeout > 0 {
+		parts = append(parts, "timeout "+c.Timeout.String())
+	}
+	limits, lines := describeLimits(c) // limits.go
+	parts = append(parts, limits)
+	pr("  provider %s: %s\n", name, strings.Join(parts, ", "))
+	for _, l := range lines {
+		pr("    %s\n", l)
+	}
+}
+
+// describeAction writes an action's rows.
+func (w *Workflow) describeAction(pr func(string, ...any), i int, a *Action) {
+	n := len(w.Actions)
+	pr("\naction %d/%d %s (line %d)\n", i+1, n, a.Name, a.Line)
+	row := func(label, format string, args ...any) {
+		if label != "" {
+			label += ":"
 		}
-		var flags []string
-		if a.Stream {
-			flags = append(flags, "stream")
+		pr("  %-11s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	var flags []string
+	if a.Stream {
+		flags = append(flags, "stream")
+	}
+	if a.JSON {
+		flags = append(flags, "json mode")
+	}
+	model := cmp.Or(a.Model, "(provider default)")
+	kind := w.Providers[a.Provider].Kind
+	row("provider", "%s/%s (%s)%s", a.Provider, model, kind, prefixed(", ", flags))
+	if a.Mode == ModeBatch {
+		fallback := ""
+		if a.Fallback != "" {
+			fallback = ", stragglers fall back to " + a.Fallback
 		}
-		if a.JSON {
-			flags = append(flags, "json mode")
-		}
-		model := cmp.Or(a.Model, "(provider default)")
-		kind := w.Providers[a.Provider].Kind
-		row("provider", "%s/%s (%s)%s", a.Provider, model, kind, prefixed(", ", flags))
-		if a.Mode == ModeBatch {
-			fallback := ""
-			if a.Fallback != "" {
-				fallback = ", stragglers fall back to " + a.Fallback
-			}
-			row("mode", "batch: up to %d records, sent after %s, polled every %s%s", a.Batch.MaxRecords, a.Batch.MaxWait, a.Batch.Poll, fallback)
-		} else {
-			row("mode", "%s", a.Mode)
-		}
-		p := a.Retry
-		if p.Enabled {
-			row("retry", "session: %s, backoff %s doubling up to %s, budget %s", count(p.Attempts(), "attempt", "attempts"),
-				p.Backoff, p.MaxBackoff, p.SessionBudget())
-			row("", "exec: %s, redeliver backoff %s doubling", count(p.Deliveries(), "delivery", "deliveries"), p.RedeliverBackoff)
-			row("", "on_exhausted: %s", p.OnExhausted)
-		} else {
-			off := "off (1 call, 1 delivery)"
-			if p.OnExhausted == retry.Raise {
-				off += ", on_exhausted: raise"
-			}
-			row("retry", "%s", off)
-		}
-		bound := a.Bound(w.Providers[a.Provider])
-		calls := bound.Uncapped
-		shape := fmt.Sprintf("%s × %s", count(p.Attempts(), "attempt", "attempts"), count(p.Deliveries(), "delivery", "deliveries"))
-		if rounds := bound.Uncapped / max(p.Attempts()*p.Deliveries(), 1); rounds > 1 && a.Mode != ModeBatch {
-			shape += fmt.Sprintf(" × %d rounds (repairs, max_tokens doublings)", rounds)
-		}
-		if a.Mode == ModeBatch {
-			shape += fmt.Sprintf(", + %d batch rounds", p.Attempts())
-		}
-		row("worst case", "%s (%s), a hard bound of every layer", count(bound.Calls, "call", "calls"), shape)
-		row("", "at most %s waiting between calls (max_wait %s for the provider included), %s with every call at its timeout",
-			bound.Waiting.Round(time.Millisecond), p.WaitLimit(), bound.Total.Round(time.Second))
-		if e := a.Expect; e != nil {
-			what := e.Format
-			switch {
-			case e.SchemaFile != "":
-				what += ", schema from " + e.SchemaFile
-			case e.Schema != nil:
-				what += ", inline schema"
-			}
-			row("expect", "%s", what)
-			if e.RepairAttempts > 0 {
-				row("repair", "up to %s, then %s", count(e.RepairAttempts, "call", "calls"), cmp.Or(e.RepairOnExhausted, retry.OnExhaustedDefault))
-			} else {
-				row("repair", "none (an output that fails the expectation fails the record)")
-			}
-		}
-		describeMore(a, kind, row) // multimodal.go
+		row("mode", "batch: up to %d records, sent after %s, polled every %s%s", a.Batch.MaxRecords, a.Batch.MaxWait, a.Batch.Poll, fallback)
+	} else {
+		row("mode", "%s", a.Mode)
+	}
+	calls := describeBudget(a, w.Providers[a.Provider], row)
+	if e := a.Expect; e != nil {
+		what := e.Format
 		switch {
-		case a.MaxCalls > 0 && a.MaxCalls < calls:
-			row("max_calls", "%d (caps the worst case of %d)", a.MaxCalls, calls)
-		case a.MaxCalls > 0:
-			row("max_calls", "%d", a.MaxCalls)
+		case e.SchemaFile != "":
+			what += ", schema from " + e.SchemaFile
+		case e.Schema != nil:
+			what += ", inline schema"
 		}
-		if o := a.Overflow; o != nil {
-			row("overflow", "%s", o.describe())
-			row("", "worst case with its rounds: %s", o.worstCase(a))
-		}
-		if f := a.Fields(); len(f) > 0 {
-			row("reads", "%s", strings.Join(f, ", "))
-		}
-		switch {
-		case a.Price != nil:
-			row("price", "%s", a.Price)
-		case kind != provider.KindSim:
-			row("price", "unknown (no price: block, and not in the built-in table): its cost is not counted")
-		}
-		if a.OnTruncated != OnTruncatedDefault {
-			row("truncated", "%s", describeTruncated(a))
-		}
-		if a.OnFiltered == OnFilteredOK {
-			row("filtered", "ok (an answer stopped by a content filter is kept as it is)")
+		row("expect", "%s", what)
+		if e.RepairAttempts > 0 {
+			row("repair", "up to %s, then %s", count(e.RepairAttempts, "call", "calls"), cmp.Or(e.RepairOnExhausted, retry.OnExhaustedDefault))
+		} else {
+			row("repair", "none (an output that fails the expectation fails the record)")
 		}
 	}
+	describeMore(a, kind, row) // multimodal.go
+	switch {
+	case a.MaxCalls > 0 && a.MaxCalls < calls:
+		row("max_calls", "%d (caps the worst case of %d)", a.MaxCalls, calls)
+	case a.MaxCalls > 0:
+		row("max_calls", "%d", a.MaxCalls)
+	}
+	if o := a.Overflow; o != nil {
+		row("overflow", "%s", o.describe())
+		row("", "worst case with its rounds: %s", o.worstCase(a))
+	}
+	if f := a.Fields(); len(f) > 0 {
+		row("reads", "%s", strings.Join(f, ", "))
+	}
+	switch {
+	case a.Price != nil:
+		row("price", "%s", a.Price)
+	case kind != provider.KindSim:
+		row("price", "unknown (no price: block, and not in the built-in table): its cost is not counted")
+	}
+	if a.OnTruncated != OnTruncatedDefault {
+		row("truncated", "%s", describeTruncated(a))
+	}
+	if a.OnFiltered == OnFilteredOK {
+		row("filtered", "ok (an answer stopped by a content filter is kept as it is)")
+	}
+}
+
+// describeBudget writes an action's retry rows and the worst case they
+// allow, and returns its calls before max_calls.
+func describeBudget(a *Action, pc provider.Config, row func(label, format string, args ...any)) (calls int) {
+	p := a.Retry
+	if p.Enabled {
+		row("retry", "session: %s, backoff %s doubling up to %s, budget %s", count(p.Attempts(), "attempt", "attempts"),
+			p.Backoff, p.MaxBackoff, p.SessionBudget())
+		row("", "exec: %s, redeliver backoff %s doubling", count(p.Deliveries(), "delivery", "deliveries"), p.RedeliverBackoff)
+		row("", "on_exhausted: %s", p.OnExhausted)
+	} else {
+		off := "off (1 call, 1 delivery)"
+		if p.OnExhausted == retry.Raise {
+			off += ", on_exhausted: raise"
+		}
+		row("retry", "%s", off)
+	}
+	bound := a.Bound(pc)
+	calls = bound.Uncapped
+	shape := fmt.Sprintf("%s × %s", count(p.Attempts(), "attempt", "attempts"), count(p.Deliveries(), "delivery", "deliveries"))
+	if rounds := bound.Uncapped / max(p.Attempts()*p.Deliveries(), 1); rounds > 1 && a.Mode != ModeBatch {
+		shape += fmt.Sprintf(" × %d rounds (repairs, max_tokens doublings)", rounds)
+	}
+	if a.Mode == ModeBatch {
+		shape += fmt.Sprintf(", + %d batch rounds", p.Attempts())
+	}
+	row("worst case", "%s (%s), a hard bound of every layer", count(bound.Calls, "call", "calls"), shape)
+	row("", "at most %s waiting between calls (max_wait %s for the provider included), %s with every call at its timeout",
+		bound.Waiting.Round(time.Millisecond), p.WaitLimit(), bound.Total.Round(time.Second))
+	return calls
 }
 
 func plural(n int) string {
