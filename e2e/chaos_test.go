@@ -359,8 +359,13 @@ func TestLookupReadsTheLeader(t *testing.T) {
 	}
 	testenv.Eventually(t, time.Minute, func() bool { return time.Since(frozen) > 15*time.Second }, "frozen past the route's write deadline")
 	c.thaw(follower)
-	s, err := reader.JS.Stream(ctx, broker.StreamResults)
-	require.NoError(t, err)
+	// The reader's connection to the thawed node went stale: it reconnects.
+	var s jetstream.Stream
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var err error
+		s, err = reader.JS.Stream(ctx, broker.StreamResults)
+		return err == nil
+	}, "the results stream's info through the thawed node")
 	direct, missed, errs := 0, 0, 0
 	for i := range n {
 		id := fmt.Sprintf("r%d", i)
