@@ -35,6 +35,8 @@ type Broker struct {
 	url    string
 	inproc *server.Server
 
+	reconnects *reconnects // broker/reconnect.go
+
 	mu      sync.Mutex
 	kv      map[string]jetstream.KeyValue
 	streams map[string]jetstream.Stream
@@ -154,6 +156,7 @@ func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so Serve
 }
 
 func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *server.Server, extra ...nats.Option) (*Broker, error) {
+	rc := newReconnects()
 	opts := []nats.Option{
 		nats.Name("jetpool"),
 		nats.MaxReconnects(-1),
@@ -163,7 +166,10 @@ func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *
 				log.Warn().Err(err).Msg("nats disconnected")
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("nats reconnected") }),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			rc.fire()
+			log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("nats reconnected")
+		}),
 	}
 	if srv != nil {
 		opts = append(opts, nats.InProcessServer(srv))
@@ -211,7 +217,7 @@ func dial(ctx context.Context, cfg Config, log zerolog.Logger, url string, srv *
 		nc.Close()
 		return nil, err
 	}
-	return &Broker{NC: nc, JS: js, Cfg: cfg, Log: log, srv: srv, url: url, inproc: srv,
+	return &Broker{NC: nc, JS: js, Cfg: cfg, Log: log, srv: srv, url: url, inproc: srv, reconnects: rc,
 		kv: map[string]jetstream.KeyValue{}, streams: map[string]jetstream.Stream{}}, nil
 }
 

@@ -18,3 +18,9 @@ func SetWatchStartWait(wait time.Duration) (restore func()) {
 	watchStartWait = wait
 	return func() { watchStartWait = w }
 }
+
+// NewReconnect is a reconnection a test fires by hand.
+func NewReconnect() (rc *Reconnect, fire func()) {
+	r := newReconnects()
+	return r.next.Load(), r.fire
+}

@@ -40,7 +40,7 @@ func FaultHint(err error) string {
 		strings.Contains(err.Error(), "no ack from the store"):
 		return "the stream does not answer: its leader is being elected, a node is down, or the cluster lost quorum"
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting),
-		errors.Is(err, nats.ErrDisconnected):
+		errors.Is(err, nats.ErrDisconnected), strings.Contains(err.Error(), "of reconnecting"):
 		return "the connection to NATS is down; it reconnects on its own"
 	case errors.Is(err, jetstream.ErrStreamNotFound), strings.Contains(err.Error(), "stream not found"):
 		return "the stream is missing: run any jetpool command against the server to recreate it (Ensure)"

@@ -189,12 +189,12 @@ func (r *Result) Outcome() string {
 // WriteResult stores a result, idempotently: one message per subject of
 // job, action, outcome and record.
 func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
-	sent := time.Now()
+	sent, rc := time.Now(), b.NextReconnect()
 	f, err := b.PublishResult(r)
 	if err != nil {
 		return err
 	}
-	return AwaitResult(ctx, f, sent)
+	return AwaitPublish(ctx, f, sent, rc)
 }
 
 // PublishResult publishes a result without waiting for the store: wait on
@@ -236,6 +236,17 @@ const ResultAckTimeout = 5 * time.Second
 // wait unstored (TestChaosFrozenNode: 5 s a record, until AckWait ran out
 // under three of them and they were paid again).
 func AwaitResult(ctx context.Context, f jetstream.PubAckFuture, sent time.Time) error {
+	return AwaitPublish(ctx, f, sent, nil)
+}
+
+// AwaitPublish is AwaitResult for a publish sent ahead of reconnection rc
+// (Broker.NextReconnect; nil: none known): should the connection reconnect
+// before the ack comes, the wait ends ReconnectGrace after the
+// reconnection, not ResultAckTimeout after the publish — the publish most
+// likely went into a socket that died, and written again at once its
+// record's answer is stored seconds sooner (a redelivery of the record
+// from a new consumer leader finds it instead of paying again).
+func AwaitPublish(ctx context.Context, f jetstream.PubAckFuture, sent time.Time, rc *Reconnect) error {
 	select {
 	case <-f.Ok():
 		return nil
@@ -243,15 +254,29 @@ func AwaitResult(ctx context.Context, f jetstream.PubAckFuture, sent time.Time) 
 	}
 	t := time.NewTimer(max(time.Until(sent.Add(ResultAckTimeout)), 0))
 	defer t.Stop()
-	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
-		return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
-	case <-t.C:
-		return fmt.Errorf("publish %s: no ack from the store within %s", f.Msg().Subject, ResultAckTimeout)
-	case <-ctx.Done():
-		return fmt.Errorf("publish %s: %w", f.Msg().Subject, ctx.Err())
+	var back <-chan struct{}
+	if rc != nil {
+		back = rc.Done()
+	}
+	for {
+		select {
+		case <-f.Ok():
+			return nil
+		case err := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-t.C:
+			if back == nil && rc != nil {
+				return fmt.Errorf("publish %s: no ack within %s of reconnecting: the write is made again", f.Msg().Subject, ReconnectGrace)
+			}
+			return fmt.Errorf("publish %s: no ack from the store within %s", f.Msg().Subject, ResultAckTimeout)
+		case <-back:
+			back = nil // the connection came back: a little longer for an ack of what it resent
+			if grace := time.Until(rc.At().Add(ReconnectGrace)); grace < time.Until(sent.Add(ResultAckTimeout)) {
+				t.Reset(max(grace, 0))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, ctx.Err())
+		}
 	}
 }
 

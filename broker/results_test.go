@@ -114,3 +114,40 @@ func TestAwaitResultDeadlineFromThePublish(t *testing.T) {
 	err = broker.AwaitResult(context.Background(), f, began.Add(-time.Hour))
 	require.ErrorContains(t, err, "no ack from the store within", "past its deadline at once")
 }
+
+// ackingFuture acks when ack is closed.
+type ackingFuture struct {
+	m   *nats.Msg
+	ack chan *jetstream.PubAck
+}
+
+func (f ackingFuture) Ok() <-chan *jetstream.PubAck { return f.ack }
+func (f ackingFuture) Err() <-chan error            { return nil }
+func (f ackingFuture) Msg() *nats.Msg               { return f.m }
+
+// A publish sent before the connection reconnected is most likely lost
+// with the socket: its wait ends ReconnectGrace after the reconnection, so
+// the write is made again seconds sooner; one acked within the grace (the
+// library resent it) is stored.
+func TestAwaitPublishEndsSoonAfterAReconnect(t *testing.T) {
+	m := nats.NewMsg("jetpool.results.j.a.ok.r1")
+	rc, fire := broker.NewReconnect()
+	began := time.Now()
+	time.AfterFunc(50*time.Millisecond, fire)
+	err := broker.AwaitPublish(context.Background(), silentFuture{m}, began, rc)
+	require.ErrorContains(t, err, "of reconnecting: the write is made again")
+	took := time.Since(began)
+	require.GreaterOrEqual(t, took, broker.ReconnectGrace, "the grace is waited")
+	require.Less(t, took, broker.ResultAckTimeout, "not the whole ack timeout")
+
+	rc, fire = broker.NewReconnect()
+	f := ackingFuture{m, make(chan *jetstream.PubAck, 1)}
+	fire()
+	time.AfterFunc(100*time.Millisecond, func() { f.ack <- &jetstream.PubAck{Stream: broker.StreamResults, Sequence: 1} })
+	require.NoError(t, broker.AwaitPublish(context.Background(), f, time.Now(), rc), "acked within the grace")
+
+	// No reconnection: the ack timeout from the publish, as before.
+	rc, _ = broker.NewReconnect()
+	err = broker.AwaitPublish(context.Background(), silentFuture{m}, time.Now().Add(-broker.ResultAckTimeout+50*time.Millisecond), rc)
+	require.ErrorContains(t, err, "no ack from the store within")
+}

@@ -21,17 +21,20 @@ type brokerStore struct{ p *Pool }
 type pubFuture struct {
 	f    jetstream.PubAckFuture
 	sent time.Time
+	rc   *broker.Reconnect // the connection's next reconnection when it was sent
 }
 
-func (f pubFuture) wait(ctx context.Context) error { return broker.AwaitResult(ctx, f.f, f.sent) }
+func (f pubFuture) wait(ctx context.Context) error {
+	return broker.AwaitPublish(ctx, f.f, f.sent, f.rc)
+}
 
 func (s brokerStore) publishResult(r *broker.Result) (future, error) {
-	sent := time.Now()
+	sent, rc := time.Now(), s.p.b.NextReconnect()
 	f, err := s.p.b.PublishResult(r)
 	if err != nil {
 		return nil, err
 	}
-	return pubFuture{f, sent}, nil
+	return pubFuture{f, sent, rc}, nil
 }
 
 // forward publishes the record to the next action, with this action's
@@ -64,12 +67,12 @@ func (s brokerStore) forward(d *delivery, output any) (future, error) {
 	if err := fits(s.p.b.NC.MaxPayload(), m, d.next); err != nil {
 		return nil, err // worker/bounds.go: the completer dead-letters it as too_large
 	}
-	sent := time.Now()
+	sent, rc := time.Now(), s.p.b.NextReconnect()
 	f, err := s.p.b.JS.PublishMsgAsync(m)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", m.Subject, err)
 	}
-	return pubFuture{f, sent}, nil
+	return pubFuture{f, sent, rc}, nil
 }
 
 func (s brokerStore) deadLetter(ctx context.Context, e *deadletter.Entry) error {
