@@ -51,6 +51,9 @@ type completer struct {
 
 	// dieAfterWrites, for tests and drills (Config.DieAfterWrites).
 	dieAfterWrites func(*delivery) bool
+	// parkAfter is how long a paid answer is held unstored before it is
+	// parked in its record's state too (parkLong); 0: never.
+	parkAfter time.Duration
 
 	mu     sync.Mutex
 	held   []*settling
@@ -92,6 +95,8 @@ type settling struct {
 	isHeld  bool
 	since   time.Time // when a write first failed
 	lastErr error
+	// parked: its paid answer is in the record's state too (parkLong).
+	parked bool
 }
 
 // owner is told when the completer takes a record over from its handler
@@ -119,9 +124,14 @@ type step struct {
 // writeTimeout bounds one try of a write; heldRetryMax the pause between
 // tries of a held record's writes.
 const (
-	writeTimeout  = 5 * time.Second
-	heldRetryMin  = 100 * time.Millisecond
-	heldRetryMax  = 5 * time.Second
+	writeTimeout = 5 * time.Second
+	heldRetryMin = 100 * time.Millisecond
+	// heldRetryMax is short: a stream back from an election is written to
+	// within a second, before a redelivery of a held record can look for
+	// its result (TestChaosLeaderLoss paid records again that a 5 s pause
+	// had left unstored after the results stream was back).
+	heldRetryMax  = time.Second
+	parkTimeout   = time.Second     // one try to park a long-held answer (parkLong)
 	parkOnStopFor = 2 * time.Second // the last try to park held answers when the pool stops
 )
 
@@ -323,6 +333,9 @@ func (c *completer) heldLoop(ctx context.Context) {
 		var keep []*settling
 		failing := map[string]bool{}
 		for _, s := range batch {
+			if !failing[parkStream] && !c.parkLong(ctx, s) {
+				failing[parkStream] = true
+			}
 			if len(s.steps) > 0 && failing[s.steps[0].stream] {
 				keep = append(keep, s)
 				continue
@@ -347,6 +360,34 @@ func (c *completer) heldLoop(ctx context.Context) {
 			delay = min(delay*2, heldRetryMax)
 		}
 	}
+}
+
+// parkStream marks, in a held pass, that parking failed (parkLong).
+const parkStream = "park"
+
+// parkLong parks the paid answer of a record held longer than parkAfter in
+// the record's state (KV_JETPOOL_ATTEMPTS, another stream, most often with
+// another leader), while its writes go on being tried. Should its message
+// be redelivered meanwhile — AckWait ran out while the work stream elected
+// a leader that never got its heartbeats — the redelivery finds the answer
+// there and stores it instead of calling again. false when the park was
+// tried and failed (the pass tries no other).
+func (c *completer) parkLong(ctx context.Context, s *settling) bool {
+	if c.parkAfter <= 0 || s.parked || s.o.kind != outcomeDone || s.since.IsZero() || c.now().Sub(s.since) < c.parkAfter {
+		return true
+	}
+	st := s.d.nextState(nil)
+	st.Answer = s.o.result
+	pctx, cancel := context.WithTimeout(ctx, parkTimeout)
+	defer cancel()
+	if err := c.st.saveState(pctx, s.d, st); err != nil {
+		return false
+	}
+	s.parked = true
+	c.log.Info().Str("job", s.d.job).Str("action", s.d.action.Name).Str("record", s.d.env.ID).
+		Dur("held", c.now().Sub(s.since).Round(time.Millisecond)).
+		Msg("answer parked in the record's state while its result write is held: a redelivery stores it instead of calling again")
+	return true
 }
 
 // parkHeld is the pool stopping with records whose writes never landed:
@@ -423,7 +464,7 @@ func (c *completer) finish(s *settling) {
 	}
 	switch o.kind {
 	case outcomeDone, outcomeDeadLetter:
-		if d.state != nil {
+		if d.state != nil || s.parked {
 			_ = c.st.clearState(ctx, d)
 		}
 		if d.stale != 0 && o.kind == outcomeDone {

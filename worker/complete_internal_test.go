@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -380,4 +381,43 @@ func TestHeldPassTriesAFailingStreamOnce(t *testing.T) {
 	}
 	require.Equal(t, 2, st.resultsOf("r1"))
 	require.Equal(t, 2, st.resultsOf("r2"))
+}
+
+// A paid answer held unstored for longer than parkAfter is parked in its
+// record's state too, once, while its result write goes on being tried: a
+// redelivery meanwhile stores it from there instead of calling again. When
+// the write lands the record is acked and the parked state cleared. A park
+// that fails is tried again in a later pass, and costs the pass no more.
+func TestCompleterParksLongHeldAnswers(t *testing.T) {
+	j := &journal{}
+	st := &fakeStore{j: j, fail: map[string]int{"result:ok": -1, "state with answer": 1}}
+	b := newBeats(time.Hour)
+	c := newCompleter(st, b, zerolog.Nop(), nopMetrics{}, 4)
+	c.parkAfter = time.Nanosecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quit := make(chan struct{})
+	defer close(quit)
+	go c.commitLoop(quit)
+	go c.heldLoop(ctx)
+	d := testDelivery(j, "")
+	b.hold(d.msg, time.Hour, time.Now())
+	own := newOwner()
+	require.True(t, c.complete(ctx, d, okOutcome(), func() {}, owned{own}))
+	<-own.handed
+	parked := func() bool { return slices.Contains(j.list(), "state with answer") }
+	require.Eventually(t, parked, 10*time.Second, 5*time.Millisecond, "parked while held: %v", j.list())
+	st.setFail("result:ok", 0)
+	select {
+	case <-own.finished:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not settled once the stream is back: %v", j.list())
+	}
+	var got []string
+	for _, op := range j.list() {
+		if op != "result:ok refused" {
+			got = append(got, op)
+		}
+	}
+	require.Equal(t, []string{"state with answer refused", "state with answer", "result:ok", "ack", "clear state"}, got)
 }

@@ -257,6 +257,8 @@ func New(b *broker.Broker, cfg Config) *Pool {
 		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
 	}
 	p.done = newCompleter(brokerStore{p}, p.beats, cfg.Log, cfg.Metrics, cfg.Concurrency)
+	// A third of AckWait: parked well before a redelivery could look.
+	p.done.parkAfter = cmp.Or(b.Cfg.AckWait, broker.AckWaitDefault) / 3
 	if cfg.DieAfterWrites != nil {
 		p.done.dieAfterWrites = func(d *delivery) bool { return cfg.DieAfterWrites(d.job, d.action.Name, d.env.ID) }
 	}
