@@ -233,14 +233,7 @@ func TestCompleter(t *testing.T) {
 			if st.fail == nil {
 				st.fail = map[string]int{}
 			}
-			b := newBeats(time.Hour)
-			c := newCompleter(st, b, zerolog.Nop(), nopMetrics{}, 4)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			quit := make(chan struct{})
-			defer close(quit)
-			go c.commitLoop(quit)
-			go c.heldLoop(ctx)
+			c, b, ctx := running(t, st, 0)
 			d := testDelivery(j, tc.next)
 			b.hold(d.msg, time.Hour, time.Now())
 			own := newOwner()
@@ -391,15 +384,7 @@ func TestHeldPassTriesAFailingStreamOnce(t *testing.T) {
 func TestCompleterParksLongHeldAnswers(t *testing.T) {
 	j := &journal{}
 	st := &fakeStore{j: j, fail: map[string]int{"result:ok": -1, "state with answer": 1}}
-	b := newBeats(time.Hour)
-	c := newCompleter(st, b, zerolog.Nop(), nopMetrics{}, 4)
-	c.parkAfter = time.Nanosecond
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	quit := make(chan struct{})
-	defer close(quit)
-	go c.commitLoop(quit)
-	go c.heldLoop(ctx)
+	c, b, ctx := running(t, st, time.Nanosecond)
 	d := testDelivery(j, "")
 	b.hold(d.msg, time.Hour, time.Now())
 	own := newOwner()
@@ -420,4 +405,18 @@ func TestCompleterParksLongHeldAnswers(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"state with answer refused", "state with answer", "result:ok", "ack", "clear state"}, got)
+}
+
+// running is a completer over st with its commit and held loops running
+// until the test ends.
+func running(t *testing.T, st *fakeStore, parkAfter time.Duration) (*completer, *beats, context.Context) {
+	b := newBeats(time.Hour)
+	c := newCompleter(st, b, zerolog.Nop(), nopMetrics{}, 4)
+	c.parkAfter = parkAfter
+	ctx, cancel := context.WithCancel(context.Background())
+	quit := make(chan struct{})
+	t.Cleanup(func() { cancel(); close(quit) })
+	go c.commitLoop(quit)
+	go c.heldLoop(ctx)
+	return c, b, ctx
 }
