@@ -5,6 +5,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -627,6 +628,18 @@ func (l *Limiter) book(ctx context.Context, start time.Time, tokens int, probe b
 		s.Updated = now
 		return true
 	})
+	if err != nil && errors.Is(err, ErrContention) && ctx.Err() == nil {
+		// Contended, not unreachable: failing open here would break the
+		// budget (TestClusterSharedLimits ran three calls under
+		// concurrency 2). Asked again after a short, random pause.
+		werr := l.wait(ctx, contentionPause(), nil)
+		<-l.fifo
+		if werr != nil {
+			l.releaseProbe(probe)
+			return nil, false, werr
+		}
+		return nil, true, nil
+	}
 	if err != nil {
 		<-l.fifo
 		if ctx.Err() != nil {

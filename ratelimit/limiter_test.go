@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -646,4 +648,54 @@ func TestNewcomerRampsOnlyAlone(t *testing.T) {
 		q.Done(provider.Response{}, nil)
 	}
 	require.LessOrEqual(t, clock.Now().Sub(t1), AdaptiveRampHoldDefault+AdaptiveRampDefault+time.Millisecond, "alone again: it ramps")
+}
+
+// contended is a store whose updates lose every compare-and-set race for a
+// while (ErrContention), as an R3 bucket under many writers can.
+type contended struct {
+	Store
+	losses atomic.Int64
+}
+
+func (c *contended) Update(ctx context.Context, key string, fn func(*State) bool) (State, error) {
+	if c.losses.Add(-1) >= 0 {
+		return State{}, fmt.Errorf("%s: %w", key, ErrContention)
+	}
+	return c.Store.Update(ctx, key, fn)
+}
+
+// A contended store is not an unreachable one: the budget holds. A caller
+// that cannot book a lease because others keep winning asks again; it does
+// not call without the budget (which let three calls run under
+// concurrency 2 on a cluster).
+func TestContentionKeepsTheBudget(t *testing.T) {
+	t.Parallel()
+	store := &contended{Store: NewMemStore()}
+	l := newTestRegistry(t, store, retry.SystemClock{}).For(provider.Config{Name: "p", Limits: provider.Limits{Concurrency: 1}})
+	ctx := context.Background()
+	p1, err := l.Acquire(ctx, 0)
+	require.NoError(t, err)
+	store.losses.Store(5)
+	got := make(chan *Permit, 1)
+	go func() {
+		p, err := l.Acquire(ctx, 0)
+		if err == nil {
+			got <- p
+		}
+		close(got)
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second call ran under concurrency 1 while the store was contended")
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.LessOrEqual(t, store.losses.Load(), int64(0), "the contended updates were asked again")
+	p1.Done(provider.Response{}, nil)
+	select {
+	case p2 := <-got:
+		require.NotNil(t, p2)
+		p2.Done(provider.Response{}, nil)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second call did not get the released slot")
+	}
 }

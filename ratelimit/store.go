@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -80,8 +82,31 @@ func (s *KVStore) Update(ctx context.Context, key string, fn func(*State) bool) 
 		if !broker.IsConflict(err) {
 			return State{}, err
 		}
+		// Another writer won: a short random pause spreads the next tries
+		// of writers that lost together (on R3 each try is a round trip to
+		// the bucket's leader, and a read may come from a follower behind it).
+		if err := sleepCtx(ctx, contentionPause()/10); err != nil {
+			return State{}, err
+		}
 	}
 	return State{}, fmt.Errorf("%s: %w", key, ErrContention)
+}
+
+// contentionPause is a random pause of 5-25 ms after losing a
+// compare-and-set race.
+func contentionPause() time.Duration {
+	return 5*time.Millisecond + rand.N(20*time.Millisecond)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // Watch implements Store.
