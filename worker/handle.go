@@ -105,7 +105,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 	p := jr.p
 	var last *broker.Result
 	var seq uint64
-	err := jr.untilAnswered(ctx, "lookup", broker.StreamResults, func(ctx context.Context) (err error) {
+	held, err := jr.untilAnswered(ctx, "lookup", broker.StreamResults, func(ctx context.Context) (err error) {
 		last, seq, err = p.b.LastOutcome(ctx, d.job, d.action.Name, d.env.ID)
 		return err
 	})
@@ -127,7 +127,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 	}
 	if d.n > 1 || d.mode == workflow.ModeOnline {
 		var st *broker.RecordState
-		err := jr.untilAnswered(ctx, "state lookup", "KV_"+broker.BucketAttempts, func(ctx context.Context) (err error) {
+		heldState, err := jr.untilAnswered(ctx, "state lookup", "KV_"+broker.BucketAttempts, func(ctx context.Context) (err error) {
 			st, err = p.b.LoadState(ctx, d.job, d.action.Name, d.env.ID, d.replays)
 			return err
 		})
@@ -142,13 +142,30 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 			d.account = ownAccount(&r)
 			return outcome{kind: outcomeDone, result: &r}, true
 		}
+		held = held || heldState
+	}
+	if held && last == nil {
+		// The outage that held this lookup may also have made JetStream
+		// deliver the record twice (a work consumer's leader lost before it
+		// passed a delivery on delivers it again as new), and its twin may
+		// be at the same point, about to call. Back once the twin has had
+		// time to store its answer, spending nothing of the record's
+		// budget: that delivery looks again (TestChaosLeaderLoss paid a
+		// record again 1 ms after its twin's call, both lookups held by
+		// the same election).
+		return outcome{kind: outcomePark, state: d.nextState(nil), delay: twinWait + rand.N(twinWait)}, true
 	}
 	return outcome{}, false
 }
 
+// twinWait is the least a record whose lookup an outage held waits before
+// it looks again (handle.go, lookUp); up to twice that, at random.
+const twinWait = 2 * time.Second
+
 // untilAnswered runs a lookup until it answers, with backoff, while ctx
-// lasts; the store's failures are reported as faults.
-func (jr *jobRunner) untilAnswered(ctx context.Context, what, stream string, f func(ctx context.Context) error) error {
+// lasts; the store's failures are reported as faults. held: it failed at
+// least once.
+func (jr *jobRunner) untilAnswered(ctx context.Context, what, stream string, f func(ctx context.Context) error) (held bool, _ error) {
 	c := jr.p.done
 	delay := heldRetryMin
 	for {
@@ -157,14 +174,15 @@ func (jr *jobRunner) untilAnswered(ctx context.Context, what, stream string, f f
 		cancel()
 		if err == nil {
 			c.faults.ok(what, c.log)
-			return nil
+			return held, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return held, ctx.Err()
 		}
+		held = true
 		c.faults.fail(what, stream, err, c.log)
 		if err := (retry.SystemClock{}).Sleep(ctx, delay); err != nil {
-			return err
+			return held, err
 		}
 		delay = min(delay*2, heldRetryMax)
 	}

@@ -438,3 +438,45 @@ actions:
 	require.NoError(t, err)
 	require.Len(t, dl, 3, "one dead letter a record (the redelivery wrote none)")
 }
+
+// A record whose lookup an outage held is not called the moment the store
+// answers "nothing stored": the outage may have made JetStream deliver it
+// twice, and its twin may be about to call. It is parked for a few seconds,
+// spending nothing of its budget, and its next delivery looks again and
+// calls: each record is called once, after one more delivery.
+func TestHeldLookupWaitsForATwin(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	ctx := context.Background()
+	b := testenv.Broker(t, testenv.Options{AckWait: time.Second})
+	wf := testenv.Workflow(t, `
+providers:
+  sim: {kind: sim, sim: {latency: 1ms}}
+defaults: {provider: sim, model: sim-1}
+actions:
+  - {name: a, prompt: "{{ .text }}"}
+`)
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{})
+	var mu sync.Mutex
+	died := map[string]bool{}
+	counter := testenv.NewCounter()
+	pool := testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New,
+		DieOn: func(_, _, record string) bool { // each record's first delivery is lost with its worker
+			mu.Lock()
+			defer mu.Unlock()
+			first := !died[record]
+			died[record] = true
+			return first
+		}})
+	testenv.Eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(died) == n }, "every first delivery lost")
+	require.NoError(t, b.JS.DeleteStream(ctx, broker.StreamResults)) // the redeliveries' lookups are held
+	testenv.Eventually(t, 30*time.Second, func() bool { return len(pool.Faults()) > 0 }, "lookups held")
+	require.NoError(t, b.Ensure(ctx))
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 60*time.Second)
+	require.EqualValues(t, n, p.OK)
+	require.Len(t, testenv.Results(t, b, job), n)
+	for i := 1; i <= n; i++ {
+		require.Equal(t, 1, counter.Calls(fmt.Sprintf("r%d", i)), "r%d called once", i)
+	}
+	require.GreaterOrEqual(t, pool.Snapshot().Handled, int64(3*n), "lost, parked after the held lookup, then called")
+}
