@@ -78,11 +78,11 @@ func CheckInput(wf *workflow.Workflow, opts Options) (*Checked, error) {
 	fields := map[string]bool{}
 	var missing []*LineError // lines lacking a field some prompt reads
 	contentHash, err := eachRecord(wf, opts, func(rec Record, le *LineError) error {
-		for k := range rec.Fields {
-			if len(fields) < FieldsSeenMax || fields[k] {
-				fields[k] = true
+		rec.eachKey(func(k string) {
+			if !fields[k] && len(fields) < FieldsSeenMax {
+				fields[strings.Clone(k)] = true // k is a view of the reader's buffer
 			}
-		}
+		})
 		switch {
 		case le != nil && le.field != "":
 			missing = append(missing, le)
@@ -183,7 +183,8 @@ func idText(rec Record, idField string) string {
 	if idField == "" {
 		idField = AutoIDField
 	}
-	return string(rec.Fields[idField])
+	v, _ := rec.field(idField)
+	return string(v)
 }
 
 // skip reports whether rec is a later use of an id used before
@@ -196,11 +197,10 @@ func (o *Options) skip(rec Record) bool {
 // missingField is the *LineError of a record that lacks a field the prompt
 // of action a reads.
 func missingField(file string, rec Record, a *workflow.Action, field string) *LineError {
-	keys := make([]string, 0, len(rec.Fields))
-	for k := range rec.Fields {
-		keys = append(keys, k)
-	}
+	var keys []string
+	rec.eachKey(func(k string) { keys = append(keys, k) })
 	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	return &LineError{File: file, Line: rec.Line, field: field, Reason: fmt.Sprintf(
 		"action %q: prompt template uses field %q, which the record lacks (it has: %s)", a.Name, field, strings.Join(keys, ", "))}
 }

@@ -137,7 +137,7 @@ func sanitize(s string) string {
 func checkFields(file string, rec Record, wf *workflow.Workflow, fields [][]string) error {
 	for i, fs := range fields {
 		for _, f := range fs {
-			if _, ok := rec.Fields[f]; !ok {
+			if _, ok := rec.field(f); !ok {
 				return missingField(file, rec, wf.Actions[i], f)
 			}
 		}
@@ -148,12 +148,17 @@ func checkFields(file string, rec Record, wf *workflow.Workflow, fields [][]stri
 // eachRecord reads the input once and calls fn for every record, with the
 // *LineError of a bad one (a malformed line, or a record that lacks a field
 // a prompt reads from it). It returns the hash of the file's bytes.
+//
+// A JSONL record's Raw and fields are views of the reader's buffer (no
+// copy, no map: this is every dispatch's hot path, run twice), valid only
+// until fn returns: fn copies what it keeps.
 func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError) error) (string, error) {
 	r, err := Open(opts.Input, opts.Format, opts.IDField)
 	if err != nil {
 		return "", err
 	}
 	defer r.Close()
+	r.views = true
 	fields := make([][]string, len(wf.Actions))
 	for i := range wf.Actions {
 		fields[i] = wf.RecordFields(i)

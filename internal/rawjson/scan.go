@@ -1,0 +1,346 @@
+package rawjson
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"unsafe"
+)
+
+// Members validates b as one JSON object (white space around it allowed)
+// and calls fn with each of its top-level members in order: the key,
+// unescaped, and the value's raw text, a slice of b. fn returning false
+// stops the walk (b is then not checked past that member). An invalid b
+// gets encoding/json's error, which names the offset and what was found
+// there; a valid b that is not an object gets ErrNotObject.
+//
+// It is the hot path of the dispatcher (every input line, twice) and of
+// the worker (every work envelope): one pass, no allocation (a key is a
+// view of b unless it holds an escape), strings scanned eight bytes at a
+// time. The key handed to fn is only valid during the call when b is
+// later written to; b must not change while Members runs.
+func Members(b []byte, fn func(key string, value []byte) bool) error {
+	s := scanner{b: b}
+	s.space()
+	if s.i >= len(b) || b[s.i] != '{' {
+		if s.value(0) && s.end() {
+			return ErrNotObject
+		}
+		return s.fail()
+	}
+	if !s.object(0, fn) {
+		if s.stopped {
+			return nil
+		}
+		return s.fail()
+	}
+	if !s.end() {
+		return s.fail()
+	}
+	return nil
+}
+
+// ErrNotObject is returned by Members for valid JSON that is not an object.
+var ErrNotObject = errors.New("not a JSON object")
+
+// Valid reports whether b is one valid JSON value, as encoding/json.Valid
+// does, in Members' one pass.
+func Valid(b []byte) bool {
+	s := scanner{b: b}
+	s.space()
+	return s.value(0) && s.end()
+}
+
+// String decodes a JSON string's raw text (quotes included), as Members
+// hands it out: a view of raw when it holds no escape, a copy otherwise.
+// ok is false when raw is not a valid JSON string.
+func String(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	body := raw[1 : len(raw)-1]
+	for _, c := range body {
+		if c == '\\' {
+			var v string
+			if json.Unmarshal(raw, &v) != nil {
+				return "", false
+			}
+			return v, true
+		}
+	}
+	if len(body) == 0 {
+		return "", true
+	}
+	return unsafe.String(&body[0], len(body)), true
+}
+
+// maxDepth bounds nesting, as encoding/json does.
+const maxDepth = 10000
+
+type scanner struct {
+	b       []byte
+	i       int
+	stopped bool // by fn, not by an error
+}
+
+// fail is the error for b: encoding/json's own, which says where and what.
+func (s *scanner) fail() error {
+	var probe any
+	if err := json.Unmarshal(s.b, &probe); err != nil {
+		return err
+	}
+	return errors.New("invalid JSON")
+}
+
+func (s *scanner) end() bool {
+	s.space()
+	return s.i == len(s.b)
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// object scans an object at s.i ('{'), calling fn (when not nil) with its
+// members. False on an error, or when fn stopped it.
+func (s *scanner) object(depth int, fn func(string, []byte) bool) bool {
+	if depth >= maxDepth {
+		return false
+	}
+	s.i++ // '{'
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return true
+	}
+	for {
+		if s.i >= len(s.b) || s.b[s.i] != '"' {
+			return false
+		}
+		k0 := s.i
+		esc, ok := s.str()
+		if !ok {
+			return false
+		}
+		k1 := s.i
+		s.space()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			return false
+		}
+		s.i++
+		s.space()
+		v0 := s.i
+		if !s.value(depth + 1) {
+			return false
+		}
+		if fn != nil {
+			var key string
+			if esc {
+				_ = json.Unmarshal(s.b[k0:k1], &key) // str checked it
+			} else if k1-k0 > 2 {
+				key = unsafe.String(&s.b[k0+1], k1-k0-2)
+			}
+			if !fn(key, s.b[v0:s.i:s.i]) {
+				s.stopped = true
+				return false
+			}
+		}
+		s.space()
+		if s.i >= len(s.b) {
+			return false
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+			s.space()
+		case '}':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (s *scanner) value(depth int) bool {
+	if s.i >= len(s.b) {
+		return false
+	}
+	switch c := s.b[s.i]; c {
+	case '{':
+		return s.object(depth, nil)
+	case '[':
+		return s.array(depth)
+	case '"':
+		_, ok := s.str()
+		return ok
+	case 't':
+		return s.lit("true")
+	case 'f':
+		return s.lit("false")
+	case 'n':
+		return s.lit("null")
+	default:
+		if c == '-' || c >= '0' && c <= '9' {
+			return s.number()
+		}
+		return false
+	}
+}
+
+func (s *scanner) array(depth int) bool {
+	if depth >= maxDepth {
+		return false
+	}
+	s.i++ // '['
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] == ']' {
+		s.i++
+		return true
+	}
+	for {
+		if !s.value(depth + 1) {
+			return false
+		}
+		s.space()
+		if s.i >= len(s.b) {
+			return false
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+			s.space()
+		case ']':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (s *scanner) lit(word string) bool {
+	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
+		return false
+	}
+	s.i += len(word)
+	return true
+}
+
+// number scans -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *scanner) number() bool {
+	b, i := s.b, s.i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	s.i = i
+	return true
+}
+
+// Eight copies of a byte, for the word-at-a-time string scan.
+const (
+	ones    = 0x0101010101010101
+	highs   = 0x8080808080808080
+	quotes  = '"' * ones
+	slashes = '\\' * ones
+)
+
+// special reports whether any byte of the word x is a quote, a backslash
+// or a control character (below 0x20): the bytes a string scan must stop
+// at. (x - ones*n) & ^x & highs is non-zero when some byte is below n, and
+// a byte equal to c is a zero byte of x ^ c*ones.
+func special(x uint64) bool {
+	q, bs := x^quotes, x^slashes
+	return ((x-ones*0x20)&^x|(q-ones)&^q|(bs-ones)&^bs)&highs != 0
+}
+
+// str scans a string at s.i ('"'); esc reports whether it holds an escape.
+func (s *scanner) str() (esc, ok bool) {
+	b := s.b
+	i := s.i + 1
+	for {
+		for i+16 <= len(b) {
+			w := b[i : i+16 : i+16]
+			if special(binary.LittleEndian.Uint64(w)) || special(binary.LittleEndian.Uint64(w[8:])) {
+				break
+			}
+			i += 16
+		}
+		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:i+8:i+8])) {
+			i += 8
+		}
+		if i >= len(b) {
+			return esc, false
+		}
+		switch c := b[i]; {
+		case c == '"':
+			s.i = i + 1
+			return esc, true
+		case c == '\\':
+			esc = true
+			i++
+			if i >= len(b) {
+				return esc, false
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i++
+			case 'u':
+				if i+4 >= len(b) || !hex(b[i+1]) || !hex(b[i+2]) || !hex(b[i+3]) || !hex(b[i+4]) {
+					return esc, false
+				}
+				i += 5
+			default:
+				return esc, false
+			}
+		case c < 0x20:
+			return esc, false
+		default:
+			i++
+		}
+	}
+}
+
+func hex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
