@@ -181,7 +181,7 @@ func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
 // without a request (an inbox, a context and a timer) per result: many
 // handlers share one reply subscription.
 func (b *Broker) PublishResult(r *Result) (jetstream.PubAckFuture, error) {
-	data, err := json.Marshal(r)
+	data, err := marshalResult(r) // json.Marshal's bytes, faster (resultjson.go)
 	if err != nil {
 		return nil, err
 	}

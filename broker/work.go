@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/nats-io/nats.go"
-	"github.com/tidwall/gjson"
 
 	"github.com/jetpool/jetpool/internal/rawjson"
 )
@@ -121,10 +121,11 @@ func (e *Envelope) UnmarshalJSON(b []byte) error {
 }
 
 // ParseEnvelope reads a work message's body. It is the worker's hot path:
-// one validating scan and one pass over the top-level keys (gjson), instead
-// of encoding/json's validate, decode and skip over a record of any size;
-// and the envelope shares data instead of copying it, so data must not be
-// written to afterwards (a received message's data never is).
+// one validating pass over the envelope that hands out its top-level
+// members (rawjson.Members), instead of encoding/json's validate, decode
+// and skip over a record of any size; and the envelope shares data instead
+// of copying it (its id, its record), so data must not be written to
+// afterwards (a received message's data never is).
 func ParseEnvelope(data []byte) (*Envelope, error) {
 	var e Envelope
 	if err := e.parse(data); err != nil {
@@ -134,51 +135,45 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 }
 
 func (e *Envelope) parse(b []byte) error {
-	if err := rawjson.Check(b); err != nil {
-		return err
-	}
-	root := rawjson.Parse(b)
-	if !root.IsObject() {
-		return fmt.Errorf("work envelope is a JSON %s, not an object", rawjson.Kind(root))
-	}
 	*e = Envelope{}
 	var err error
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	perr := rawjson.Members(b, func(k string, v []byte) bool {
+		switch k {
 		case "id":
-			if v.Type != gjson.String {
-				err = fmt.Errorf("work envelope: id is a JSON %s, not a string", rawjson.Kind(v))
+			id, ok := rawjson.String(v)
+			if !ok {
+				err = fmt.Errorf("work envelope: id is a JSON %s, not a string", rawjson.KindOf(v))
 				return false
 			}
-			e.ID = v.Str
+			e.ID = id
 		case "record":
-			switch {
-			case v.Type == gjson.Null:
+			switch v[0] {
+			case 'n':
 				e.RawRecord = nil
-			case v.IsObject():
-				e.RawRecord, e.valid = rawjson.Slice(b, v), true
+			case '{':
+				e.RawRecord, e.valid = v, true
 			default:
-				err = fmt.Errorf("work envelope: record is a JSON %s, not an object", rawjson.Kind(v))
+				err = fmt.Errorf("work envelope: record is a JSON %s, not an object", rawjson.KindOf(v))
 				return false
 			}
 		case "outputs":
 			e.Outputs = nil
-			if v.Type != gjson.Null {
-				if err = json.Unmarshal([]byte(v.Raw), &e.Outputs); err != nil {
+			if v[0] != 'n' {
+				if err = json.Unmarshal(v, &e.Outputs); err != nil {
 					err = fmt.Errorf("work envelope: outputs: %w", err)
 					return false
 				}
 			}
 		case "line":
-			e.Line = int(v.Int())
+			e.Line = int(rawjson.Number(v))
 		case "cost":
-			e.Cost = v.Float()
+			e.Cost = rawjson.Number(v)
 		case "sum":
-			e.Sum = v.Str
+			e.Sum, _ = rawjson.String(v)
 		case "accounts":
 			e.Accounts = nil
-			if v.Type != gjson.Null {
-				if err = json.Unmarshal([]byte(v.Raw), &e.Accounts); err != nil {
+			if v[0] != 'n' {
+				if err = json.Unmarshal(v, &e.Accounts); err != nil {
 					err = fmt.Errorf("work envelope: accounts: %w", err)
 					return false
 				}
@@ -186,7 +181,13 @@ func (e *Envelope) parse(b []byte) error {
 		}
 		return true
 	})
-	return err
+	switch {
+	case err != nil:
+		return err
+	case errors.Is(perr, rawjson.ErrNotObject):
+		return fmt.Errorf("work envelope is a JSON %s, not an object", rawjson.KindOf(bytes.TrimSpace(b)))
+	}
+	return perr
 }
 
 // HasRecord reports whether the envelope carries a record.
@@ -194,8 +195,9 @@ func (e *Envelope) HasRecord() bool { return e.Record != nil || len(e.RawRecord)
 
 // Fields returns the record's fields: all of them when names is nil, else
 // only those named (missing ones are left out). Numbers keep their text.
-// Named fields are read in one pass over the record's top-level keys;
-// only object and array values are decoded with encoding/json.
+// Named fields are read in one pass over the record's top-level keys
+// (their strings and numbers share the envelope's data); only object and
+// array values are decoded with encoding/json.
 func (e *Envelope) Fields(names []string) (map[string]any, error) {
 	if e.RawRecord == nil {
 		return e.Record, nil
@@ -209,46 +211,48 @@ func (e *Envelope) Fields(names []string) (map[string]any, error) {
 		}
 		return all, nil
 	}
-	if !e.valid {
-		if err := rawjson.Check(e.RawRecord); err != nil {
-			return nil, fmt.Errorf("record: %w", err)
-		}
-	}
-	rec := rawjson.Parse(e.RawRecord)
-	if !rec.IsObject() {
-		return nil, fmt.Errorf("record: a JSON %s, not an object", rawjson.Kind(rec))
-	}
 	out := make(map[string]any, len(names))
 	var err error
-	rec.ForEach(func(k, v gjson.Result) bool {
-		if !slices.Contains(names, k.Str) {
+	field := func(k string, v []byte) bool {
+		if !slices.Contains(names, k) {
 			return true
 		}
-		switch v.Type {
-		case gjson.String:
-			out[k.Str] = v.Str
-		case gjson.Number:
-			out[k.Str] = json.Number(v.Raw)
-		case gjson.True:
-			out[k.Str] = true
-		case gjson.False:
-			out[k.Str] = false
-		case gjson.Null:
-			out[k.Str] = nil
-		default: // object or array
+		switch v[0] {
+		case '"':
+			out[k], _ = rawjson.String(v)
+		case 't':
+			out[k] = true
+		case 'f':
+			out[k] = false
+		case 'n':
+			out[k] = nil
+		case '{', '[':
 			var x any
-			dec := json.NewDecoder(strings.NewReader(v.Raw))
+			dec := json.NewDecoder(bytes.NewReader(v))
 			dec.UseNumber()
 			if err = dec.Decode(&x); err != nil {
-				err = fmt.Errorf("record field %s: %w", k.Str, err)
+				err = fmt.Errorf("record field %s: %w", k, err)
 				return false
 			}
-			out[k.Str] = x
+			out[k] = x
+		default:
+			out[k] = json.Number(rawjson.View(v))
 		}
 		return true
-	})
-	if err != nil {
+	}
+	var perr error
+	if e.valid {
+		rawjson.MembersOf(e.RawRecord, field) // validated with the envelope
+	} else {
+		perr = rawjson.Members(e.RawRecord, field)
+	}
+	switch {
+	case err != nil:
 		return nil, err
+	case errors.Is(perr, rawjson.ErrNotObject):
+		return nil, fmt.Errorf("record: a JSON %s, not an object", rawjson.KindOf(bytes.TrimSpace(e.RawRecord)))
+	case perr != nil:
+		return nil, fmt.Errorf("record: %w", perr)
 	}
 	return out, nil
 }

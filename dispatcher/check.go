@@ -44,9 +44,22 @@ type Checked struct {
 }
 
 // Apply makes opts carry what the check found, so that Dispatch reads the
-// input once more only to publish it.
+// input once more only to publish it: each line's id is read, and nothing
+// is validated again (the bad lines are known by their line); should the
+// file change between the two reads, its content hash says so at the end.
 func (c *Checked) Apply(opts *Options) {
 	opts.JobID, opts.Checked, opts.dups = c.JobID, true, c.dups
+	opts.checkedHash = c.ContentHash
+	opts.bad = nil
+	for _, err := range c.Bad {
+		var le *LineError
+		if errors.As(err, &le) && le.Line > 0 {
+			if opts.bad == nil {
+				opts.bad = map[int]*LineError{}
+			}
+			opts.bad[le.Line] = le
+		}
+	}
 }
 
 // DuplicateIDsError lists the later uses of record ids in an input.

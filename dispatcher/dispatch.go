@@ -51,6 +51,11 @@ type Options struct {
 	// dups: the ids used more than once, and the line of their first use
 	// (Checked.Apply).
 	dups map[string]int
+	// checkedHash and bad are what the validation pass found (Apply): the
+	// input's content hash, and its bad lines by line. With checkedHash set,
+	// the publish pass trusts the check (eachRecord).
+	checkedHash string
+	bad         map[int]*LineError
 }
 
 // Result of a dispatch.
@@ -152,6 +157,11 @@ func checkFields(file string, rec Record, wf *workflow.Workflow, fields [][]stri
 // A JSONL record's Raw and fields are views of the reader's buffer (no
 // copy, no map: this is every dispatch's hot path, run twice), valid only
 // until fn returns: fn copies what it keeps.
+//
+// After the validation pass (opts.checkedHash, Checked.Apply), a JSONL
+// line is read only as far as its id, the bad lines are those the pass
+// found, and a file whose content is no longer the one checked is an error
+// (what was read before it is handed to fn).
 func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError) error) (string, error) {
 	r, err := Open(opts.Input, opts.Format, opts.IDField)
 	if err != nil {
@@ -159,6 +169,8 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 	}
 	defer r.Close()
 	r.views = true
+	trusted := opts.checkedHash != ""
+	r.idOnly = trusted
 	fields := make([][]string, len(wf.Actions))
 	for i := range wf.Actions {
 		fields[i] = wf.RecordFields(i)
@@ -166,13 +178,20 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
+			if h := r.ContentHash(); trusted && h != opts.checkedHash {
+				return "", fmt.Errorf("%s changed while it was being dispatched (what was read of it is published): dispatch it again to finish the job", opts.Input)
+			}
 			return r.ContentHash(), nil
 		}
-		if err == nil {
+		switch le := opts.bad[rec.Line]; {
+		case le != nil && rec.Line > 0:
+			err = le
+		case trusted:
+		case err == nil:
 			err = checkFields(opts.Input, rec, wf, fields)
-		}
-		if err == nil {
-			err = checkSize(opts, rec, wf.Actions[0].Name)
+			if err == nil {
+				err = checkSize(opts, rec, wf.Actions[0].Name)
+			}
 		}
 		var le *LineError
 		if err != nil && !errors.As(err, &le) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -184,4 +185,26 @@ func TestJobIDIsStableAndValid(t *testing.T) {
 	require.Error(t, err)
 	var le *dispatcher.LineError
 	require.False(t, errors.As(err, &le))
+}
+
+// The publish pass trusts the validation pass (it reads each line only as
+// far as its id): an input changed between the two is not published as if
+// it had been checked, it is an error that says so; what was read is
+// published, and the job is left to be dispatched again.
+func TestInputChangedBetweenPasses(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.WriteFile(t, "in.jsonl", "{\"id\":\"1\",\"text\":\"a\"}\n{\"id\":\"2\",\"text\":\"b\"}\n")
+	opts := dispatcher.Options{Input: in, MaxPayload: b.NC.MaxPayload()}
+	c, err := dispatcher.CheckInput(wf, opts)
+	require.NoError(t, err)
+	c.Apply(&opts)
+	require.NoError(t, os.WriteFile(in, []byte("{\"id\":\"1\",\"text\":\"a\"}\n{\"id\":\"2\",\"text\":\"B\"}\n"), 0o600))
+	d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+	_, err = d.Dispatch(context.Background(), wf, opts)
+	require.ErrorContains(t, err, "in.jsonl changed while it was being dispatched")
+	j, _, err := b.GetJob(context.Background(), c.JobID)
+	require.NoError(t, err)
+	require.False(t, j.Dispatched, "dispatched again, it resumes")
 }

@@ -112,6 +112,9 @@ type Reader struct {
 	views   bool
 	long    []byte   // a line longer than the buffer, gathered
 	members []member // reused for each record's members
+	// idOnly (with views): a line already validated is read only as far as
+	// its id field (the publish pass after the validation pass).
+	idOnly bool
 
 	cr     *csv.Reader
 	header []string
@@ -252,7 +255,7 @@ func (r *Reader) nextJSONL() (Record, error) {
 			return rec, &LineError{File: r.path, Line: r.line, Reason: fmt.Sprintf("a record must be a JSON object, got %s", jsonKind(v))}
 		}
 		if r.views {
-			r.members, err = members(line, r.members[:0])
+			r.members, err = members(line, r.members[:0], r.idOnly, r.idField)
 			rec.members = r.members
 		} else {
 			rec.Fields, err = shallowObject(line)
@@ -281,11 +284,15 @@ func shallowObject(line []byte) (map[string]json.RawMessage, error) {
 }
 
 // members is shallowObject for the dispatcher's own passes: the fields
-// appended to buf, as views of line, and no map.
-func members(line []byte, buf []member) ([]member, error) {
+// appended to buf, as views of line, and no map. idOnly: up to the id field
+// (idField, or AutoIDField) only.
+func members(line []byte, buf []member, idOnly bool, idField string) ([]member, error) {
+	if idField == "" {
+		idField = AutoIDField
+	}
 	err := rawjson.Members(line, func(k string, v []byte) bool {
 		buf = append(buf, member{k, v})
-		return true
+		return !idOnly || k != idField
 	})
 	return buf, err
 }

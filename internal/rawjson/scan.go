@@ -1,9 +1,11 @@
 package rawjson
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"unsafe"
 )
 
@@ -59,19 +61,52 @@ func String(raw []byte) (string, bool) {
 		return "", false
 	}
 	body := raw[1 : len(raw)-1]
-	for _, c := range body {
-		if c == '\\' {
-			var v string
-			if json.Unmarshal(raw, &v) != nil {
-				return "", false
-			}
-			return v, true
+	if bytes.IndexByte(body, '\\') >= 0 {
+		var v string
+		if json.Unmarshal(raw, &v) != nil {
+			return "", false
 		}
+		return v, true
 	}
 	if len(body) == 0 {
 		return "", true
 	}
 	return unsafe.String(&body[0], len(body)), true
+}
+
+// View is b as a string that shares b's bytes (b must not change while
+// the string is in use).
+func View(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// Number is a JSON number's raw text as a float64 (0 when it is not one).
+func Number(raw []byte) float64 {
+	f, _ := strconv.ParseFloat(View(raw), 64)
+	return f
+}
+
+// KindOf names the JSON type of a raw value, for error messages.
+func KindOf(raw []byte) string {
+	if len(raw) == 0 {
+		return "null"
+	}
+	switch raw[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
 }
 
 // maxDepth bounds nesting, as encoding/json does.
@@ -343,4 +378,110 @@ func (s *scanner) str() (esc, ok bool) {
 
 func hex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// MembersOf is Members for an object already validated (by Members, say,
+// as part of a larger document): the same members, without checking the
+// text again. Strings are skipped with a search for their closing quote, so
+// a long field costs next to nothing. b must be valid JSON; on anything
+// else it stops where it cannot go on, without an error.
+func MembersOf(b []byte, fn func(key string, value []byte) bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return
+	}
+	i = skipSpace(b, i+1)
+	for i < len(b) && b[i] == '"' {
+		k0 := i
+		i = skipString(b, i)
+		k1 := i
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != ':' {
+			return
+		}
+		i = skipSpace(b, i+1)
+		v0 := i
+		i = skipValue(b, i)
+		if i <= v0 {
+			return
+		}
+		var key string
+		if k1-k0 > 2 {
+			key = unsafe.String(&b[k0+1], k1-k0-2)
+			if bytes.IndexByte(b[k0+1:k1-1], '\\') >= 0 {
+				_ = json.Unmarshal(b[k0:k1], &key)
+			}
+		}
+		if !fn(key, b[v0:i:i]) {
+			return
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != ',' {
+			return
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString is the end of the valid string at b[i] ('"').
+func skipString(b []byte, i int) int {
+	i++
+	for {
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
+		}
+		i += j
+		// A quote after an odd run of backslashes is escaped.
+		n := 0
+		for k := i - 1; k >= 0 && b[k] == '\\'; k-- {
+			n++
+		}
+		i++
+		if n%2 == 0 {
+			return i
+		}
+	}
+}
+
+// skipValue is the end of the valid value at b[i].
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return len(b)
+	default:
+		for i < len(b) {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i
+			}
+			i++
+		}
+		return i
+	}
 }

@@ -60,6 +60,16 @@ func checkMembers(t *testing.T, b []byte) {
 		require.ErrorIs(t, err, ErrNotObject, "%q", b)
 	default:
 		require.NoError(t, err, "%q", b)
+		// MembersOf, which trusts b, finds the same members.
+		i := 0
+		MembersOf(b, func(k string, v []byte) bool {
+			require.Less(t, i, len(keys), "%q", b)
+			require.Equal(t, keys[i], k, "%q", b)
+			require.Equal(t, string(values[i]), string(v), "%q", b)
+			i++
+			return true
+		})
+		require.Equal(t, len(keys), i, "%q", b)
 		// encoding/json's decoder, token by token: the same keys and values.
 		dec := json.NewDecoder(bytes.NewReader(b))
 		_, err := dec.Token() // {
@@ -103,6 +113,12 @@ var benchLine = []byte(`{"id":"r12345","text":"` + strings.Repeat("x", 984) + `"
 func BenchmarkMembers(b *testing.B) {
 	for b.Loop() {
 		_ = Members(benchLine, func(string, []byte) bool { return true })
+	}
+}
+
+func BenchmarkMembersOf(b *testing.B) {
+	for b.Loop() {
+		MembersOf(benchLine, func(string, []byte) bool { return true })
 	}
 }
 
