@@ -55,8 +55,6 @@ const (
 	HeaderRevision = "Jetpool-Revision"
 )
 
-
-
 // ValidName reports whether s can be a job or action name: it becomes a
 // subject token and part of a consumer name.
 // (1-64 letters, digits, '-' or '_'.) A loop, not a regexp: it runs on
