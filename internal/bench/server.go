@@ -187,6 +187,9 @@ func RunRound(ctx context.Context, cfg broker.Config, o Options) ([]byte, error)
 		return nil, err
 	}
 	defer b.Close()
+	if err := b.Ensure(ctx); err != nil {
+		return nil, err
+	}
 	s := &server{name: externalName, b: b, d: &dispatcher.Dispatcher{B: b, Log: log}, url: o.RoundOn, pid: o.ServerPID}
 	h := &harness{o: o, cfg: cfg, out: o.Progress, emb: s, log: log, dir: o.Dir, cli: o.NatsCLI}
 	wf, err := writeWorkflow(h.dir, "zero", "reply: ok", "", "")
