@@ -62,11 +62,10 @@ func String(raw []byte) (string, bool) {
 	}
 	body := raw[1 : len(raw)-1]
 	if bytes.IndexByte(body, '\\') >= 0 {
-		var v string
-		if json.Unmarshal(raw, &v) != nil {
+		if !Valid(raw) {
 			return "", false
 		}
-		return v, true
+		return unescape(raw), true
 	}
 	if len(body) == 0 {
 		return "", true
@@ -107,6 +106,14 @@ func KindOf(raw []byte) string {
 		return "null"
 	}
 	return "number"
+}
+
+// unescape decodes a valid JSON string holding an escape (a copy). Apart,
+// so that its result alone is allocated, not every key's.
+func unescape(raw []byte) string {
+	var v string
+	_ = json.Unmarshal(raw, &v)
+	return v
 }
 
 // maxDepth bounds nesting, as encoding/json does.
@@ -178,7 +185,7 @@ func (s *scanner) object(depth int, fn func(string, []byte) bool) bool {
 		if fn != nil {
 			var key string
 			if esc {
-				_ = json.Unmarshal(s.b[k0:k1], &key) // str checked it
+				key = unescape(s.b[k0:k1]) // str checked it
 			} else if k1-k0 > 2 {
 				key = unsafe.String(&s.b[k0+1], k1-k0-2)
 			}
@@ -409,7 +416,7 @@ func MembersOf(b []byte, fn func(key string, value []byte) bool) {
 		if k1-k0 > 2 {
 			key = unsafe.String(&b[k0+1], k1-k0-2)
 			if bytes.IndexByte(b[k0+1:k1-1], '\\') >= 0 {
-				_ = json.Unmarshal(b[k0:k1], &key)
+				key = unescape(b[k0:k1])
 			}
 		}
 		if !fn(key, b[v0:i:i]) {

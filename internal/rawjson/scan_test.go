@@ -139,3 +139,11 @@ func TestValidDepth(t *testing.T) {
 		require.Equal(t, json.Valid(b), Valid(b), "depth %d", n)
 	}
 }
+
+// Members and MembersOf allocate nothing for a record without escapes.
+func TestMembersAllocateNothing(t *testing.T) {
+	fn := func(string, []byte) bool { return true }
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = Members(benchLine, fn) }))
+	require.Zero(t, testing.AllocsPerRun(100, func() { MembersOf(benchLine, fn) }))
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = String(benchLine[22 : len(benchLine)-1]) }))
+}
