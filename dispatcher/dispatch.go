@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -335,6 +336,52 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		}
 		return nil
 	}
+	async := func(m *nats.Msg) error {
+		f, err := d.B.JS.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		pending = append(pending, f)
+		if len(pending) >= maxPending {
+			return drain(maxPending / 2)
+		}
+		return nil
+	}
+	// Where every write is synced, records go in atomic batches: one fsync
+	// a batch instead of one a record (broker.PublishAtomic).
+	atomic := d.B.Cfg.Batched()
+	var batch []*nats.Msg
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := d.B.PublishAtomic(ctx, batch)
+		switch {
+		case err == nil:
+			res.Published += int64(len(batch))
+			if opts.Progress != nil {
+				opts.Progress(res.Published + res.Duplicates)
+			}
+		case errors.Is(err, broker.ErrAtomicUnsupported), errors.Is(err, broker.ErrAtomicDuplicate):
+			// One by one instead, each deduplicated by its Nats-Msg-Id
+			// (some may be stored already: a resumed dispatch, or a server
+			// that stored the batch's messages as single ones).
+			if errors.Is(err, broker.ErrAtomicUnsupported) {
+				d.Log.Warn().Str("job", job.ID).Msg("the server does not take atomic batches here: publishing records one by one (JETPOOL_BATCH_WRITES)")
+				atomic = false
+			}
+			for _, m := range batch {
+				broker.ClearBatch(m)
+				if err := async(m); err != nil {
+					return err
+				}
+			}
+		default:
+			return err
+		}
+		batch = batch[:0]
+		return nil
+	}
 	var err error
 	res.inputHash, err = eachRecord(wf, opts, func(rec Record, le *LineError) error {
 		if le != nil {
@@ -353,16 +400,17 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		if fresh {
 			m.Header.Set(broker.HeaderFirstRun, "1")
 		}
-		f, err := d.B.JS.PublishMsgAsync(m)
-		if err != nil {
-			return fmt.Errorf("publish: %w", err)
+		if !atomic {
+			return async(m)
 		}
-		pending = append(pending, f)
-		if len(pending) >= maxPending {
-			return drain(maxPending / 2)
+		if batch = append(batch, m); len(batch) >= broker.AtomicBatchMax {
+			return flush()
 		}
 		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -14,6 +15,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -207,4 +209,34 @@ func TestInputChangedBetweenPasses(t *testing.T) {
 	j, _, err := b.GetJob(context.Background(), c.JobID)
 	require.NoError(t, err)
 	require.False(t, j.Dispatched, "dispatched again, it resumes")
+}
+
+// Where every write is synced, a dispatch publishes its records in atomic
+// batches (one fsync a batch): every record is published once, a dispatch
+// resumed over records already stored falls back to one by one for the
+// batches that hold them (each deduplicated), and the job runs.
+func TestDispatchInAtomicBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := testenv.Broker(t, testenv.Options{SyncInterval: "always"})
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.Records(t, 1200) // three batches
+	first := testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "atomic"})
+	require.EqualValues(t, 1200, first.Published)
+	n, err := b.Count(ctx, broker.StreamWork, broker.WorkFilter("atomic"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1200, n)
+
+	_, err = b.UpdateJobSpec(ctx, "atomic", func(j *broker.Job) bool { j.Dispatched = false; return true })
+	require.NoError(t, err)
+	again := testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "atomic"})
+	require.Zero(t, again.Published)
+	require.EqualValues(t, 1200, again.Duplicates)
+	n, err = b.Count(ctx, broker.StreamWork, broker.WorkFilter("atomic"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1200, n, "each record once")
+
+	testenv.Pool(t, b, worker.Config{Concurrency: 16})
+	_, p := testenv.WaitFinished(t, b, "atomic", 60*time.Second)
+	require.EqualValues(t, 1200, p.OK)
 }

@@ -1,8 +1,8 @@
 package workflow
 
 import (
-	"encoding/json"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"

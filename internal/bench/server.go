@@ -82,6 +82,9 @@ func (h *harness) startExternal(ctx context.Context, cfg broker.Config, bin, syn
 		stop()
 		return nil, nil, fmt.Errorf("external nats-server %s: %w", bin, err)
 	}
+	if cfg.Batched() {
+		cfg.BatchWrites = "on" // it syncs every write as the embedded server does: batch there too
+	}
 	cfg.NATSURL = url
 	b, err := broker.Connect(ctx, cfg, h.log)
 	if err != nil {
@@ -161,7 +164,7 @@ func (h *harness) externalRound(ctx context.Context, s *server, r int) (round, e
 		args = append(args, "--cpuprofile-work", h.o.CPUProfile+".external")
 	}
 	c := exec.CommandContext(ctx, h.o.Self, args...)
-	c.Env = append(os.Environ(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")
+	c.Env = append(os.Environ(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=", "JETPOOL_BATCH_WRITES="+s.b.Cfg.BatchWrites)
 	c.Stderr = h.out
 	out, err := c.Output()
 	if err != nil {
