@@ -194,21 +194,29 @@ func (s *scanner) object(depth int, fn func(string, []byte) bool) bool {
 				return false
 			}
 		}
-		s.space()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.space()
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
+		if more, ok := s.sep('}'); !more {
+			return ok
 		}
 	}
+}
+
+// sep reads what follows a member or an element: a comma (more), or the
+// closing bracket; anything else is an error (ok false).
+func (s *scanner) sep(closing byte) (more, ok bool) {
+	s.space()
+	if s.i >= len(s.b) {
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		s.space()
+		return true, true
+	case closing:
+		s.i++
+		return false, true
+	}
+	return false, false
 }
 
 func (s *scanner) value(depth int) bool {
@@ -251,19 +259,8 @@ func (s *scanner) array(depth int) bool {
 		if !s.value(depth + 1) {
 			return false
 		}
-		s.space()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.space()
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
+		if more, ok := s.sep(']'); !more {
+			return ok
 		}
 	}
 }
