@@ -21,7 +21,11 @@ func (c *anthropic) Limits() Limits {
 }
 
 func (c *anthropic) Line(customID string, req provider.Request) ([]byte, error) {
-	return json.Marshal(map[string]any{"custom_id": customID, "params": c.w.Body(req)})
+	body, err := c.w.Body(req)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"custom_id": customID, "params": body})
 }
 
 type anthropicBatch struct {

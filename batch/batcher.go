@@ -74,6 +74,9 @@ type Pending struct {
 	Action  *workflow.Action
 	Item    Item // ID, Data, Replays, Deliveries
 	Request provider.Request
+	// Embed, when set, is the record's embeddings request (an embed
+	// action), sent instead of Request.
+	Embed *provider.EmbedRequest
 }
 
 // Batcher groups one job's batch-mode records into provider batches,
@@ -229,7 +232,7 @@ func (b *Batcher) Add(ctx context.Context, p Pending) error {
 	} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
-	line, err := c.Line(token, p.Request)
+	line, err := lineOf(c, token, p)
 	if err != nil {
 		return fmt.Errorf("%w: encoding the request: %w", ErrNoClient, err)
 	}
@@ -264,6 +267,19 @@ func (b *Batcher) Add(ctx context.Context, p Pending) error {
 		b.seal(a.Name)
 	}
 	return nil
+}
+
+// lineOf is p's line of a batch: a chat request, or an embeddings request
+// where the client makes them.
+func lineOf(c Client, token string, p Pending) ([]byte, error) {
+	if p.Embed == nil {
+		return c.Line(token, p.Request)
+	}
+	ec, ok := c.(EmbedClient)
+	if !ok {
+		return nil, fmt.Errorf("provider %s (kind %s) has no embeddings batch API: use mode: online", p.Action.Provider, c.Kind())
+	}
+	return ec.EmbedLine(token, *p.Embed)
 }
 
 func groupEntry(g *group, token string) (*entry, bool) {

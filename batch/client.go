@@ -51,6 +51,9 @@ type Status struct {
 	OutputFile string `json:"output_file,omitempty"`
 	ErrorFile  string `json:"error_file,omitempty"`
 	ResultsURL string `json:"results_url,omitempty"`
+	// Endpoint is the batch's endpoint (OpenAI: /v1/chat/completions or
+	// /v1/embeddings), which says how to read its results.
+	Endpoint string `json:"endpoint,omitempty"`
 	// Err is set when the whole batch failed (OpenAI status failed): every
 	// request of it failed with this error.
 	Err *retry.Error `json:"-"`
@@ -82,6 +85,15 @@ type Client interface {
 	Status(ctx context.Context, id string) (Status, error)
 	// Results calls fn for every entry of an ended batch.
 	Results(ctx context.Context, st Status, fn func(Entry) error) error
+}
+
+// EmbedClient is a Client whose batches can also make embeddings (OpenAI
+// Batch's /v1/embeddings): one record's input per line, its vector in the
+// entry's Response.Embedding.
+type EmbedClient interface {
+	Client
+	// EmbedLine encodes one embeddings request of a batch under customID.
+	EmbedLine(customID string, req provider.EmbedRequest) ([]byte, error)
 }
 
 // NewClient returns the batch client of a provider entry (kind openai or anthropic).

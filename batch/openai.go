@@ -15,8 +15,10 @@ import (
 
 // OpenAI batch constants.
 const (
-	// OpenAIEndpoint is the endpoint of every request of a batch.
-	OpenAIEndpoint = "/v1/chat/completions"
+	// OpenAIEndpoint is the endpoint of every request of a batch (of a chat
+	// action; an embed action's is OpenAIEmbedEndpoint).
+	OpenAIEndpoint      = "/v1/chat/completions"
+	OpenAIEmbedEndpoint = "/v1/embeddings"
 	// OpenAIWindow is the completion window (the only one OpenAI offers).
 	OpenAIWindow = "24h"
 	// MetadataKey is the batch metadata entry that holds jetpool's batch key,
@@ -36,13 +38,35 @@ func (c *openAI) Limits() Limits {
 }
 
 func (c *openAI) Line(customID string, req provider.Request) ([]byte, error) {
-	return json.Marshal(map[string]any{"custom_id": customID, "method": "POST", "url": OpenAIEndpoint, "body": c.w.Body(req)})
+	body, err := c.w.Body(req)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"custom_id": customID, "method": "POST", "url": OpenAIEndpoint, "body": body})
+}
+
+// EmbedLine implements EmbedClient.
+func (c *openAI) EmbedLine(customID string, req provider.EmbedRequest) ([]byte, error) {
+	return json.Marshal(map[string]any{"custom_id": customID, "method": "POST", "url": OpenAIEmbedEndpoint, "body": provider.EmbedBody(req)})
+}
+
+// endpointOf is the endpoint of a batch's lines (all of one action, so of
+// one endpoint): the first line's url.
+func endpointOf(lines [][]byte) string {
+	var l struct {
+		URL string `json:"url"`
+	}
+	if len(lines) > 0 && json.Unmarshal(lines[0], &l) == nil && l.URL != "" {
+		return l.URL
+	}
+	return OpenAIEndpoint
 }
 
 // openAIBatch is a Batch object.
 type openAIBatch struct {
 	ID            string            `json:"id"`
 	Status        string            `json:"status"`
+	Endpoint      string            `json:"endpoint"`
 	OutputFileID  string            `json:"output_file_id"`
 	ErrorFileID   string            `json:"error_file_id"`
 	Metadata      map[string]string `json:"metadata"`
@@ -90,7 +114,7 @@ func (c *openAI) Submit(ctx context.Context, key string, lines [][]byte) (string
 	}
 	var bt openAIBatch
 	err = c.json(ctx, http.MethodPost, c.w.Endpoint("batches"), map[string]any{
-		"input_file_id": file.ID, "endpoint": OpenAIEndpoint, "completion_window": OpenAIWindow,
+		"input_file_id": file.ID, "endpoint": endpointOf(lines), "completion_window": OpenAIWindow,
 		"metadata": map[string]string{MetadataKey: key},
 	}, &bt)
 	if err != nil {
@@ -138,7 +162,7 @@ func (c *openAI) Status(ctx context.Context, id string) (Status, error) {
 	if err := c.json(ctx, http.MethodGet, c.w.Endpoint("batches/"+url.PathEscape(id)), nil, &b); err != nil {
 		return Status{}, err
 	}
-	st := Status{ID: b.ID, State: b.Status, OutputFile: b.OutputFileID, ErrorFile: b.ErrorFileID,
+	st := Status{ID: b.ID, State: b.Status, OutputFile: b.OutputFileID, ErrorFile: b.ErrorFileID, Endpoint: b.Endpoint,
 		Counts: Counts{Total: b.RequestCounts.Total, Succeeded: b.RequestCounts.Completed, Failed: b.RequestCounts.Failed}}
 	st.Counts.Processing = max(0, st.Counts.Total-st.Counts.Succeeded-st.Counts.Failed)
 	switch b.Status {
@@ -184,7 +208,7 @@ func (c *openAI) Results(ctx context.Context, st Status, fn func(Entry) error) e
 			if json.Unmarshal(line, &l) != nil || l.CustomID == "" {
 				return nil // not ours to understand; the record counts as not returned
 			}
-			return fn(c.entry(&l))
+			return fn(c.entry(&l, st.Endpoint))
 		})
 		if err != nil {
 			return err
@@ -193,11 +217,18 @@ func (c *openAI) Results(ctx context.Context, st Status, fn func(Entry) error) e
 	return nil
 }
 
-func (c *openAI) entry(l *openAILine) Entry {
+func (c *openAI) entry(l *openAILine, endpoint string) Entry {
 	e := Entry{CustomID: l.CustomID}
 	switch {
 	case l.Error != nil && (l.Error.Code == "batch_expired" || l.Error.Code == "batch_cancelled"):
 		e.NotReturned, e.State = true, l.Error.Code
+	case l.Response != nil && l.Response.StatusCode/100 == 2 && endpoint == OpenAIEmbedEndpoint:
+		r, err := c.w.EmbedResponseBody(l.Response.Body, "")
+		if err != nil {
+			e.Err = retry.AsError(err)
+		} else {
+			e.Response = provider.Response{Embedding: r.Vectors[0], Usage: r.Usage, Model: r.Model}
+		}
 	case l.Response != nil && l.Response.StatusCode/100 == 2:
 		r, err := c.w.Response(l.Response.Body, "")
 		if err != nil {

@@ -59,8 +59,8 @@ type Config struct {
 	// instead of one a record.
 	BatchWrites string `envconfig:"JETPOOL_BATCH_WRITES" default:"auto"`
 
-	// AckWait of the work consumers (AckWaitDefault). Long calls send
-	// InProgress heartbeats at a third of it.
+	// AckWait of the work consumers (AckWaitDefault). Records held send
+	// InProgress heartbeats at a sixth of it (worker.BeatsPerAckWait).
 	AckWait time.Duration `envconfig:"JETPOOL_ACK_WAIT" default:"30s"`
 	// MaxAckPending per job consumer. A delayed Nak holds a slot until it
 	// is redelivered, so this must cover in-flight plus waiting records.

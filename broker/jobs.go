@@ -181,42 +181,31 @@ func (b *Broker) getJob(ctx context.Context, id string) (j *Job, specRev, stateR
 }
 
 func (b *Broker) getSpec(ctx context.Context, id string) (*Job, uint64, error) {
-	kv, err := b.KV(ctx, BucketJobs)
+	e, err := b.kvLast(ctx, BucketJobs, id)
 	if err != nil {
 		return nil, 0, err
 	}
-	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if e == nil {
 		return nil, 0, fmt.Errorf("%w: %s", ErrJobNotFound, id)
 	}
-	if err != nil {
-		return nil, 0, err
-	}
 	var j Job
-	if err := json.Unmarshal(e.Value(), &j); err != nil {
+	if err := json.Unmarshal(e.Data, &j); err != nil {
 		return nil, 0, fmt.Errorf("job %s: corrupt entry: %w", id, err)
 	}
-	return &j, e.Revision(), nil
+	return &j, e.Sequence, nil
 }
 
 // getState reads a job's state entry; rev 0 means there is none.
 func (b *Broker) getState(ctx context.Context, id string) (jobState, uint64, error) {
-	kv, err := b.KV(ctx, BucketJobState)
-	if err != nil {
-		return jobState{}, 0, err
-	}
-	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return jobState{}, 0, nil
-	}
-	if err != nil {
+	e, err := b.kvLast(ctx, BucketJobState, id)
+	if err != nil || e == nil {
 		return jobState{}, 0, err
 	}
 	var s jobState
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
+	if err := json.Unmarshal(e.Data, &s); err != nil {
 		return jobState{}, 0, fmt.Errorf("job %s: corrupt state entry: %w", id, err)
 	}
-	return s, e.Revision(), nil
+	return s, e.Sequence, nil
 }
 
 // PutJob writes a job unconditionally: its JETPOOL_JOBS entry, then its

@@ -212,9 +212,6 @@ func (w *jsonWriter) recovery(r *Recovery) {
 			w.str(f.Class)
 			w.raw(`,"error":`)
 			w.str(f.Error)
-			if f.Absorbed {
-				w.raw(`,"absorbed":true`)
-			}
 			if f.Repair {
 				w.raw(`,"repair":true`)
 			}
@@ -236,6 +233,27 @@ func (w *jsonWriter) recovery(r *Recovery) {
 	w.optInt(`,"waited_ns":`, int64(r.Waited))
 	w.optInt(`,"lost":`, int64(r.Lost))
 	w.optInt(`,"hand_backs":`, int64(r.HandBacks))
+	if len(r.Compacted) > 0 {
+		w.raw(`,"compacted":[`)
+		for i := range r.Compacted {
+			c := &r.Compacted[i]
+			if i > 0 {
+				w.raw(`,`)
+			}
+			w.raw(`{`)
+			n := len(w.b)
+			w.optInt(`,"after":`, int64(c.After))
+			w.optStr(`,"field":`, c.Field)
+			w.optInt(`,"from":`, int64(c.From))
+			w.optInt(`,"to":`, int64(c.To))
+			w.optStr(`,"model":`, c.Model)
+			w.raw(`,"note":`)
+			w.str(c.Note)
+			w.b = append(w.b[:n], w.b[n+1:]...) // the first member's comma
+			w.raw(`}`)
+		}
+		w.raw(`]`)
+	}
 	w.raw(`}`)
 }
 
@@ -278,10 +296,14 @@ var resultFields = map[reflect.Type][]string{
 		"Attempts int attempts", "Deliveries int deliveries", "Repairs int repairs,omitempty",
 		"Failures []broker.Failure failures,omitempty", "Classes []string classes,omitempty", "Waits int waits,omitempty",
 		"Waited time.Duration waited_ns,omitempty", "Lost int lost,omitempty", "HandBacks int hand_backs,omitempty",
+		"Compacted []broker.Compaction compacted,omitempty",
+	},
+	reflect.TypeFor[Compaction](): {
+		"After int after,omitempty", "Field string field,omitempty", "From int from,omitempty", "To int to,omitempty",
+		"Model string model,omitempty", "Note string note",
 	},
 	reflect.TypeFor[Failure](): {
-		"N int n", "Delivery int delivery", "Class string class", "Error string error", "Absorbed bool absorbed,omitempty",
-		"Repair bool repair,omitempty",
+		"N int n", "Delivery int delivery", "Class string class", "Error string error", "Repair bool repair,omitempty",
 	},
 	reflect.TypeFor[Usage](): {
 		"InputTokens int input_tokens", "OutputTokens int output_tokens", "CachedInputTokens int cached_input_tokens,omitempty",

@@ -33,7 +33,6 @@ type Failure struct {
 	Delivery int    `json:"delivery"`
 	Class    string `json:"class"`
 	Error    string `json:"error"`
-	Absorbed bool   `json:"absorbed,omitempty"`
 	Repair   bool   `json:"repair,omitempty"`
 }
 
@@ -53,6 +52,25 @@ type Recovery struct {
 	// HandBacks the deliveries stopping workers handed back.
 	Lost      int `json:"lost,omitempty"`
 	HandBacks int `json:"hand_backs,omitempty"`
+	// Compacted is what the delivery that ended the action did about
+	// context overflows (the action's overflow: block), in order.
+	Compacted []Compaction `json:"compacted,omitempty"`
+}
+
+// Compaction is one answer to a context overflow: a field shortened, or a
+// move to the fallback model, before the record's next call.
+type Compaction struct {
+	// After is the attempt (Failure.N) that overflowed; 0 when there was
+	// none: the prompt was estimated not to fit a window an earlier record's
+	// overflow named, and changed before it was sent.
+	After int    `json:"after,omitempty"`
+	Field string `json:"field,omitempty"` // the field shortened
+	From  int    `json:"from,omitempty"`  // its characters before,
+	To    int    `json:"to,omitempty"`    // and after
+	Model string `json:"model,omitempty"` // the fallback moved to: provider/model
+	// Note says it in words: "text 40,000 → 5,600 chars", "moved to
+	// openai/gpt-4.1".
+	Note string `json:"note"`
 }
 
 // Usage is tokens spent on the record, all attempts. Cached and cache-write
@@ -68,8 +86,8 @@ type Usage struct {
 
 // Account is what one action cost a record, in one replay generation:
 // one entry of Result.Actions. Attempts are the calls the provider
-// answered (Recovery.Attempts), Calls every request sent, the 429s the
-// shared limiter absorbed included; LatencyMS is the wall time of the
+// answered (Recovery.Attempts), Calls every request sent (the same
+// count since every call spends an attempt); LatencyMS is the wall time of the
 // delivery that ended the action (its calls, in-session retries and
 // backoff; not the time queued).
 type Account struct {
@@ -100,6 +118,9 @@ func Sum(accounts []Account) Totals {
 		t.Calls += a.Calls
 		t.Usage.InputTokens += a.Usage.InputTokens
 		t.Usage.OutputTokens += a.Usage.OutputTokens
+		t.Usage.CachedInputTokens += a.Usage.CachedInputTokens
+		t.Usage.CacheWriteTokens += a.Usage.CacheWriteTokens
+		t.Usage.ReasoningTokens += a.Usage.ReasoningTokens
 		t.LatencyMS += a.LatencyMS
 	}
 	return t
@@ -169,11 +190,12 @@ func (r *Result) Outcome() string {
 // WriteResult stores a result, idempotently: one message per subject of
 // job, action, outcome and record.
 func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
+	sent := time.Now()
 	f, err := b.PublishResult(r)
 	if err != nil {
 		return err
 	}
-	return AwaitResult(ctx, f)
+	return AwaitResult(ctx, f, sent)
 }
 
 // PublishResult publishes a result without waiting for the store: wait on
@@ -214,9 +236,14 @@ var resultTimers = sync.Pool{New: func() any {
 	return t
 }}
 
-// AwaitResult waits for a result published by PublishResult to be stored,
-// at most ResultAckTimeout.
-func AwaitResult(ctx context.Context, f jetstream.PubAckFuture) error {
+// AwaitResult waits for a publish made at sent (PublishResult, or any async
+// publish) to be stored, until ResultAckTimeout after sent. The deadline
+// runs from the publish, not from the wait: publishes lost together (sent
+// into a connection whose server froze) time out together, instead of one
+// after another, each a full timeout behind the last, while their records
+// wait unstored (TestChaosFrozenNode: 5 s a record, until AckWait ran out
+// under three of them and they were paid again).
+func AwaitResult(ctx context.Context, f jetstream.PubAckFuture, sent time.Time) error {
 	select {
 	case <-f.Ok():
 		return nil
@@ -225,7 +252,7 @@ func AwaitResult(ctx context.Context, f jetstream.PubAckFuture) error {
 	// A timer of the pool's: one is made and stopped for nearly every
 	// result, and making them was a part of the worker's CPU.
 	t := resultTimers.Get().(*time.Timer)
-	t.Reset(ResultAckTimeout)
+	t.Reset(max(time.Until(sent.Add(ResultAckTimeout)), 0))
 	defer func() { t.Stop(); resultTimers.Put(t) }()
 	select {
 	case <-f.Ok():
@@ -272,41 +299,15 @@ func (b *Broker) LastOutcome(ctx context.Context, job, action, record string) (*
 
 // EachResult calls fn for every result of a job (ordered consumer; constant memory).
 func (b *Broker) EachResult(ctx context.Context, job string, fn func(*Result) error) error {
-	c, err := b.JS.OrderedConsumer(ctx, StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"jetpool.results." + job + ".>"},
-	})
-	if err != nil {
-		return err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return err
-	}
-	pending := info.NumPending
-	if pending == 0 {
-		return nil
-	}
-	it, err := c.Messages(jetstream.PullMaxMessages(500))
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	for n := uint64(0); n < pending; n++ {
-		msg, err := it.Next()
-		if err != nil {
-			return err
-		}
+	err := b.ReadStream(ctx, StreamResults, []string{"jetpool.results." + job + ".>"}, func(msg jetstream.Msg) (bool, error) {
 		var r Result
 		if err := json.Unmarshal(msg.Data(), &r); err != nil {
-			return fmt.Errorf("result %s: %w", msg.Subject(), err)
+			return false, fmt.Errorf("result %s: %w", msg.Subject(), err)
 		}
-		if err := fn(&r); err != nil {
-			return err
-		}
-		meta, err := msg.Metadata()
-		if err == nil && meta.NumPending == 0 {
-			break
-		}
+		return false, fn(&r)
+	})
+	if err != nil {
+		return fmt.Errorf("read the results of job %s: %w", job, err)
 	}
 	return nil
 }

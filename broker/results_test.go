@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/broker"
@@ -88,7 +89,28 @@ func TestLastMsgRetriesNoResponders(t *testing.T) {
 	retries = nil
 	broker.SetNoResponders(100*time.Millisecond, func(stream string) { retries = append(retries, stream) })
 	_, err = b.HasOK(ctx, "nr", "a", "r1")
-	require.ErrorIs(t, err, nats.ErrNoResponders)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	require.ErrorContains(t, err, "no server answered a lookup in stream "+broker.StreamResults)
 	require.NotEmpty(t, retries, "retried before giving up")
+}
+
+// silentFuture is a publish whose ack never comes (sent into a connection
+// whose server froze).
+type silentFuture struct{ m *nats.Msg }
+
+func (f silentFuture) Ok() <-chan *jetstream.PubAck { return nil }
+func (f silentFuture) Err() <-chan error            { return nil }
+func (f silentFuture) Msg() *nats.Msg               { return f.m }
+
+// The wait for a result's ack runs from its publish: publishes lost
+// together time out together, not one a full ResultAckTimeout after the
+// other.
+func TestAwaitResultDeadlineFromThePublish(t *testing.T) {
+	f := silentFuture{nats.NewMsg("jetpool.results.j.a.ok.r1")}
+	began := time.Now()
+	err := broker.AwaitResult(context.Background(), f, began.Add(-broker.ResultAckTimeout+50*time.Millisecond))
+	require.ErrorContains(t, err, "no ack from the store within")
+	require.Less(t, time.Since(began), broker.ResultAckTimeout/2, "the deadline was mostly spent before the wait")
+	err = broker.AwaitResult(context.Background(), f, began.Add(-time.Hour))
+	require.ErrorContains(t, err, "no ack from the store within", "past its deadline at once")
 }

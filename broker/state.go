@@ -3,11 +3,8 @@ package broker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetpool/jetpool/retry"
 )
@@ -60,19 +57,17 @@ func StateKey(job, action, record string) string {
 // LoadState reads the state of a record's action in replay generation
 // replays; nil when there is none (or only one of an earlier generation).
 func (b *Broker) LoadState(ctx context.Context, job, action, record string, replays int) (*RecordState, error) {
-	kv, err := b.KV(ctx, BucketAttempts)
-	if err != nil {
-		return nil, err
-	}
-	e, err := kv.Get(ctx, StateKey(job, action, record))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, nil
-	}
+	// From the bucket's leader, as a lookup of an outcome is: a replica
+	// behind could miss an answer parked a moment ago (leaderget.go).
+	m, err := b.kvLast(ctx, BucketAttempts, StateKey(job, action, record))
 	if err != nil {
 		return nil, fmt.Errorf("state of %s/%s/%s: %w", job, action, record, err)
 	}
+	if m == nil {
+		return nil, nil
+	}
 	var st RecordState
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
+	if err := json.Unmarshal(m.Data, &st); err != nil {
 		// A state that cannot be read is no state: its deliveries count as
 		// unaccounted, which the crash allowance bounds.
 		return nil, nil

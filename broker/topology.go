@@ -66,10 +66,33 @@ func notReady(err error) bool {
 }
 
 func (b *Broker) ensure(ctx context.Context) error {
-	r := b.Cfg.Replicas
-	if r < 1 {
-		r = 1
+	streams, err := b.streamConfigs()
+	if err != nil {
+		return err
 	}
+	for _, sc := range streams {
+		if err := b.ensureStream(ctx, sc); err != nil {
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range b.bucketConfigs() {
+		kv, err := b.ensureBucket(ctx, kc)
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
+		}
+		b.mu.Lock()
+		b.kv[kc.Bucket] = kv
+		b.mu.Unlock()
+	}
+	return b.ensureCatcher(ctx)
+}
+
+// replicas is the replication factor of jetpool's streams and buckets.
+func (b *Broker) replicas() int { return max(b.Cfg.Replicas, 1) }
+
+// streamConfigs are jetpool's streams as the configuration asks for them.
+func (b *Broker) streamConfigs() ([]jetstream.StreamConfig, error) {
+	r := b.replicas()
 	dedupe := b.Cfg.DedupeWindow
 	if dedupe <= 0 {
 		dedupe = 2 * time.Hour
@@ -80,9 +103,9 @@ func (b *Broker) ensure(ctx context.Context) error {
 	// new): nothing is dropped silently.
 	compression, err := b.Cfg.compression()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	streams := []jetstream.StreamConfig{
+	return []jetstream.StreamConfig{
 		{
 			Name:        StreamWork,
 			Description: "jetpool work: one message per record and action; removed on ack",
@@ -131,28 +154,24 @@ func (b *Broker) ensure(ctx context.Context) error {
 			Replicas:    r,
 			MaxAge:      7 * 24 * time.Hour,
 		},
-	}
-	for _, sc := range streams {
-		if err := b.ensureStream(ctx, sc); err != nil {
-			return fmt.Errorf("stream %s: %w", sc.Name, err)
-		}
-	}
-	buckets := []jetstream.KeyValueConfig{
+	}, nil
+}
+
+// bucketConfigs are jetpool's KV buckets.
+func (b *Broker) bucketConfigs() []jetstream.KeyValueConfig {
+	r := b.replicas()
+	return []jetstream.KeyValueConfig{
 		{Bucket: BucketJobs, Description: "jetpool jobs: workflow, totals, status", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketJobState, Description: "jetpool job states: status and reason, written by workers", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketAttempts, Description: "jetpool: attempts of records waiting for redelivery", History: 1, Replicas: r, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketLimits, Description: "jetpool: shared rate-limit state per provider", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 	}
-	for _, kc := range buckets {
-		kv, err := b.ensureBucket(ctx, kc)
-		if err != nil {
-			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
-		}
-		b.mu.Lock()
-		b.kv[kc.Bucket] = kv
-		b.mu.Unlock()
-	}
+}
+
+// ensureCatcher makes the poison-pill catcher's consumer on the advisories
+// stream, or updates it when it differs.
+func (b *Broker) ensureCatcher(ctx context.Context) error {
 	cc := jetstream.ConsumerConfig{
 		Durable:     ConsumerMaxDeliveries,
 		Description: "jetpool poison-pill catcher: moves records past MaxDeliver to the DLQ",
@@ -332,24 +351,23 @@ func (b *Broker) Count(ctx context.Context, stream, filter string) (uint64, erro
 
 // LastMsg returns the last message on subject in stream, or nil when none.
 //
-// The lookup is a direct get, answered by any server holding the stream.
-// While a stream is being placed (a cluster's streams made seconds ago) or
-// has lost every member, nobody answers: the lookup is retried with backoff
-// for up to noRespondersWait before that is an error.
+// The lookup is answered by the stream's leader (leaderget.go: a replica's
+// direct get can be behind). While a stream is being placed (a cluster's
+// streams made seconds ago) or has lost every member, it is not found or
+// nobody answers: the lookup is retried with backoff for up to
+// noRespondersWait before that is an error.
 func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
-	s, err := b.stream(ctx, stream)
-	if err != nil {
-		return nil, err
-	}
 	var m *jetstream.RawStreamMsg
-	noAnswer := func(err error) bool { return errors.Is(err, nats.ErrNoResponders) }
+	noAnswer := func(err error) bool {
+		// a get that timed out while ctx has time left went to a node that
+		// could not answer (reconnecting, just thawed): asked again too.
+		return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errUnavailable) ||
+			(ctx.Err() == nil && unanswered(err))
+	}
 	gaveUp, err := untilAnswered(ctx, noRespondersWait, 20*time.Millisecond, noRespondersWait, noAnswer,
 		func() { noResponders(stream) },
 		func() (err error) {
-			m, err = s.GetLastMsgForSubject(ctx, subject)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				m, err = nil, nil
-			}
+			m, err = b.leaderLast(ctx, stream, subject)
 			return err
 		})
 	if gaveUp {

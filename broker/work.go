@@ -39,6 +39,16 @@ type Envelope struct {
 	Accounts []Account `json:"accounts,omitempty"`
 	// Sum is the hash of the input record (RecordSum), kept in its results.
 	Sum string `json:"sum,omitempty"`
+	// Files are the files the record's images and documents name, read by
+	// the dispatcher (workers read no local files), by the path as the
+	// template rendered it. They travel with the record to every action.
+	Files map[string]File `json:"files,omitempty"`
+}
+
+// File is a file read for a record: its media type and its bytes, base64.
+type File struct {
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
 }
 
 // RecordSum is the hash of an input record as read: "x" and its 64-bit
@@ -69,7 +79,7 @@ func SameRecord(sum string, raw []byte) bool {
 // and encoded again).
 func (e *Envelope) MarshalJSON() ([]byte, error) {
 	type plain Envelope
-	if e.RawRecord == nil || len(e.Outputs) > 0 || e.Cost != 0 || len(e.Accounts) > 0 {
+	if e.RawRecord == nil || len(e.Outputs) > 0 || e.Cost != 0 || len(e.Accounts) > 0 || len(e.Files) > 0 {
 		if e.RawRecord != nil {
 			return json.Marshal(&struct {
 				*plain
@@ -170,6 +180,14 @@ func (e *Envelope) parse(b []byte) error {
 			e.Cost = rawjson.Number(v)
 		case "sum":
 			e.Sum, _ = rawjson.String(v)
+		case "files":
+			e.Files = nil
+			if v[0] != 'n' {
+				if err = json.Unmarshal(v, &e.Files); err != nil {
+					err = fmt.Errorf("work envelope: files: %w", err)
+					return false
+				}
+			}
 		case "accounts":
 			e.Accounts = nil
 			if v[0] != 'n' {

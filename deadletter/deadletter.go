@@ -140,49 +140,23 @@ func (f Filter) match(e *Entry, now time.Time) bool {
 // Each calls fn for every dead letter matching f, oldest first, reading the
 // stream with an ordered consumer (constant memory).
 func Each(ctx context.Context, b *broker.Broker, f Filter, fn func(*Entry) error) error {
-	c, err := b.JS.OrderedConsumer(ctx, broker.StreamDLQ, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{broker.DLQFilter(f.Job, f.Action)},
-	})
-	if err != nil {
-		return err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if info.NumPending == 0 {
-		return nil
-	}
-	it, err := c.Messages(jetstream.PullMaxMessages(256))
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
 	now := time.Now()
 	n := 0
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			return err
-		}
+	return b.ReadStream(ctx, broker.StreamDLQ, []string{broker.DLQFilter(f.Job, f.Action)}, func(msg jetstream.Msg) (bool, error) {
 		meta, err := msg.Metadata()
 		if err != nil {
-			return err
+			return false, err
 		}
 		e := FromMsg(meta.Sequence.Stream, msg.Subject(), msg.Headers(), msg.Data())
-		if f.match(e, now) {
-			if err := fn(e); err != nil {
-				return err
-			}
-			n++
-			if f.Limit > 0 && n >= f.Limit {
-				return nil
-			}
+		if !f.match(e, now) {
+			return false, nil
 		}
-		if meta.NumPending == 0 {
-			return nil
+		if err := fn(e); err != nil {
+			return false, err
 		}
-	}
+		n++
+		return f.Limit > 0 && n >= f.Limit, nil
+	})
 }
 
 // List returns the dead letters matching f.

@@ -68,72 +68,13 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 			continue
 		}
 		if !res.Jobs[e.Job] {
-			// A job that failed (on_exhausted: raise) or completed runs
-			// again once replayed; the mark says a replay is under way
-			// before anything is republished, so that a replay killed half
-			// way is found and finished by the next (Unfinished).
-			n := perJob[e.Job]
-			j, err := b.UpdateJob(ctx, e.Job, func(j *broker.Job) bool {
-				if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
-					j.Status, j.Reason = broker.JobRunning, ""
-				}
-				j.Replay = &broker.ReplayMark{At: time.Now().UTC(), Records: n}
-				return true
-			})
-			if err != nil {
-				return res, fmt.Errorf("job %s: %w", e.Job, err)
-			}
-			// A finished job's work consumer goes after a grace (broker.Sweep).
-			if err := b.RestoreConsumer(ctx, j); err != nil {
-				return res, fmt.Errorf("job %s: %w", e.Job, err)
-			}
-			revision[e.Job] = j.Revision()
-			res.Jobs[e.Job] = true
-		}
-		// The failed result that no longer holds once the record is back in
-		// the work stream. It is looked up before the republish and deleted
-		// by its sequence after it: a worker may run the record and store
-		// its new result on the same subject in between, and that one stays.
-		old, err := b.LastMsg(ctx, broker.StreamResults, broker.ResultSubject(e.Job, e.Action, string(e.Reason), e.Record))
-		if err != nil {
-			return res, fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
-		}
-		if old != nil {
-			// What the failed generation cost goes with the record, so
-			// that its last result still adds up every call it took.
-			var r broker.Result
-			if json.Unmarshal(old.Data, &r) == nil && len(r.Actions) > 0 {
-				env.Accounts = append(env.Accounts, r.Actions[len(r.Actions)-1])
-			}
-		}
-		m, err := broker.NewWorkMsg(e.Job, e.Action, env, e.Replays+1)
-		if err != nil {
-			return res, err
-		}
-		if rev := revision[e.Job]; rev > 1 {
-			m.Header.Set(broker.HeaderRevision, strconv.Itoa(rev))
-		}
-		if o.Mode != "" {
-			m.Header.Set(broker.HeaderMode, o.Mode)
-		}
-		if _, err := b.JS.PublishMsg(ctx, m); err != nil {
-			return res, fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
-		}
-		if o.crashAfterPublish {
-			return res, errCrash
-		}
-		if o.afterPublish != nil {
-			o.afterPublish(e)
-		}
-		// The record is back in the work stream: its failed result no longer
-		// holds, and its dead letter goes.
-		if old != nil {
-			if err := b.DeleteMsg(ctx, broker.StreamResults, old.Sequence); err != nil {
+			if revision[e.Job], err = reopen(ctx, b, e.Job, perJob[e.Job]); err != nil {
 				return res, err
 			}
+			res.Jobs[e.Job] = true
 		}
-		if err := b.DeleteMsg(ctx, broker.StreamDLQ, e.Seq); err != nil {
-			return res, fmt.Errorf("replayed %s but could not delete dead letter %d: %w (a second retry will not run it twice)", e.Record, e.Seq, err)
+		if err := replayOne(ctx, b, o, e, env, revision[e.Job]); err != nil {
+			return res, err
 		}
 		res.Replayed++
 		if o.Each != nil {
@@ -141,6 +82,80 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 		}
 	}
 	return res, nil
+}
+
+// reopen readies a job for n replayed records and returns the revision they
+// run under. A job that failed (on_exhausted: raise) or completed runs
+// again; its mark says a replay is under way before anything is
+// republished, so that a replay killed half way is found and finished by
+// the next (Unfinished); a finished job's work consumer, which goes after a
+// grace (broker.Sweep), is made again.
+func reopen(ctx context.Context, b *broker.Broker, job string, n int) (int, error) {
+	j, err := b.UpdateJob(ctx, job, func(j *broker.Job) bool {
+		if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
+			j.Status, j.Reason = broker.JobRunning, ""
+		}
+		j.Replay = &broker.ReplayMark{At: time.Now().UTC(), Records: n}
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("job %s: %w", job, err)
+	}
+	if err := b.RestoreConsumer(ctx, j); err != nil {
+		return 0, fmt.Errorf("job %s: %w", job, err)
+	}
+	return j.Revision(), nil
+}
+
+// replayOne republishes one dead letter's record as the next replay
+// generation, then deletes its failed result and the dead letter.
+func replayOne(ctx context.Context, b *broker.Broker, o ReplayOptions, e *Entry, env *broker.Envelope, rev int) error {
+	// The failed result that no longer holds once the record is back in
+	// the work stream. It is looked up before the republish and deleted
+	// by its sequence after it: a worker may run the record and store
+	// its new result on the same subject in between, and that one stays.
+	old, err := b.LastMsg(ctx, broker.StreamResults, broker.ResultSubject(e.Job, e.Action, string(e.Reason), e.Record))
+	if err != nil {
+		return fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
+	}
+	if old != nil {
+		// What the failed generation cost goes with the record, so
+		// that its last result still adds up every call it took.
+		var r broker.Result
+		if json.Unmarshal(old.Data, &r) == nil && len(r.Actions) > 0 {
+			env.Accounts = append(env.Accounts, r.Actions[len(r.Actions)-1])
+		}
+	}
+	m, err := broker.NewWorkMsg(e.Job, e.Action, env, e.Replays+1)
+	if err != nil {
+		return err
+	}
+	if rev > 1 {
+		m.Header.Set(broker.HeaderRevision, strconv.Itoa(rev))
+	}
+	if o.Mode != "" {
+		m.Header.Set(broker.HeaderMode, o.Mode)
+	}
+	if _, err := b.JS.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("replay %s/%s/%s: %w (it is still in the DLQ)", e.Job, e.Action, e.Record, err)
+	}
+	if o.crashAfterPublish {
+		return errCrash
+	}
+	if o.afterPublish != nil {
+		o.afterPublish(e)
+	}
+	// The record is back in the work stream: its failed result no longer
+	// holds, and its dead letter goes.
+	if old != nil {
+		if err := b.DeleteMsg(ctx, broker.StreamResults, old.Sequence); err != nil {
+			return err
+		}
+	}
+	if err := b.DeleteMsg(ctx, broker.StreamDLQ, e.Seq); err != nil {
+		return fmt.Errorf("replayed %s but could not delete dead letter %d: %w (a second retry will not run it twice)", e.Record, e.Seq, err)
+	}
+	return nil
 }
 
 var errCrash = fmt.Errorf("simulated crash")

@@ -57,6 +57,9 @@ type Options struct {
 	// the publish pass trusts the check (eachRecord).
 	checkedHash string
 	bad         map[int]*LineError
+	// readFiles: the pass publishes, so it reads the files of the
+	// records' images and documents (files.go).
+	readFiles bool
 }
 
 // Result of a dispatch.
@@ -169,13 +172,16 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 		return "", err
 	}
 	defer r.Close()
-	r.views = true
 	trusted := opts.checkedHash != ""
-	r.idOnly = trusted
 	fields := make([][]string, len(wf.Actions))
 	for i := range wf.Actions {
 		fields[i] = wf.RecordFields(i)
 	}
+	at := newAttacher(wf, opts) // files.go: nil without images or documents to read
+	// Records whose files are read are decoded whole (attach renders their
+	// parts from Fields); the others are read in place.
+	r.views = at == nil
+	r.idOnly = trusted && at == nil
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -190,7 +196,15 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 		case trusted:
 		case err == nil:
 			err = checkFields(opts.Input, rec, wf, fields)
-			if err == nil {
+			if err == nil && at == nil {
+				err = checkSize(opts, rec, wf.Actions[0].Name)
+			}
+		}
+		if err == nil && at != nil {
+			// The files are read in both passes (sized in the first, carried
+			// in the second), and the size is checked with them.
+			err = at.attach(opts.Input, &rec)
+			if err == nil && !trusted {
 				err = checkSize(opts, rec, wf.Actions[0].Name)
 			}
 		}
@@ -383,6 +397,7 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		return nil
 	}
 	var err error
+	opts.readFiles = true
 	res.inputHash, err = eachRecord(wf, opts, func(rec Record, le *LineError) error {
 		if le != nil {
 			res.BadLines++
@@ -392,7 +407,7 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 			res.Skipped++
 			return nil
 		}
-		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: broker.RecordSum(rec.Raw)}
+		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: broker.RecordSum(rec.Raw), Files: rec.Files}
 		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
 		if err != nil {
 			return err

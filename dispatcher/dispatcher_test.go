@@ -240,3 +240,36 @@ func TestDispatchInAtomicBatches(t *testing.T) {
 	_, p := testenv.WaitFinished(t, b, "atomic", 60*time.Second)
 	require.EqualValues(t, 1200, p.OK)
 }
+
+// A dispatch whose batch fails midway (its context is cancelled once the
+// first batch is stored, so the second is sent but never committed: what a
+// dispatcher killed mid-batch leaves) is resumed by dispatching again: the
+// stored batch's records are duplicates, the rest are published, and every
+// record is stored and run exactly once.
+func TestDispatchAtomicBatchFailedMidwayResumes(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t, testenv.Options{SyncInterval: "always"})
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.Records(t, 1200) // batches of 500, 500 and 200
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+	_, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, IDField: "id", JobID: "midway",
+		Progress: func(int64) { cancel() }})
+	require.ErrorIs(t, err, context.Canceled)
+	count := func() uint64 {
+		n, err := b.Count(context.Background(), broker.StreamWork, broker.WorkFilter("midway"))
+		require.NoError(t, err)
+		return n
+	}
+	require.EqualValues(t, broker.AtomicBatchMax, count(), "the first batch whole, nothing of the second")
+
+	again := testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "midway"})
+	require.EqualValues(t, 1200-broker.AtomicBatchMax, again.Published)
+	require.EqualValues(t, broker.AtomicBatchMax, again.Duplicates)
+	require.EqualValues(t, 1200, count(), "each record once")
+
+	testenv.Pool(t, b, worker.Config{Concurrency: 16})
+	_, p := testenv.WaitFinished(t, b, "midway", 60*time.Second)
+	require.EqualValues(t, 1200, p.OK)
+	require.Zero(t, p.Failed)
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/rawjson"
 )
 
@@ -36,6 +37,11 @@ type Record struct {
 	// never needs more, and passes the record's JSON through as it is.
 	Fields map[string]json.RawMessage
 	Raw    []byte // the record's JSON (JSONL: the line as read; CSV: the row as an object)
+	// Files are the files its images and documents name, read for the
+	// publishing pass (files.go); FilesSize is what they add to its work
+	// message, counted in both passes.
+	Files     map[string]broker.File
+	FilesSize int64
 
 	// members are the top-level fields of a JSONL record read by the
 	// dispatcher's own passes (Reader.views), in place of Fields: views of

@@ -52,6 +52,7 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 	first, rev := job.Actions[0], job.Revision()
 	res := &Refreshed{}
 	var fixed []string
+	opts.readFiles = true
 	hash, err := eachRecord(wf, opts, func(rec Record, le *LineError) error {
 		if id, ok := oldBad[rec.Line]; ok && (le == nil || badID(rec) != id) {
 			fixed = append(fixed, id)
@@ -83,7 +84,7 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 			}
 			replays++
 		}
-		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: sum}
+		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: sum, Files: rec.Files}
 		m, err := broker.NewWorkMsg(job.ID, first, env, replays)
 		if err != nil {
 			return err

@@ -20,11 +20,12 @@ const bigRecordHelp = "raise max_payload on the NATS server (deploy/README.md, \
 // workMsgSize bounds the size of rec's work message for action as the
 // server counts it against max_payload (headers and body), for any job id
 // and replay generation: broker.NewWorkMsg's envelope and headers, with the
-// record id escaped at worst and the longest job id.
+// record id escaped at worst and the longest job id, and the files its
+// images and documents carry (files.go).
 func workMsgSize(action string, rec Record) int64 {
 	const jobMax, digits = 64, 20
 	idJSON := 6*len(rec.ID) + 2 // a JSON string escapes a byte to at most 6
-	body := len(`{"id":,"record":,"line":}`) + idJSON + len(rec.Raw) + digits
+	body := len(`{"id":,"record":,"line":}`) + idJSON + len(rec.Raw) + digits + int(rec.FilesSize)
 	token := max(len(rec.ID), 2+24) // broker.RecordToken: the id, or h_ and a hash
 	header := func(k string, v int) int { return len(k) + len(": \r\n") + v }
 	hdr := len("NATS/1.0\r\n\r\n") +
@@ -42,8 +43,8 @@ func checkSize(opts Options, rec Record, action string) error {
 	}
 	if n := workMsgSize(action, rec); n > opts.MaxPayload {
 		return &LineError{File: opts.Input, Line: rec.Line, tooLarge: true, Reason: fmt.Sprintf(
-			"the record is %d bytes and its work message up to %d, more than the NATS server's max_payload of %d bytes (%s)",
-			len(rec.Raw), n, opts.MaxPayload, bigRecordHelp)}
+			"the record is %d bytes%s and its work message up to %d, more than the NATS server's max_payload of %d bytes (%s)",
+			len(rec.Raw), withFiles(rec), n, opts.MaxPayload, bigRecordHelp)}
 	}
 	return nil
 }
@@ -68,4 +69,12 @@ func checkWorkflowSize(wf *workflow.Workflow, maxPayload int64) error {
 			len(enc), maxPayload, bigRecordHelp)}
 	}
 	return nil
+}
+
+// withFiles says what a record's files add, for a size error.
+func withFiles(rec Record) string {
+	if rec.FilesSize == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" with %d bytes of files (base64)", rec.FilesSize)
 }

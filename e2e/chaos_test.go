@@ -182,6 +182,26 @@ actions:
 	require.LessOrEqual(t, m.total()-paused, 2*16, "work paused: at most the slots and held answers more (was %d)", paused)
 	t.Logf("store full after %d records called, %d MiB of filler; %d calls during 5 s of a full store", paused, filled/4, m.total()-paused)
 
+	// jetpool status says what is wrong, and counts every record in one
+	// column: nothing outside them while the store is full.
+	st := jetpool(t, map[string]string{"JETPOOL_NATS_URL": c.url(0)}, "status", "--json")
+	require.Zero(t, st.code, st.stderr)
+	var jobs []struct {
+		Total             int64
+		Queued            int64
+		InFlight          int64 `json:"in_flight"`
+		Storing           int64
+		Waiting           int64 `json:"waiting_for_redelivery"`
+		Succeeded, Failed int64
+		StorageFaults     []struct{ Write, Stream, Hint string } `json:"storage_faults"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &jobs), st.stdout)
+	require.Len(t, jobs, 1)
+	s := jobs[0]
+	require.Equal(t, s.Total, s.Queued+s.InFlight+s.Storing+s.Waiting+s.Succeeded+s.Failed, "every record in one column: %+v", s)
+	require.NotEmpty(t, s.StorageFaults, "status shows the storage fault")
+	require.Contains(t, s.StorageFaults[0].Hint, "full")
+
 	require.NoError(t, filler.Purge(ctx)) // space comes back
 	require.Contains(t, []int{0}, run.wait(t, 120*time.Second), "the same run completes")
 	f, err := os.Open(out)
@@ -272,6 +292,20 @@ actions:
 		atKill, failed, m.total()-before-atKill)
 }
 
+// A cluster started a moment ago (compose, Kubernetes): `jetpool dispatch`
+// waits for JetStream to elect its leaders and place the streams, within a
+// bound, instead of failing with "context deadline exceeded".
+func TestDispatchToAFreshCluster(t *testing.T) {
+	t.Parallel()
+	c := startNATSCluster(t, natsOpts{}) // listening, no meta leader yet
+	wf := filepath.Join(t.TempDir(), "wf.yaml")
+	require.NoError(t, os.WriteFile(wf, []byte(simYAML(0, "")), 0o600))
+	r := jetpool(t, map[string]string{"JETPOOL_NATS_URL": c.urls(), "JETPOOL_REPLICAS": "3"},
+		"dispatch", wf, "--input", testenv.Records(t, 20), "--job", "fresh")
+	require.Zero(t, r.code, r.stderr)
+	require.Equal(t, "fresh\n", r.stdout)
+}
+
 // A starved pool — an adaptive window of one call, many slots, a short
 // AckWait — keeps every record it holds alive while it waits for its turn:
 // none runs out its AckWait into a second delivery (and a second payment).
@@ -296,4 +330,59 @@ func TestChaosStarvedPool(t *testing.T) {
 		require.Equal(t, 1, counter.Calls(id), id)
 		require.Zero(t, r.Recovery.Lost, id)
 	}
+}
+
+// A lookup reads the leader, and a lookup through a node just back from a
+// long freeze finds every outcome stored meanwhile. Such a node is behind
+// (the leader dropped its route to it) and answers "JetStream temporarily
+// unavailable" for a while: that is asked again, not an error. A direct
+// get could be answered by a follower that is only 90 % caught up
+// (nats-server serves a follower's direct gets from there), so lookups that
+// decide whether to pay do not use them; the test logs what direct gets
+// through the thawed node found.
+func TestLookupReadsTheLeader(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	c := startNATSCluster(t, natsOpts{})
+	admin := readyURLs(t, c.urls(), 10*time.Second)
+	leader := c.leader(admin, broker.StreamResults)
+	follower := (leader + 1) % 3
+	writer := clusterBroker(t, c.url(leader))
+	reader := clusterBroker(t, c.url(follower))
+	ctx := context.Background()
+
+	c.freeze(follower)
+	frozen := time.Now()
+	big := strings.Repeat("x", 64<<10) // enough to fill the routes' buffers: the leader drops its route to the frozen node
+	for i := range n {
+		require.NoError(t, writer.WriteResult(ctx, &broker.Result{ID: fmt.Sprintf("r%d", i), Job: "thaw", Action: "a", Status: broker.StatusOK, Output: big}))
+	}
+	testenv.Eventually(t, time.Minute, func() bool { return time.Since(frozen) > 15*time.Second }, "frozen past the route's write deadline")
+	c.thaw(follower)
+	s, err := reader.JS.Stream(ctx, broker.StreamResults)
+	require.NoError(t, err)
+	direct, missed, errs := 0, 0, 0
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		if m, err := s.GetLastMsgForSubject(ctx, broker.ResultSubject("thaw", "a", "*", id)); err != nil || m == nil {
+			direct++
+		}
+		// A lookup that errs (the client's connection to the thawed node
+		// went stale and reconnects) is what a worker holds and asks again:
+		// never a miss, which would pay.
+		var r *broker.Result
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			var err error
+			r, _, err = reader.LastOutcome(ctx, "thaw", "a", id)
+			if err != nil {
+				errs++
+			}
+			return err == nil
+		}, "a lookup of %s answers", id)
+		if r == nil {
+			missed++
+		}
+	}
+	t.Logf("after the thaw, %d of %d direct gets through the thawed replica found nothing; lookups from the leader missed %d (%d asked again after an error)", direct, n, missed, errs)
+	require.Zero(t, missed)
 }

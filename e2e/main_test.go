@@ -160,6 +160,11 @@ func start(t testing.TB, env map[string]string, args ...string) *proc {
 		}
 		if t.Failed() {
 			t.Logf("%s (pid %d)\n--- stdout\n%s--- stderr\n%s", p.name, p.cmd.Process.Pid, p.stdout, lastLines(p.stderr.String(), 40))
+			// E2E_LOG_DIR keeps every failed test's process logs whole.
+			if dir := os.Getenv("E2E_LOG_DIR"); dir != "" {
+				name := fmt.Sprintf("%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), p.cmd.Process.Pid)
+				_ = os.WriteFile(filepath.Join(dir, name), []byte(p.stdout.String()+p.stderr.String()), 0o644)
+			}
 		}
 	})
 	return p

@@ -24,6 +24,7 @@ func TestLookup(t *testing.T) {
 		{"gemini", "models/gemini-2.5-flash", "gemini-2.5-flash", 0.30},
 		{"gemini", "gemini-2.5-flash-lite", "gemini-2.5-flash-lite", 0.10},
 		{"groq", "llama-3.1-8b-instant", "llama-3.1-8b-instant", 0.05},
+		{"openai", "text-embedding-3-small", "text-embedding-3-small", 0.02},
 		{"together", "gpt-4o-mini", "", 0}, // only the presets' own endpoints
 		{"sim", "sim-1", "", 0},
 	} {

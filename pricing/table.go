@@ -21,6 +21,10 @@ var builtin = map[string]map[string]Price{
 		"gpt-5-nano":   {InputPerMTok: 0.05, CachedInputPerMTok: 0.005, OutputPerMTok: 0.40},
 		"o4-mini":      {InputPerMTok: 1.10, CachedInputPerMTok: 0.275, OutputPerMTok: 4.40},
 		"o3":           {InputPerMTok: 2.00, CachedInputPerMTok: 0.50, OutputPerMTok: 8.00},
+		// Embeddings (kind: embed actions): input tokens only.
+		"text-embedding-3-small": {InputPerMTok: 0.02},
+		"text-embedding-3-large": {InputPerMTok: 0.13},
+		"text-embedding-ada-002": {InputPerMTok: 0.10},
 	},
 	"anthropic": {
 		"claude-opus-4-1":   {InputPerMTok: 15, CachedInputPerMTok: 1.50, CacheWritePerMTok: 18.75, OutputPerMTok: 75},

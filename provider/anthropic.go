@@ -47,7 +47,93 @@ func (p *anthropic) headers() http.Header {
 	return http.Header{"Anthropic-Version": {AnthropicVersion}}
 }
 
-func (p *anthropic) body(req Request) map[string]any {
+// anthropicOutputTool is the tool whose input is the answer when the
+// schema of structured output is sent as a tool (the Messages API's way to
+// constrain an answer to a schema): a tool_use of it is the answer's text,
+// not a tool call. workflow refuses tools named jetpool_….
+const anthropicOutputTool = "jetpool_structured_output"
+
+// ephemeral is the cache_control of a cacheable prefix's end.
+var ephemeral = map[string]any{"type": "ephemeral"}
+
+// anthropicTurn is a turn on the wire: Content is a string, or a list
+// of blocks when the turn has parts or tool calls, or answers tool calls.
+type anthropicTurn struct {
+	Role    string `json:"role"`
+	Content any    `json:"content"`
+}
+
+func (p *anthropic) messages(msgs []Message) []anthropicTurn {
+	out := make([]anthropicTurn, 0, len(msgs))
+	for i, m := range msgs {
+		answers := answersTools(msgs, i)
+		if len(m.Parts) == 0 && len(m.ToolCalls) == 0 && len(answers) == 0 {
+			out = append(out, anthropicTurn{Role: m.Role, Content: m.Content})
+			continue
+		}
+		var blocks []map[string]any
+		for j, c := range answers { // tool results come first in a turn
+			blocks = append(blocks, map[string]any{"type": "tool_result", "tool_use_id": callID(c.ID, j), "content": notRun, "is_error": true})
+		}
+		for _, pt := range m.Parts {
+			blocks = append(blocks, anthropicPart(pt))
+		}
+		if m.Content != "" {
+			blocks = append(blocks, map[string]any{"type": "text", "text": m.Content})
+		}
+		for j, c := range m.ToolCalls {
+			args, _ := c.arguments()
+			blocks = append(blocks, map[string]any{"type": "tool_use", "id": callID(c.ID, j), "name": c.Name, "input": args})
+		}
+		out = append(out, anthropicTurn{Role: m.Role, Content: blocks})
+	}
+	return out
+}
+
+// anthropicPart is an image or document block: from a URL or base64 data.
+func anthropicPart(pt Part) map[string]any {
+	src := map[string]any{"type": "url", "url": pt.URL}
+	if pt.Data != "" {
+		src = map[string]any{"type": "base64", "media_type": pt.mediaType(), "data": pt.Data}
+	}
+	b := map[string]any{"type": pt.Type, "source": src}
+	if pt.Cache {
+		b["cache_control"] = ephemeral
+	}
+	return b
+}
+
+// anthropicToolChoice is Request.ToolChoice on the wire (nil: not sent).
+func anthropicToolChoice(choice string) any {
+	switch choice {
+	case "":
+		return nil
+	case ToolChoiceAuto, ToolChoiceNone:
+		return map[string]any{"type": choice}
+	case ToolChoiceRequired:
+		return map[string]any{"type": "any"}
+	}
+	return map[string]any{"type": "tool", "name": choice}
+}
+
+// outputTool says whether req's schema goes as a forced tool: a JSON
+// answer with an object schema, when the request has no tools of its own
+// (the answer could not be forced to one tool while others are offered)
+// and its params set no tools, tool_choice or thinking (which cannot be
+// combined with a forced tool). Otherwise JSON mode is the instruction.
+func outputTool(req Request, params map[string]any) bool {
+	if !req.JSON || req.Schema == nil || req.Schema["type"] != "object" || len(req.Tools) > 0 {
+		return false
+	}
+	for _, k := range []string{"tools", "tool_choice", "thinking"} {
+		if _, set := params[k]; set {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *anthropic) body(req Request) (map[string]any, *retry.Error) {
 	params := make(map[string]any, len(req.Params))
 	for k, v := range req.Params {
 		switch k {
@@ -64,9 +150,22 @@ func (p *anthropic) body(req Request) map[string]any {
 	if _, ok := params["max_tokens"]; !ok {
 		params["max_tokens"] = AnthropicMaxTokensDefault
 	}
-	own := map[string]any{"model": req.Model, "messages": req.Messages}
+	own := map[string]any{"model": req.Model, "messages": p.messages(req.Messages)}
 	system := req.System
-	if req.JSON {
+	var tools []map[string]any
+	for _, t := range req.Tools {
+		tool := map[string]any{"name": t.Name, "input_schema": t.parameters()}
+		if t.Description != "" {
+			tool["description"] = t.Description
+		}
+		tools = append(tools, tool)
+	}
+	switch {
+	case outputTool(req, params):
+		tools = []map[string]any{{"name": anthropicOutputTool, "input_schema": req.Schema,
+			"description": "Give your answer as this tool's input; it is the whole answer."}}
+		own["tool_choice"] = map[string]any{"type": "tool", "name": anthropicOutputTool}
+	case req.JSON:
 		system = strings.TrimSpace(system + "\n\n" + anthropicJSONInstruction)
 		if req.Schema != nil {
 			if b, err := json.Marshal(req.Schema); err == nil {
@@ -74,13 +173,25 @@ func (p *anthropic) body(req Request) map[string]any {
 			}
 		}
 	}
-	if system != "" {
+	if len(tools) > 0 {
+		if req.CacheTools {
+			tools[len(tools)-1]["cache_control"] = ephemeral
+		}
+		own["tools"] = tools
+	}
+	if tc := anthropicToolChoice(req.ToolChoice); tc != nil && own["tool_choice"] == nil {
+		own["tool_choice"] = tc
+	}
+	switch {
+	case system != "" && req.CacheSystem:
+		own["system"] = []map[string]any{{"type": "text", "text": system, "cache_control": ephemeral}}
+	case system != "":
 		own["system"] = system
 	}
 	if _, set := params["stream"]; set || req.Stream {
 		own["stream"] = req.Stream // Request.Stream, not a param, decides
 	}
-	return mergeParams(params, own)
+	return mergeParams(params, own), nil
 }
 
 type anthropicUsage struct {
@@ -112,32 +223,57 @@ type anthropicMessage struct {
 
 // anthropicBlock is a content block; Text stays raw to name a wrong type.
 type anthropicBlock struct {
-	Type string          `json:"type"`
-	Text json.RawMessage `json:"text"`
+	Type  string          `json:"type"`
+	Text  json.RawMessage `json:"text"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
 }
 
-// text joins the message's text blocks; a missing content list, or a text
-// block whose text is not a string, is an error naming what was found.
-func (m *anthropicMessage) text() (string, error) {
+// answer reads the message's content: its text blocks joined (or the input
+// of the structured-output tool, which is the answer), and its tool calls.
+// A missing content list, or a text block whose text is not a string, is an
+// error naming what was found.
+func (m *anthropicMessage) answer() (text string, calls []ToolCall, structured bool, err error) {
 	if len(m.Content) == 0 || string(m.Content) == "null" {
-		return "", fmt.Errorf("message has no content")
+		return "", nil, false, fmt.Errorf("message has no content")
 	}
 	var blocks []anthropicBlock
 	if err := json.Unmarshal(m.Content, &blocks); err != nil {
-		return "", fmt.Errorf("content is %s, want a list of content blocks", jsonKind(m.Content))
+		return "", nil, false, fmt.Errorf("content is %s, want a list of content blocks", jsonKind(m.Content))
 	}
 	var b strings.Builder
 	for i, c := range blocks {
-		if c.Type != "text" {
-			continue // tool_use, thinking, …
+		switch c.Type {
+		case "text":
+			var s string
+			if err := json.Unmarshal(c.Text, &s); err != nil {
+				return "", nil, false, fmt.Errorf("content[%d].text is %s, want a string", i, jsonKind(c.Text))
+			}
+			b.WriteString(s)
+		case "tool_use":
+			if c.Name == anthropicOutputTool {
+				structured = true
+				b.Write(rawArgs(string(c.Input)))
+				continue
+			}
+			if c.Name == "" {
+				return "", nil, false, fmt.Errorf("content[%d] is a tool_use without a name", i)
+			}
+			calls = append(calls, ToolCall{ID: callID(c.ID, len(calls)), Name: c.Name, Arguments: rawArgs(string(c.Input))})
 		}
-		var s string
-		if err := json.Unmarshal(c.Text, &s); err != nil {
-			return "", fmt.Errorf("content[%d].text is %s, want a string", i, jsonKind(c.Text))
-		}
-		b.WriteString(s)
+		// thinking, redacted_thinking, server tools' blocks: not the answer
 	}
-	return b.String(), nil
+	return b.String(), calls, structured, nil
+}
+
+// structuredEnd finishes an answer given as the structured-output tool's
+// input as the plain answer it is: stop (the raw word stays tool_use), and
+// the tool_use a conversation must answer is not kept as a call.
+func structuredEnd(out *Response, structured bool) {
+	if structured && out.FinishReason == FinishToolCalls && len(out.ToolCalls) == 0 {
+		out.FinishReason = FinishStop
+	}
 }
 
 // anthropicFinish normalises stop_reason.
@@ -173,7 +309,11 @@ func (p *anthropic) call(ctx context.Context, req Request) (Response, error) {
 	if req.Stream {
 		hdr.Set("Accept", "text/event-stream")
 	}
-	resp, rerr := p.send(ctx, http.MethodPost, p.endpoint("messages", nil), p.body(req), req.Model, key, hdr)
+	body, rerr := p.body(req)
+	if rerr != nil {
+		return Response{}, rerr
+	}
+	resp, rerr := p.send(ctx, http.MethodPost, p.endpoint("messages", nil), body, req.Model, key, hdr)
 	if rerr != nil {
 		return Response{}, rerr
 	}
@@ -192,12 +332,14 @@ func (p *anthropic) decode(b []byte, model, key string) (Response, *retry.Error)
 	if m.Type == "error" {
 		return Response{}, p.inBandError(b, model, key)
 	}
-	text, err := m.text()
+	text, calls, structured, err := m.answer()
 	if err != nil {
 		return Response{}, p.invalidResponse(model, err.Error())
 	}
-	return Response{Text: text, FinishReason: anthropicFinish(m.StopReason), FinishReasonRaw: m.StopReason,
-		Model: cmp.Or(m.Model, model), Usage: m.Usage.usage()}, nil
+	out := Response{Text: text, ToolCalls: calls, FinishReason: anthropicFinish(m.StopReason), FinishReasonRaw: m.StopReason,
+		Model: cmp.Or(m.Model, model), Usage: m.Usage.usage()}
+	structuredEnd(&out, structured)
+	return out, nil
 }
 
 // stream reads message_start, content_block_delta…, message_delta and
@@ -206,7 +348,17 @@ func (p *anthropic) decode(b []byte, model, key string) (Response, *retry.Error)
 func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key string) (Response, error) {
 	sr := newSSEReader(body)
 	var text strings.Builder
+	var calls toolAcc
+	structured := map[int]bool{} // content blocks of the structured-output tool
 	out := Response{Model: req.Model}
+	emit := func(d string) {
+		if d != "" {
+			text.WriteString(d)
+			if req.OnDelta != nil {
+				req.OnDelta(d)
+			}
+		}
+	}
 	for {
 		ev, err := sr.next()
 		if err != nil {
@@ -221,10 +373,17 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 				Model string         `json:"model"`
 				Usage anthropicUsage `json:"usage"`
 			} `json:"message"`
+			Index        int `json:"index"`
+			ContentBlock struct {
+				Type string `json:"type"`
+				ID   string `json:"id"`
+				Name string `json:"name"`
+			} `json:"content_block"`
 			Delta struct {
-				Type       string          `json:"type"`
-				Text       json.RawMessage `json:"text"`
-				StopReason string          `json:"stop_reason"`
+				Type        string          `json:"type"`
+				Text        json.RawMessage `json:"text"`
+				PartialJSON string          `json:"partial_json"`
+				StopReason  string          `json:"stop_reason"`
 			} `json:"delta"`
 			Usage *anthropicUsage `json:"usage"`
 		}
@@ -240,20 +399,33 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 		case "message_start":
 			out.Model = cmp.Or(data.Message.Model, out.Model)
 			out.Usage = data.Message.Usage.usage()
+		case "content_block_start":
+			if cb := data.ContentBlock; cb.Type == "tool_use" {
+				if cb.Name == anthropicOutputTool {
+					structured[data.Index] = true
+					continue
+				}
+				c := calls.at(data.Index)
+				c.id, c.name = cb.ID, cb.Name
+			}
 		case "content_block_delta":
-			if data.Delta.Type != "text_delta" {
+			switch data.Delta.Type {
+			case "input_json_delta":
+				if structured[data.Index] {
+					emit(data.Delta.PartialJSON) // the answer itself, as it arrives
+				} else {
+					calls.at(data.Index).args.WriteString(data.Delta.PartialJSON)
+				}
+				continue
+			case "text_delta":
+			default:
 				continue
 			}
 			var d string
 			if err := json.Unmarshal(data.Delta.Text, &d); err != nil {
 				return Response{}, p.invalidResponse(req.Model, "stream event: delta.text is "+jsonKind(data.Delta.Text)+", want a string")
 			}
-			if d != "" {
-				text.WriteString(d)
-				if req.OnDelta != nil {
-					req.OnDelta(d)
-				}
-			}
+			emit(d)
 		case "message_delta":
 			if data.Delta.StopReason != "" {
 				out.FinishReasonRaw = data.Delta.StopReason
@@ -270,6 +442,8 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 			}
 		case "message_stop":
 			out.Text = text.String()
+			out.ToolCalls = calls.done()
+			structuredEnd(&out, len(structured) > 0)
 			return out, nil
 		case "error":
 			return Response{}, p.inBandError(ev.data, req.Model, key)

@@ -15,7 +15,7 @@ import (
 type Wire struct {
 	c     *client
 	kind  string
-	body  func(Request) map[string]any
+	body  func(Request) (map[string]any, *retry.Error)
 	parse func(b []byte, model string) (Response, *retry.Error)
 }
 
@@ -83,12 +83,16 @@ func (w *Wire) Auth(h http.Header, key string) {
 	}
 }
 
-// Body is the JSON body of a non-streamed call of req.
-func (w *Wire) Body(req Request) map[string]any {
+// Body is the JSON body of a non-streamed call of req; the error is a
+// request the wire format cannot carry (a document URL on OpenAI, say).
+func (w *Wire) Body(req Request) (map[string]any, error) {
 	req.Stream, req.OnDelta = false, nil
-	b := w.body(req)
+	b, err := w.body(req)
+	if err != nil {
+		return nil, err
+	}
 	delete(b, "stream")
-	return b
+	return b, nil
 }
 
 // Response parses a successful response body (a chat.completion, or an

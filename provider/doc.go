@@ -9,14 +9,15 @@
 //     Bearer), for OpenAI and every compatible endpoint (see [Presets]).
 //     Streaming reads SSE "data:" lines up to "data: [DONE]" and asks for
 //     stream_options.include_usage. JSON mode is response_format json_object, or
-//     json_schema when Request.Schema is set. Request.Params are merged into the
+//     json_schema when Request.Schema is set (see Beyond text). Request.Params are merged into the
 //     body (temperature, max_tokens, top_p, stop, seed, …); the adapter's own
 //     fields (model, messages, stream) cannot be overridden by them.
 //   - anthropic: Messages API (POST {base_url}/messages, x-api-key,
 //     anthropic-version 2023-06-01). max_tokens defaults to
 //     [AnthropicMaxTokensDefault]; "stop" is sent as stop_sequences. The API has
-//     no JSON switch: JSON mode adds an instruction (and the schema) to the
-//     system prompt. Input tokens count cache reads and writes too, as OpenAI's
+//     no JSON switch: JSON mode with an object schema forces a tool whose
+//     input is the answer; otherwise it adds an instruction (and the schema)
+//     to the system prompt. Input tokens count cache reads and writes too, as OpenAI's
 //     prompt_tokens does.
 //   - gemini: native generateContent / streamGenerateContent?alt=sse. The key
 //     goes in the x-goog-api-key header, never in ?key=. Params map onto
@@ -24,7 +25,50 @@
 //     mode sets responseMimeType application/json and responseJsonSchema.
 //     Thinking tokens are counted as output tokens (they are billed as such).
 //   - sim: the simulated model of sim.go; it stops at max_tokens (four
-//     characters a token) as a model does.
+//     characters a token) as a model does, takes images (and refuses data
+//     that is not one), calls a tool it is given with arguments that fit
+//     its schema, answers a schema with JSON that satisfies it, reports
+//     cache writes and reads of a cached system prompt, and embeds text in
+//     unit vectors of a fixed dimension (sim_tools.go).
+//
+// # Beyond text
+//
+// A user turn may carry images and documents (PDF) as [Part]s, at a URL or as
+// base64 data, sent before its text: OpenAI image_url and file parts (a
+// document only as data: Chat Completions takes no document URL, and such a
+// request fails as invalid_request before anything is sent), Anthropic image
+// and document blocks (source url or base64), Gemini inlineData and fileData.
+//
+// Request.Tools are function definitions (a JSON Schema of the arguments)
+// and Request.ToolChoice auto, none, required or a tool's name: OpenAI tools
+// and tool_choice, Anthropic tools and tool_choice (required is "any"),
+// Gemini functionDeclarations (parametersJsonSchema) and a
+// functionCallingConfig. The answer's calls are Response.ToolCalls, their
+// arguments the JSON the model wrote, and FinishReason tool_calls (Gemini
+// says STOP). A conversation that goes on after a turn of calls (a repair)
+// answers each call with a result saying it was not run: jetpool runs no
+// tools, the calls are the output.
+//
+// Structured output: with Request.Schema, OpenAI gets response_format
+// json_schema, with strict: true when the schema is in the strict subset
+// (every object lists all its properties as required and sets
+// additionalProperties: false; strict outside it is a 400); Gemini
+// responseJsonSchema (JSON Schema as it is; responseSchema is an OpenAPI
+// subset); Anthropic a forced tool (jetpool_structured_output) whose input is
+// the answer's text, when the schema is an object and the request has no
+// tools, tool_choice or thinking of its own — otherwise, and for JSON without
+// a schema, the instruction in the system prompt. What params set
+// (response_format, response_mime_type, response_schema) wins.
+//
+// Prompt caching: Request.CacheSystem, CacheTools and Part.Cache put
+// Anthropic's cache_control on the system prompt, the last tool and a part;
+// OpenAI and Gemini cache long prefixes by themselves. Every adapter reports
+// cached-input tokens in Usage (and Anthropic's cache writes).
+//
+// Embeddings: the openai, gemini and sim adapters are [Embedder]s: POST
+// {base_url}/embeddings with a list of inputs (vectors as numbers or
+// base64 float32), Gemini embedContent for one input and batchEmbedContents
+// for more ([EmbedMaxInputs] per request).
 //
 // # Answers
 //

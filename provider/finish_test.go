@@ -81,7 +81,7 @@ func finishCases() []suiteCase {
 			"gemini": {serve: providertest.Reply{Status: 200, Body: strings.Replace(providertest.GeminiResponse("gemini-2.5-flash", answer, 12, 2),
 				`"candidatesTokenCount":2,`, `"candidatesTokenCount":2,"thoughtsTokenCount":3,"cachedContentTokenCount":8,`, 1)},
 				want: want{usage: provider.Usage{InputTokens: 12, OutputTokens: 5, CachedInputTokens: 8, ReasoningTokens: 3}}},
-			"sim": {skip: "the sim has no cache and no reasoning"},
+			"sim": {skip: "the sim has no reasoning; its cache (cache: [system]) is TestSimMultimodal's"},
 		},
 	}, {
 		name: "wrong-typed content",

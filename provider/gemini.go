@@ -53,11 +53,77 @@ var geminiParams = map[string]string{
 	"frequency_penalty":     "frequencyPenalty",
 	"candidate_count":       "candidateCount",
 	"response_mime_type":    "responseMimeType",
+	"response_schema":       "responseSchema",
+	"response_json_schema":  "responseJsonSchema",
 }
 
 type geminiPart struct {
-	Text    string `json:"text,omitempty"`
-	Thought bool   `json:"thought,omitempty"`
+	Text             string              `json:"text,omitempty"`
+	Thought          bool                `json:"thought,omitempty"`
+	InlineData       *geminiData         `json:"inlineData,omitempty"`
+	FileData         *geminiFile         `json:"fileData,omitempty"`
+	FunctionCall     *geminiCall         `json:"functionCall,omitempty"`
+	FunctionResponse *geminiFunctionResp `json:"functionResponse,omitempty"`
+	ThoughtSignature string              `json:"thoughtSignature,omitempty"`
+}
+
+type geminiData struct {
+	MimeType string `json:"mimeType"`
+	Data     string `json:"data"`
+}
+
+type geminiFile struct {
+	MimeType string `json:"mimeType"`
+	FileURI  string `json:"fileUri"`
+}
+
+type geminiCall struct {
+	ID   string          `json:"id,omitempty"`
+	Name string          `json:"name"`
+	Args json.RawMessage `json:"args"`
+}
+
+type geminiFunctionResp struct {
+	Name     string         `json:"name"`
+	Response map[string]any `json:"response"`
+}
+
+// geminiParts is a turn's parts: the answers to the tool calls it follows,
+// its images and documents (inlineData, or fileData for a URL), its text,
+// and the function calls of a model turn (with their thought signatures).
+func geminiParts(msgs []Message, i int) []geminiPart {
+	m := msgs[i]
+	var parts []geminiPart
+	for _, c := range answersTools(msgs, i) {
+		parts = append(parts, geminiPart{FunctionResponse: &geminiFunctionResp{Name: c.Name, Response: map[string]any{"error": notRun}}})
+	}
+	for _, pt := range m.Parts {
+		if pt.Data != "" {
+			parts = append(parts, geminiPart{InlineData: &geminiData{MimeType: pt.mediaType(), Data: pt.Data}})
+		} else {
+			parts = append(parts, geminiPart{FileData: &geminiFile{MimeType: pt.mediaType(), FileURI: pt.URL}})
+		}
+	}
+	if m.Content != "" || (len(parts) == 0 && len(m.ToolCalls) == 0) {
+		parts = append(parts, geminiPart{Text: m.Content})
+	}
+	for _, c := range m.ToolCalls {
+		args, _ := c.arguments()
+		parts = append(parts, geminiPart{FunctionCall: &geminiCall{Name: c.Name, Args: args}, ThoughtSignature: c.Signature})
+	}
+	return parts
+}
+
+// geminiToolConfig is Request.ToolChoice as a functionCallingConfig (nil: not sent).
+func geminiToolConfig(choice string) map[string]any {
+	mode := map[string]string{ToolChoiceAuto: "AUTO", ToolChoiceNone: "NONE", ToolChoiceRequired: "ANY"}
+	switch {
+	case choice == "":
+		return nil
+	case mode[choice] != "":
+		return map[string]any{"functionCallingConfig": map[string]any{"mode": mode[choice]}}
+	}
+	return map[string]any{"functionCallingConfig": map[string]any{"mode": "ANY", "allowedFunctionNames": []string{choice}}}
 }
 
 type geminiContent struct {
@@ -77,22 +143,43 @@ func (p *gemini) body(req Request) map[string]any {
 		gen[k] = v
 	}
 	if req.JSON {
-		gen["responseMimeType"] = "application/json"
-		if req.Schema != nil {
+		// What the params set wins (a response_mime_type or schema of their own).
+		if _, set := gen["responseMimeType"]; !set {
+			gen["responseMimeType"] = "application/json"
+		}
+		_, own := gen["responseSchema"]
+		if _, ownJSON := gen["responseJsonSchema"]; req.Schema != nil && !own && !ownJSON {
+			// responseJsonSchema takes JSON Schema as it is; responseSchema
+			// is an OpenAPI subset that refuses additionalProperties, $ref,
+			// const and type lists.
 			gen["responseJsonSchema"] = req.Schema
 		}
 	}
 	contents := make([]geminiContent, 0, len(req.Messages))
-	for _, m := range req.Messages {
+	for i, m := range req.Messages {
 		role := m.Role
 		if role == "assistant" {
 			role = "model"
 		}
-		contents = append(contents, geminiContent{Role: role, Parts: []geminiPart{{Text: m.Content}}})
+		contents = append(contents, geminiContent{Role: role, Parts: geminiParts(req.Messages, i)})
 	}
 	body := map[string]any{"contents": contents}
 	if req.System != "" {
 		body["systemInstruction"] = geminiContent{Parts: []geminiPart{{Text: req.System}}}
+	}
+	if len(req.Tools) > 0 {
+		decls := make([]map[string]any, len(req.Tools))
+		for i, t := range req.Tools {
+			d := map[string]any{"name": t.Name, "parametersJsonSchema": t.parameters()}
+			if t.Description != "" {
+				d["description"] = t.Description
+			}
+			decls[i] = d
+		}
+		body["tools"] = []map[string]any{{"functionDeclarations": decls}}
+	}
+	if tc := geminiToolConfig(req.ToolChoice); tc != nil {
+		body["toolConfig"] = tc
 	}
 	if len(gen) > 0 {
 		body["generationConfig"] = gen
@@ -165,8 +252,10 @@ func (r *geminiResponse) apply(out *Response) (string, error) {
 	}
 	var content struct {
 		Parts []struct {
-			Text    json.RawMessage `json:"text"`
-			Thought bool            `json:"thought"`
+			Text             json.RawMessage `json:"text"`
+			Thought          bool            `json:"thought"`
+			FunctionCall     *geminiCall     `json:"functionCall"`
+			ThoughtSignature string          `json:"thoughtSignature"`
 		} `json:"parts"`
 	}
 	if err := json.Unmarshal(c.Content, &content); err != nil {
@@ -174,8 +263,16 @@ func (r *geminiResponse) apply(out *Response) (string, error) {
 	}
 	var b strings.Builder
 	for i, part := range content.Parts {
+		if fc := part.FunctionCall; fc != nil {
+			if fc.Name == "" {
+				return "", fmt.Errorf("candidates[0].content.parts[%d].functionCall has no name", i)
+			}
+			out.ToolCalls = append(out.ToolCalls, ToolCall{ID: callID(fc.ID, len(out.ToolCalls)), Name: fc.Name,
+				Arguments: rawArgs(string(fc.Args)), Signature: part.ThoughtSignature})
+			continue
+		}
 		if part.Thought || len(part.Text) == 0 {
-			continue // a thought summary, or a functionCall part
+			continue // a thought summary
 		}
 		var s string
 		if err := json.Unmarshal(part.Text, &s); err != nil {
@@ -205,7 +302,7 @@ func (p *gemini) Call(ctx context.Context, req Request) (Response, error) {
 	return timed(func() (Response, error) { return p.call(ctx, req) })
 }
 
-func (p *gemini) call(ctx context.Context, req Request) (Response, error) {
+func (p *gemini) call(ctx context.Context, req Request) (res Response, err error) {
 	key, kerr := p.key(req.Model)
 	if kerr != nil {
 		return Response{}, kerr
@@ -221,6 +318,7 @@ func (p *gemini) call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, rerr
 	}
 	defer resp.Body.Close()
+	defer p.noteRateLimit(resp.Header, &res, &err) // http.go
 	if req.Stream {
 		return p.stream(ctx, resp.Body, req, key)
 	}
@@ -247,6 +345,7 @@ func (p *gemini) call(ctx context.Context, req Request) (Response, error) {
 		return Response{}, p.invalidResponse(req.Model, err.Error())
 	}
 	out.Text = text
+	withCalls(&out)
 	return out, nil
 }
 
@@ -261,6 +360,7 @@ func (p *gemini) stream(ctx context.Context, body io.Reader, req Request, key st
 		ev, err := sr.next()
 		if err == io.EOF && out.FinishReason != "" {
 			out.Text = text.String()
+			withCalls(&out)
 			return out, nil
 		}
 		if err != nil {

@@ -47,17 +47,108 @@ func openAIKnown(e *retry.Error) retry.Class {
 }
 
 type openAIMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role string `json:"role"`
+	// Content is a string, a list of parts, or nil (an assistant turn of
+	// tool calls alone).
+	Content    any              `json:"content"`
+	ToolCalls  []openAIToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string           `json:"tool_call_id,omitempty"`
 }
 
-func (p *openAI) body(req Request) map[string]any {
+type openAIToolCall struct {
+	ID       string             `json:"id"`
+	Type     string             `json:"type"`
+	Function openAIFunctionCall `json:"function"`
+}
+
+type openAIFunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// messages is the conversation in Chat Completions' shape: the system
+// prompt first, images and documents as content parts, an assistant turn's
+// tool calls answered by tool messages before the next user turn.
+func (p *openAI) messages(req Request) ([]openAIMessage, *retry.Error) {
 	msgs := make([]openAIMessage, 0, len(req.Messages)+1)
 	if req.System != "" {
 		msgs = append(msgs, openAIMessage{Role: "system", Content: req.System})
 	}
-	for _, m := range req.Messages {
-		msgs = append(msgs, openAIMessage(m))
+	for i, m := range req.Messages {
+		for j, c := range answersTools(req.Messages, i) {
+			msgs = append(msgs, openAIMessage{Role: "tool", ToolCallID: callID(c.ID, j), Content: notRun})
+		}
+		om := openAIMessage{Role: m.Role, Content: m.Content}
+		if len(m.Parts) > 0 {
+			parts, err := p.parts(m, req.Model)
+			if err != nil {
+				return nil, err
+			}
+			om.Content = parts
+		}
+		for j, c := range m.ToolCalls {
+			om.ToolCalls = append(om.ToolCalls, openAIToolCall{ID: callID(c.ID, j), Type: "function",
+				Function: openAIFunctionCall{Name: c.Name, Arguments: c.argumentText()}})
+		}
+		if len(m.ToolCalls) > 0 && m.Content == "" {
+			om.Content = nil
+		}
+		msgs = append(msgs, om)
+	}
+	return msgs, nil
+}
+
+// parts is a user turn with images (image_url: a URL or a data: URL) and
+// documents (file: base64 data only; Chat Completions takes no document URL).
+func (p *openAI) parts(m Message, model string) ([]map[string]any, *retry.Error) {
+	out := make([]map[string]any, 0, len(m.Parts)+1)
+	for _, pt := range m.Parts {
+		switch pt.Type {
+		case PartDocument:
+			if pt.Data == "" {
+				return nil, p.badPart(model, "OpenAI Chat Completions takes a document as data, not a URL ("+redactURL(pt.URL)+
+					"): give the document as a file path or a data: URL")
+			}
+			out = append(out, map[string]any{"type": "file",
+				"file": map[string]any{"filename": cmp.Or(pt.Name, "document.pdf"), "file_data": pt.dataURL()}})
+		default:
+			out = append(out, map[string]any{"type": "image_url", "image_url": map[string]any{"url": pt.dataURL()}})
+		}
+	}
+	if m.Content != "" {
+		out = append(out, map[string]any{"type": "text", "text": m.Content})
+	}
+	return out, nil
+}
+
+// openAITools is Request.Tools as function tools.
+func openAITools(tools []Tool) []map[string]any {
+	out := make([]map[string]any, len(tools))
+	for i, t := range tools {
+		fn := map[string]any{"name": t.Name, "parameters": t.parameters()}
+		if t.Description != "" {
+			fn["description"] = t.Description
+		}
+		out[i] = map[string]any{"type": "function", "function": fn}
+	}
+	return out
+}
+
+// openAIToolChoice is Request.ToolChoice on the wire (nil: not sent).
+func openAIToolChoice(choice string) any {
+	switch choice {
+	case "":
+		return nil
+	case ToolChoiceAuto, ToolChoiceNone, ToolChoiceRequired:
+		return choice
+	}
+	return map[string]any{"type": "function", "function": map[string]any{"name": choice}}
+}
+
+func (p *openAI) body(req Request) (map[string]any, *retry.Error) {
+	msgs, rerr := p.messages(req)
+	if rerr != nil {
+		return nil, rerr
 	}
 	own := map[string]any{"model": req.Model, "messages": msgs}
 	if _, set := req.Params["stream"]; set || req.Stream {
@@ -68,15 +159,26 @@ func (p *openAI) body(req Request) map[string]any {
 			own["stream_options"] = map[string]any{"include_usage": true}
 		}
 	}
+	if len(req.Tools) > 0 {
+		own["tools"] = openAITools(req.Tools)
+	}
+	if tc := openAIToolChoice(req.ToolChoice); tc != nil {
+		own["tool_choice"] = tc
+	}
 	if _, set := req.Params["response_format"]; req.JSON && !set {
 		if req.Schema != nil {
-			own["response_format"] = map[string]any{"type": "json_schema",
-				"json_schema": map[string]any{"name": "response", "schema": req.Schema}}
+			js := map[string]any{"name": "response", "schema": req.Schema}
+			if OpenAIStrict(req.Schema) {
+				// Outside the strict subset, strict: true is a 400 for
+				// every record; without it the schema still guides.
+				js["strict"] = true
+			}
+			own["response_format"] = map[string]any{"type": "json_schema", "json_schema": js}
 		} else {
 			own["response_format"] = map[string]any{"type": "json_object"}
 		}
 	}
-	return mergeParams(req.Params, own)
+	return mergeParams(req.Params, own), nil
 }
 
 // openAIChoice is a choice of a completion or of a stream chunk. Message
@@ -159,7 +261,11 @@ func (p *openAI) call(ctx context.Context, req Request) (Response, error) {
 	if req.Stream {
 		hdr.Set("Accept", "text/event-stream")
 	}
-	resp, rerr := p.send(ctx, http.MethodPost, p.endpoint("chat/completions", nil), p.body(req), req.Model, key, hdr)
+	body, rerr := p.body(req)
+	if rerr != nil {
+		return Response{}, rerr
+	}
+	resp, rerr := p.send(ctx, http.MethodPost, p.endpoint("chat/completions", nil), body, req.Model, key, hdr)
 	if rerr != nil {
 		return Response{}, rerr
 	}
@@ -189,11 +295,16 @@ func (p *openAI) decode(b []byte, model, key string) (Response, *retry.Error) {
 	if err != nil {
 		return Response{}, p.invalidResponse(model, "choices[0].message"+err.Error())
 	}
-	out := Response{Text: text, Usage: r.usage(), Model: cmp.Or(r.Model, model)}
+	calls, err := messageToolCalls(ch.Message)
+	if err != nil {
+		return Response{}, p.invalidResponse(model, "choices[0].message"+err.Error())
+	}
+	out := Response{Text: text, ToolCalls: calls, Usage: r.usage(), Model: cmp.Or(r.Model, model)}
 	if ch.FinishReason != nil {
 		out.FinishReasonRaw = *ch.FinishReason
 		out.FinishReason = openAIFinish(*ch.FinishReason)
 	}
+	withCalls(&out)
 	return out, nil
 }
 
@@ -201,6 +312,7 @@ func (p *openAI) decode(b []byte, model, key string) (Response, *retry.Error) {
 func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key string) (Response, error) {
 	sr := newSSEReader(body)
 	var text strings.Builder
+	var calls toolAcc
 	out := Response{Model: req.Model}
 	for {
 		ev, err := sr.next()
@@ -246,6 +358,9 @@ func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key st
 					req.OnDelta(d)
 				}
 			}
+			if err := calls.openAIDelta(ch.Delta); err != nil {
+				return Response{}, p.invalidResponse(req.Model, "stream chunk: choices[].delta"+err.Error())
+			}
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
 				out.FinishReasonRaw = *ch.FinishReason
 				out.FinishReason = openAIFinish(*ch.FinishReason)
@@ -253,6 +368,8 @@ func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key st
 		}
 	}
 	out.Text = text.String()
+	out.ToolCalls = calls.done()
+	withCalls(&out)
 	return out, nil
 }
 

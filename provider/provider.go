@@ -3,6 +3,8 @@ package provider
 import (
 	"context"
 	"time"
+
+	"github.com/jetpool/jetpool/retry"
 )
 
 // Kinds of provider (one adapter per wire protocol).
@@ -17,6 +19,13 @@ const (
 type Message struct {
 	Role    string `json:"role"` // "user" | "assistant"
 	Content string `json:"content"`
+	// Parts are a user turn's images and documents, sent before its text
+	// (parts.go).
+	Parts []Part `json:"parts,omitempty"`
+	// ToolCalls are the tools an assistant turn asked for. A user turn that
+	// follows it answers each with a result saying it was not run: jetpool
+	// runs no tools; the calls are the action's output.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Request is one model call.
@@ -36,6 +45,17 @@ type Request struct {
 	OnDelta func(text string)
 	// RecordID lets the sim provider seed its faults per record; real adapters ignore it.
 	RecordID string
+
+	// Tools the model may call (parts.go), and ToolChoice: "" (the
+	// provider's default), ToolChoiceAuto, ToolChoiceNone,
+	// ToolChoiceRequired, or the name of one of Tools.
+	Tools      []Tool
+	ToolChoice string
+	// CacheSystem and CacheTools mark the system prompt and the tool
+	// definitions as the end of a cacheable prefix (Anthropic
+	// cache_control; OpenAI and Gemini cache prefixes by themselves).
+	// Part.Cache marks a part.
+	CacheSystem, CacheTools bool
 }
 
 // Usage is the token count of one call. InputTokens counts every prompt
@@ -79,6 +99,13 @@ const (
 // Response is a successful call.
 type Response struct {
 	Text string
+	// ToolCalls are the tools the model asked for (FinishReason
+	// FinishToolCalls).
+	ToolCalls []ToolCall
+	// Embedding is the vector of an embeddings answer of one input read
+	// from a batch's results (Wire.EmbedResponseBody); online embeddings
+	// come from Embedder.Embed.
+	Embedding []float32
 	// FinishReason is one of the Finish* constants, "" when the provider
 	// gave none (some compatible servers); FinishReasonRaw is the
 	// provider's own word ("max_tokens", "MAX_TOKENS", "refusal", …).
@@ -89,6 +116,8 @@ type Response struct {
 	// Latency is how long the call took, from sending the request to the
 	// end of the answer (the whole stream).
 	Latency time.Duration
+	// RateLimit is what the response's rate-limit headers said.
+	RateLimit retry.RateLimit
 }
 
 // Provider is one configured endpoint. Call returns a *retry.Error (with its
@@ -111,6 +140,54 @@ type Limits struct {
 	// concurrency from the start (a self-hosted endpoint of known capacity).
 	// 429s still set the shared cooldown; the circuit breaker still runs.
 	NoAdaptive bool `json:"no_adaptive,omitempty" yaml:"-"`
+	// Breaker configures the provider's circuit breaker (`limits: {breaker:
+	// …}`); its zero fields take the defaults of package ratelimit.
+	Breaker Breaker `json:"breaker,omitzero" yaml:"-"`
+}
+
+// Breaker is a provider's circuit-breaker settings: the circuit opens when
+// at least FailureRatio of at least MinCalls calls in Window failed (5xx,
+// overload, connection failures), stays open for Cooldown, doubling after
+// each failed probe up to CooldownMax. Zero fields take the defaults
+// (package ratelimit says why they are what they are).
+type Breaker struct {
+	Off          bool          `json:"off,omitempty"` // `breaker: false`
+	FailureRatio float64       `json:"failure_ratio,omitempty"`
+	MinCalls     int           `json:"min_calls,omitempty"`
+	Window       time.Duration `json:"window,omitempty"`
+	Cooldown     time.Duration `json:"cooldown,omitempty"`
+	CooldownMax  time.Duration `json:"cooldown_max,omitempty"`
+}
+
+// Defaults of Breaker.
+const (
+	BreakerFailureRatioDefault = 0.5
+	BreakerMinCallsDefault     = 20
+	BreakerWindowDefault       = 30 * time.Second
+	BreakerCooldownDefault     = 15 * time.Second
+	BreakerCooldownMaxDefault  = 5 * time.Minute
+)
+
+// WithDefaults returns b with its zero fields set to the defaults, and
+// CooldownMax at least Cooldown.
+func (b Breaker) WithDefaults() Breaker {
+	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
+		b.FailureRatio = BreakerFailureRatioDefault
+	}
+	if b.MinCalls <= 0 {
+		b.MinCalls = BreakerMinCallsDefault
+	}
+	if b.Window <= 0 {
+		b.Window = BreakerWindowDefault
+	}
+	if b.Cooldown <= 0 {
+		b.Cooldown = BreakerCooldownDefault
+	}
+	if b.CooldownMax <= 0 {
+		b.CooldownMax = BreakerCooldownMaxDefault
+	}
+	b.CooldownMax = max(b.CooldownMax, b.Cooldown)
+	return b
 }
 
 // Budgeted reports whether an rpm, tpm or concurrency budget is set.
@@ -128,7 +205,27 @@ type Config struct {
 	Stream     bool              `json:"stream,omitempty"`
 	Limits     Limits            `json:"limits,omitzero"`
 	Sim        *SimConfig        `json:"sim,omitempty"`
+	// MaxRetryAfter caps every wait the provider asks for (Retry-After,
+	// retry-after-ms, rate-limit resets, Gemini's RetryInfo):
+	// MaxRetryAfterDefault when 0.
+	MaxRetryAfter time.Duration `json:"max_retry_after,omitempty"`
 }
 
 // TimeoutDefault is the per-request timeout when a provider sets none.
 const TimeoutDefault = 120 * time.Second
+
+// MaxRetryAfterDefault is the longest wait a provider may ask for before it
+// is capped (and logged): a hostile or broken Retry-After (a year, a date in
+// 2100) must not stop a provider for every job. Ten minutes is longer than
+// any reset a real provider sends for its per-minute and per-day buckets'
+// retries (OpenAI, Anthropic and Groq reset within a minute; a daily quota
+// that is spent is better dead-lettered and replayed than waited out).
+const MaxRetryAfterDefault = 10 * time.Minute
+
+// RetryAfterCap is c's MaxRetryAfter, or its default.
+func (c Config) RetryAfterCap() time.Duration {
+	if c.MaxRetryAfter > 0 {
+		return c.MaxRetryAfter
+	}
+	return MaxRetryAfterDefault
+}

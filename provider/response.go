@@ -63,7 +63,8 @@ func timed(call func() (Response, error)) (Response, error) {
 // answer a stream request with plain JSON: its text is then one delta).
 func (c *client) answer(ctx context.Context, resp *http.Response, req Request, key string,
 	stream func(context.Context, io.Reader, Request, string) (Response, error),
-	decode func(b []byte, model, key string) (Response, *retry.Error)) (Response, error) {
+	decode func(b []byte, model, key string) (Response, *retry.Error)) (res Response, err error) {
+	defer c.noteRateLimit(resp.Header, &res, &err) // http.go
 	if req.Stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		return stream(ctx, resp.Body, req, key)
 	}

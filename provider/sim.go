@@ -3,9 +3,12 @@ package provider
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"sync"
 	"text/template"
@@ -40,11 +43,18 @@ type SimConfig struct {
 	// so a demo can "fix the key" and replay.
 	ValidKey string `json:"valid_key,omitempty" yaml:"valid_key"`
 
-	// Reply is a Go template for the answer, over .Prompt, .Record and .Call
-	// (SimReplyDefault). Replies, when set, are used in turn per record
+	// Reply is a Go template for the answer, over .Prompt, .Record, .Call,
+	// .Images and .Documents (the counts of the turn's parts)
+	// (SimReplyDefault; with a schema to answer and no Reply, an answer
+	// that satisfies it). Replies, when set, are used in turn per record
 	// (the last one repeats): scripted outputs for tests of expectations.
+	// A request with tools is answered with a call of one (sim_tools.go).
 	Reply   string   `json:"reply,omitempty" yaml:"reply"`
 	Replies []string `json:"replies,omitempty" yaml:"replies"`
+
+	// Dimensions is the length of the sim's embeddings
+	// (SimDimensionsDefault); a request's dimensions param wins.
+	Dimensions int `json:"dimensions,omitempty" yaml:"dimensions"`
 }
 
 // SimFaults are per-call fault probabilities (0–1). Auth is per record:
@@ -89,6 +99,9 @@ func (c *SimConfig) Validate() error {
 			return fmt.Errorf("reply: %v", err)
 		}
 	}
+	if c.Dimensions < 0 || c.Dimensions > simDimensionsMax {
+		return fmt.Errorf("dimensions: %d is out of range 0-%d", c.Dimensions, simDimensionsMax)
+	}
 	return nil
 }
 
@@ -97,9 +110,10 @@ type sim struct {
 	sc    SimConfig
 	reply *template.Template
 
-	mu    sync.Mutex
-	calls map[string]int // record → calls so far in this process (scripts only)
-	total int
+	mu     sync.Mutex
+	calls  map[string]int // record → calls so far in this process (scripts only)
+	total  int
+	cached map[uint64]bool // system prompts cached (Request.CacheSystem)
 }
 
 func newSim(cfg Config) (Provider, error) {
@@ -116,7 +130,7 @@ func newSim(cfg Config) (Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &sim{cfg: cfg, sc: sc, reply: t, calls: map[string]int{}}, nil
+	return &sim{cfg: cfg, sc: sc, reply: t, calls: map[string]int{}, cached: map[uint64]bool{}}, nil
 }
 
 // positiveOr is d when it is positive, else def (a negative duration is
@@ -188,15 +202,114 @@ func (s *sim) call(ctx context.Context, req Request) (Response, error) {
 	if record == "" {
 		record = lastUser(req.Messages)
 	}
+	drop := func() {
+		if req.Stream && req.OnDelta != nil {
+			req.OnDelta("partial answ") // the stream breaks mid-flight
+		}
+	}
+	call, ferr := s.begin(ctx, model, []string{record}, drop)
+	if ferr != nil {
+		return Response{}, ferr
+	}
+	last := lastUserMessage(req.Messages)
+	images, docs, perr := s.parts(last.Parts, model)
+	if perr != nil {
+		return Response{}, perr
+	}
+
+	prompt := last.Content
+	var text string
+	var calls []ToolCall
+	switch {
+	case len(req.Tools) > 0 && req.ToolChoice != ToolChoiceNone:
+		// Like a model told to use its tools: a call to the one it was
+		// told to, else the first, with arguments that fit its schema.
+		t := req.Tools[0]
+		for _, x := range req.Tools {
+			if x.Name == req.ToolChoice {
+				t = x
+			}
+		}
+		args, _ := json.Marshal(example(t.parameters(), prompt))
+		calls = []ToolCall{{ID: fmt.Sprintf("call_sim_%d", call), Name: t.Name, Arguments: args}}
+	case len(s.sc.Replies) > 0:
+		text = s.sc.Replies[min(call, len(s.sc.Replies))-1]
+	case s.sc.Reply == "" && req.JSON && req.Schema != nil:
+		// Structured output: an answer that satisfies the schema.
+		b, _ := json.Marshal(example(req.Schema, prompt))
+		text = string(b)
+	case s.sc.Reply == "":
+		text = simReplyPrefix + prompt // SimReplyDefault, without a template run per call
+	default:
+		var sb strings.Builder
+		data := map[string]any{"Prompt": prompt, "Record": record, "Call": call, "Images": images, "Documents": docs}
+		if err := s.reply.Execute(&sb, data); err != nil {
+			return Response{}, &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error(), Provider: s.cfg.Name, Model: model}
+		}
+		text = sb.String()
+	}
+	out := Response{Text: text, ToolCalls: calls, FinishReason: FinishStop, FinishReasonRaw: "stop", Model: model}
+	if len(calls) > 0 {
+		out.FinishReason, out.FinishReasonRaw = FinishToolCalls, "tool_calls"
+	}
+	outTokens := len(text)/4 + 1
+	for _, c := range calls {
+		outTokens += len(c.Arguments) / 4
+	}
+	// Like a real model, the sim stops at max_tokens (four characters a token).
+	if mt := maxTokens(req.Params); mt > 0 && outTokens > mt && len(calls) == 0 {
+		r := []rune(text)
+		out.Text = string(r[:min(len(r), mt*4)])
+		out.FinishReason, out.FinishReasonRaw, outTokens = FinishLength, "length", mt
+	}
+	if f := s.sc.Faults; f.ContentFilter > 0 && s.draw(record, call, "filter") < f.ContentFilter {
+		out.Text, out.ToolCalls, out.FinishReason, out.FinishReasonRaw = "", nil, FinishContentFilter, "content_filter"
+	}
+	if req.Stream && req.OnDelta != nil && out.Text != "" {
+		req.OnDelta(out.Text)
+	}
+	in := 0
+	for _, m := range req.Messages {
+		in += len(m.Content)/4 + 1 + simPartTokens*len(m.Parts)
+	}
+	sys := len(req.System) / 4
+	out.Usage = Usage{InputTokens: in + sys, OutputTokens: outTokens}
+	if req.CacheSystem && sys > 0 {
+		// Like Anthropic's cache: the first call with a system prompt
+		// writes it, later ones read it.
+		if s.cacheHit(req.System) {
+			out.Usage.CachedInputTokens = sys
+		} else {
+			out.Usage.CacheWriteTokens = sys
+		}
+	}
+	return out, nil
+}
+
+// simPartTokens is what an image or a document counts in the sim's usage.
+const simPartTokens = 85
+
+// begin counts a call of the records and plays its latency and faults,
+// drawn for the first record (a real provider fails a request whole): it
+// returns the call's number and the simulated failure, if any. drop is
+// called before a dropped stream fails.
+func (s *sim) begin(ctx context.Context, model string, records []string, drop func()) (int, *retry.Error) {
+	record := records[0]
 	s.mu.Lock()
 	s.total++
 	call := s.total
+	first := false
 	if s.sc.FailFirst > 0 || len(s.sc.Replies) > 0 {
 		// Scripts are per record: count each record's calls. Otherwise the
 		// faults of a call are drawn from the process-wide call number, and
 		// nothing per record is kept, so a million-record job costs no memory.
-		s.calls[record]++
-		call = s.calls[record]
+		for i, r := range records {
+			s.calls[r]++
+			if i == 0 {
+				call = s.calls[r]
+			}
+			first = first || s.calls[r] <= s.sc.FailFirst
+		}
 	}
 	s.mu.Unlock()
 
@@ -220,93 +333,118 @@ func (s *sim) call(ctx context.Context, req Request) (Response, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Response{}, &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
+			return call, &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
 				Message: ctx.Err().Error(), Provider: s.cfg.Name, Model: model, Err: ctx.Err()}
 		case <-t.C:
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return Response{}, &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
+		return call, &retry.Error{Class: retry.ClassNetwork, TypeName: "NetworkError",
 			Message: err.Error(), Provider: s.cfg.Name, Model: model, Err: err}
 	}
 
-	if call <= s.sc.FailFirst {
-		return Response{}, s.fail(retry.Class(cmp.Or(s.sc.FailClass, string(retry.ClassServer))), model)
+	if first {
+		return call, s.fail(retry.Class(cmp.Or(s.sc.FailClass, string(retry.ClassServer))), model)
 	}
-	if f.Auth > 0 && s.draw(record, 0, "auth") < f.Auth {
-		key, _ := s.cfg.APIKey()
-		if s.sc.ValidKey == "" || key != s.sc.ValidKey {
-			return Response{}, s.fail(retry.ClassAuth, model)
+	for _, rec := range records {
+		if f.Auth > 0 && s.draw(rec, 0, "auth") < f.Auth {
+			key, _ := s.cfg.APIKey()
+			if s.sc.ValidKey == "" || key != s.sc.ValidKey {
+				return call, s.fail(retry.ClassAuth, model)
+			}
 		}
-	}
-	if f.ContextOverflow > 0 && s.draw(record, 0, "overflow") < f.ContextOverflow {
-		return Response{}, s.fail(retry.ClassContextOverflow, model)
+		if f.ContextOverflow > 0 && s.draw(rec, 0, "overflow") < f.ContextOverflow {
+			return call, s.fail(retry.ClassContextOverflow, model)
+		}
 	}
 	switch {
 	case r < f.RateLimit:
-		return Response{}, s.fail(retry.ClassRateLimit, model)
+		return call, s.fail(retry.ClassRateLimit, model)
 	case r < f.RateLimit+f.Server:
-		return Response{}, s.fail(retry.ClassServer, model)
+		return call, s.fail(retry.ClassServer, model)
 	case r < f.RateLimit+f.Server+f.Drop:
-		if req.Stream && req.OnDelta != nil {
-			req.OnDelta("partial answ") // the stream breaks mid-flight
-		}
-		return Response{}, s.fail(retry.ClassNetwork, model)
+		drop()
+		return call, s.fail(retry.ClassNetwork, model)
 	}
+	return call, nil
+}
 
-	prompt := lastUser(req.Messages)
-	var text string
-	if n := len(s.sc.Replies); n > 0 {
-		text = s.sc.Replies[min(call, n)-1]
-	} else if s.sc.Reply == "" {
-		text = simReplyPrefix + prompt // SimReplyDefault, without a template run per call
-	} else {
-		var sb strings.Builder
-		if err := s.reply.Execute(&sb, map[string]any{"Prompt": prompt, "Record": record, "Call": call}); err != nil {
-			return Response{}, &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error(), Provider: s.cfg.Name, Model: model}
+// parts checks a turn's images and documents as a provider would: data
+// that is base64 of an accepted type (a URL is taken as it is), else an
+// invalid_request "invalid image" that no retry mends.
+func (s *sim) parts(parts []Part, model string) (images, docs int, err *retry.Error) {
+	for i, p := range parts {
+		if p.Type == PartDocument {
+			docs++
+		} else {
+			images++
 		}
-		text = sb.String()
+		if p.Data == "" {
+			continue
+		}
+		_, derr := base64.StdEncoding.DecodeString(p.Data)
+		if derr != nil || !slices.Contains(AcceptedTypes(p.Type), p.mediaType()) {
+			what := "invalid image"
+			if p.Type == PartDocument {
+				what = "invalid document"
+			}
+			return 0, 0, &retry.Error{Class: retry.ClassInvalidRequest, Status: 400, ProviderType: "invalid_request_error",
+				TypeName: "InvalidRequestError", Provider: s.cfg.Name, Model: model,
+				Message: fmt.Sprintf("%s: part %d (%s) is not valid base64 %s data", what, i, p.mediaType(), p.Type)}
+		}
 	}
-	out := Response{Text: text, FinishReason: FinishStop, FinishReasonRaw: "stop", Model: model}
-	outTokens := len(text)/4 + 1
-	// Like a real model, the sim stops at max_tokens (four characters a token).
-	if mt := maxTokens(req.Params); mt > 0 && outTokens > mt {
-		r := []rune(text)
-		out.Text = string(r[:min(len(r), mt*4)])
-		out.FinishReason, out.FinishReasonRaw, outTokens = FinishLength, "length", mt
+	return images, docs, nil
+}
+
+// simCacheMax bounds the system prompts the sim remembers as cached.
+const simCacheMax = 1024
+
+// cacheHit reports whether the system prompt was cached by an earlier
+// call, and caches it.
+func (s *sim) cacheHit(system string) bool {
+	h := fnv.New64a()
+	h.Write([]byte(system))
+	k := h.Sum64()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cached[k] {
+		return true
 	}
-	if f.ContentFilter > 0 && s.draw(record, call, "filter") < f.ContentFilter {
-		out.Text, out.FinishReason, out.FinishReasonRaw = "", FinishContentFilter, "content_filter"
+	if len(s.cached) >= simCacheMax {
+		clear(s.cached)
 	}
-	if req.Stream && req.OnDelta != nil && out.Text != "" {
-		req.OnDelta(out.Text)
-	}
-	in := 0
-	for _, m := range req.Messages {
-		in += len(m.Content)/4 + 1
-	}
-	out.Usage = Usage{InputTokens: in + len(req.System)/4, OutputTokens: outTokens}
-	return out, nil
+	s.cached[k] = true
+	return false
 }
 
 // maxTokens reads a max_tokens parameter under any of its names (0: none).
 func maxTokens(params map[string]any) int {
 	for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
-		switch v := params[k].(type) {
-		case float64:
-			return int(v)
-		case int:
-			return v
+		if n := intParam(params, k); n != 0 {
+			return n
 		}
 	}
 	return 0
 }
 
-func lastUser(msgs []Message) string {
+// intParam reads a number parameter (0: none).
+func intParam(params map[string]any, k string) int {
+	switch v := params[k].(type) {
+	case float64:
+		return int(v)
+	case int:
+		return v
+	}
+	return 0
+}
+
+func lastUser(msgs []Message) string { return lastUserMessage(msgs).Content }
+
+func lastUserMessage(msgs []Message) Message {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == "user" {
-			return msgs[i].Content
+			return msgs[i]
 		}
 	}
-	return ""
+	return Message{}
 }

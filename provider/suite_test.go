@@ -77,6 +77,8 @@ type want struct {
 	deltas *string
 	// bounded, when set, counts what the server wrote: it must stay near MaxBodyBytes.
 	bounded *atomic.Int64
+	// toolCalls, when set, are the calls the answer must carry.
+	toolCalls []provider.ToolCall
 }
 
 type wantErr struct {
@@ -101,6 +103,8 @@ type suiteCase struct {
 	stream  bool
 	timeout time.Duration // Config.Timeout; 5 s when 0
 	cells   map[string]cell
+	// edit, when set, changes the request (tools, say).
+	edit func(r *provider.Request)
 }
 
 func suiteCases() []suiteCase {
@@ -352,7 +356,7 @@ func suiteCases() []suiteCase {
 				want: want{bounded: gemHugeS, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"sim": wireOnly,
 		},
-	}}, finishCases()...) // finish_test.go
+	}}, append(finishCases(), toolCases()...)...) // finish_test.go, multimodal_test.go
 }
 
 // textInStream is a 200 stream of kind's wire format that starts an answer
@@ -486,6 +490,9 @@ func TestSuite(t *testing.T) {
 						defer mu.Unlock()
 						got.WriteString(s)
 					}}
+				if tc.edit != nil {
+					tc.edit(&req)
+				}
 				start := time.Now()
 				resp, err := p.Call(context.Background(), req)
 				elapsed := time.Since(start)
@@ -514,6 +521,9 @@ func TestSuite(t *testing.T) {
 					require.Positive(t, resp.Latency, "the call's latency")
 					wantUsage := cmpOr(c.want.usage, provider.Usage{InputTokens: 12, OutputTokens: 5})
 					require.Equal(t, wantUsage, resp.Usage)
+					if c.want.toolCalls != nil {
+						require.Equal(t, c.want.toolCalls, resp.ToolCalls)
+					}
 					if tc.stream {
 						require.Equal(t, text, got.String(), "OnDelta must see the whole text")
 					}

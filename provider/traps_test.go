@@ -34,6 +34,13 @@ func TestTraps(t *testing.T) {
 		serve: providertest.Reply{Status: 500, Body: `{"error":{"code":500,"message":"the request exceeds the available context size, try increasing it","type":"server_error"}}`},
 		want:  wantErr{class: retry.ClassContextOverflow, status: 500, ptype: "server_error", msg: "exceeds the available context size"},
 	}, {
+		name: "llama.cpp exceed_context_size_error: its counts join the message",
+		kind: provider.KindOpenAI,
+		serve: providertest.Reply{Status: 400, Body: `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it",` +
+			`"type":"exceed_context_size_error","n_prompt_tokens":4390,"n_ctx":4096}}`},
+		want: wantErr{class: retry.ClassContextOverflow, status: 400, ptype: "exceed_context_size_error",
+			msg: "try increasing it (n_prompt_tokens 4390, n_ctx 4096)"},
+	}, {
 		name:  "Ollama context overflow reported as 500",
 		kind:  provider.KindOpenAI,
 		serve: providertest.Reply{Status: 500, Body: `{"error":{"message":"input length exceeds the context length","type":"api_error","param":null,"code":null}}`},

@@ -66,19 +66,21 @@ func TestBenchRateLimited(t *testing.T) {
 	}
 	var rows []benchRow
 	for _, c := range []struct {
-		name   string
-		limits bool
-		pools  int
+		name            string
+		limits, headers bool
+		pools           int
 	}{
-		{"jetpool, no limits (adaptive), 1 pool", false, 1},
-		{"jetpool, limits rpm 1200, 1 pool", true, 1},
-		{"jetpool, no limits (adaptive), 2 pools", false, 2},
-		{"jetpool, limits rpm 1200, 2 pools", true, 2},
+		{"jetpool, no limits (adaptive), 1 pool", false, false, 1},
+		{"jetpool, limits rpm 1200, 1 pool", true, false, 1},
+		{"jetpool, no limits (adaptive), 2 pools", false, false, 2},
+		{"jetpool, limits rpm 1200, 2 pools", true, false, 2},
+		{"jetpool, adaptive, x-ratelimit headers, 1 pool", false, true, 1},
+		{"jetpool, adaptive, x-ratelimit headers, 2 pools", false, true, 2},
 	} {
 		if only := os.Getenv("JETPOOL_BENCH_ONLY"); only != "" && !strings.Contains(c.name, only) {
 			continue
 		}
-		row := benchJetpool(t, c.name, c.limits, c.pools)
+		row := benchJetpool(t, c.name, c.limits, c.headers, c.pools)
 		t.Log(row)
 		rows = append(rows, row)
 	}
@@ -102,9 +104,10 @@ func TestBenchRateLimited(t *testing.T) {
 	}
 }
 
-func benchJetpool(t *testing.T, name string, limits bool, pools int) benchRow {
+func benchJetpool(t *testing.T, name string, limits, headers bool, pools int) benchRow {
 	srv := ratelimittest.New(benchRate, benchLatency)
 	defer srv.Close()
+	srv.SetHeaders(headers)
 	b := testenv.Broker(t)
 	lim := ""
 	if limits {
@@ -123,16 +126,44 @@ actions:
 `, srv.BaseURL(), lim))
 	input := testenv.Records(t, benchRecords)
 	start := time.Now()
+	var ps []*worker.Pool
 	for i := range pools {
 		bb := b
 		if i > 0 {
 			bb = testenv.Connect(t, b)
 		}
-		testenv.Pool(t, bb, worker.Config{Concurrency: benchConcurrency})
+		ps = append(ps, testenv.Pool(t, bb, worker.Config{Concurrency: benchConcurrency}))
 	}
+	stop := make(chan struct{})
+	traced := make(chan struct{})
+	go func() { // JETPOOL_BENCH_TRACE: each pool's window twice a second
+		defer close(traced)
+		if os.Getenv("JETPOOL_BENCH_TRACE") == "" {
+			return
+		}
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var line []string
+			for _, p := range ps {
+				for _, l := range p.Limits().Limiters() {
+					st := l.Status()
+					line = append(line, fmt.Sprintf("%.1f/%d cool %.1fs", st.Limit, st.InFlight, st.Cooldown.Seconds()))
+				}
+			}
+			t.Logf("%5.1fs served %d: %s", time.Since(start).Seconds(), srv.Stats().Served, strings.Join(line, " | "))
+		}
+	}()
 	res := testenv.Dispatch(t, b, wf, input, dispatcher.Options{})
 	_, prog := testenv.WaitFinished(t, b, res.Job.ID, 5*time.Minute)
 	elapsed := time.Since(start)
+	close(stop)
+	<-traced
 	st := srv.Stats()
 	if os.Getenv("JETPOOL_BENCH_TRACE") != "" {
 		_, limited := srv.Arrivals()

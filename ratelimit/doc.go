@@ -16,15 +16,28 @@
 // With limits (rpm, tpm, concurrency) configured, Acquire reserves a slot
 // in the shared GCRA schedule (one CAS), then sleeps until it: waiters are
 // spaced by the schedule, never woken together. Without limits, each process
-// runs adaptive concurrency (AIMD): it grows while calls succeed and cuts on
-// 429 or overload, converging to what the provider allows.
+// runs an adaptive window (AIMD): a ramp in time until the provider first
+// answers, slow start, then additive growth; congestion (429s that are not
+// one-off, overloads, rate-limit headers saying a bucket is empty) cuts it in
+// every process, faults (5xx, dropped streams) only trim it when they rise.
 //
-// In both modes a 429 puts the provider+key into a shared cooldown until the
-// provider's Retry-After or reset, which every process sees through a KV
-// watch; it ends with jitter (adaptive) or on the paced schedule (limits).
-// A circuit breaker opens after consecutive server or network failures,
-// lets one probe through after its cooldown, and closes on success.
+// # Waits and attempts
 //
-// The arithmetic (GCRA, AIMD, breaker transitions) is pure and tested with a
-// fake clock; Store has an in-memory and a KV implementation.
+// Every call that reached the provider is an attempt; Done sees its whole
+// response. Waiting is not: Acquire waits at most Config.WaitMax for a
+// shared cooldown, an open circuit or the schedule, and beyond it returns a
+// *WaitError (errors.Is ErrWait) saying until when, so the worker parks the
+// record instead of spending an attempt or a delivery on it.
+//
+// # Shared decisions
+//
+// Done's shared-state rule is the pure function decide (and effect.apply):
+// congestion sets a shared cooldown until the provider's Retry-After,
+// capped by its max_retry_after; a one-off 429 only makes its record wait.
+// The circuit breaker opens on a failure ratio over a window, lets one
+// waiting record's call through as the probe after its cooldown, and closes
+// on any answer. Reset clears a provider's cooldown and circuit.
+//
+// The arithmetic (GCRA, AIMD, the rule, breaker transitions) is pure and
+// tested with a fake clock; Store has an in-memory and a KV implementation.
 package ratelimit

@@ -42,7 +42,7 @@ func TestAdaptiveGrowsWithoutPushBack(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond) // the call
 				inflight.Add(-1)
-				p.Done(provider.Usage{}, nil)
+				p.Done(provider.Response{}, nil)
 			}
 		}()
 	}

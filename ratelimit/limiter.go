@@ -5,7 +5,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -23,13 +22,18 @@ import (
 
 // Defaults of Config.
 const (
-	// WaitMaxDefault is the longest Acquire waits out a shared cooldown or
-	// an open circuit. Beyond it Acquire returns a retryable *retry.Error
-	// whose RetryAfter is what is left, so the session hands the record to
-	// the exec layer (a delayed redelivery) instead of holding a worker
-	// slot and a delivery for many minutes.
-	WaitMaxDefault = 60 * time.Second
-	// CooldownDefault is the shared cooldown after a 429 that names no
+	// WaitMaxDefault is the hold limit: the longest Acquire waits in the
+	// worker's slot for a shared cooldown, an open circuit or the shared
+	// schedule. Beyond it Acquire returns a *WaitError and the worker parks
+	// the record (a delayed redelivery that spends no attempt and no
+	// delivery) instead of holding a slot. Ten seconds covers the waits
+	// providers usually ask for (per-second buckets, OpenAI's and
+	// Anthropic's resets of a few seconds) and a half-open probe's call,
+	// and is shorter than a third of the default AckWait, so a wait in the
+	// slot needs no heartbeat to outlive; a longer wait costs only the
+	// park's round trip, and frees the slot for other records and jobs.
+	WaitMaxDefault = 10 * time.Second
+	// CooldownDefault is the shared cooldown after 429s that name no
 	// Retry-After and no reset.
 	CooldownDefault = time.Second
 	// LeaseTTLDefault is how long a process's concurrency leases outlive
@@ -38,9 +42,30 @@ const (
 	// JitterMaxDefault caps the spread of resumptions after a cooldown or an
 	// open circuit (a tenth of the wait, at least 50 ms, at most this).
 	JitterMaxDefault = 2 * time.Second
+	// CongestionWindowDefault is how far back this process's answers are
+	// looked at to tell a congested provider from one-off 429s.
+	CongestionWindowDefault = time.Second
+	// CongestionMinDefault 429s (or overloads) in the congestion window, and
+	// CongestionShareDefault of its answers, make 429s congestion: then they
+	// set the shared cooldown and cut the window of every process. Fewer are
+	// one-off: only the record that met one waits (its session delay, at
+	// least its Retry-After). A single 429 among hundreds of successes says
+	// nothing about the provider's capacity; freezing every record on it
+	// made a job with 2 % random 429s 16 times slower (issue 24).
+	CongestionMinDefault   = 2
+	CongestionShareDefault = 0.2
+	// CongestionRunDefault 429s (or overloads) in a row, with no other
+	// answer between them, are congestion too, whatever the share: a
+	// bucket that ran dry answers every call 429 at once, and each 429
+	// frees a slot that sends the next call into it, while one-off 429s
+	// almost never come three in a row (at 2 %, once in 125,000 answers).
+	CongestionRunDefault = 3
 	// leasePoll is how often a waiter for a concurrency slot looks again
 	// when no change was seen (a lease that lapsed produces no event).
 	leasePoll = 250 * time.Millisecond
+	// publishEvery bounds how often a process publishes its window in the
+	// shared state when nothing else is written (a cut is published at once).
+	publishEvery = time.Second
 )
 
 // Config configures a Registry. Zero fields take their defaults.
@@ -48,14 +73,21 @@ type Config struct {
 	Log      zerolog.Logger
 	Clock    retry.Clock    // retry.SystemClock
 	Jitter   func() float64 // [0,1); math/rand/v2
-	Breaker  BreakerConfig
-	Headroom float64       // HeadroomDefault
-	WaitMax  time.Duration // WaitMaxDefault
-	Cooldown time.Duration // CooldownDefault
-	LeaseTTL time.Duration // LeaseTTLDefault
+	Breaker  BreakerConfig  // under every provider's own limits.breaker
+	Headroom float64        // HeadroomDefault
+	WaitMax  time.Duration  // WaitMaxDefault
+	Cooldown time.Duration  // CooldownDefault
+	LeaseTTL time.Duration  // LeaseTTLDefault
 	// AdaptiveInitial and AdaptiveMax bound adaptive concurrency
-	// (AdaptiveInitialDefault, AdaptiveMaxDefault).
+	// (AdaptiveStartDefault, AdaptiveMaxDefault); AdaptiveRamp is its
+	// initial ramp (AdaptiveRampDefault; negative: none).
 	AdaptiveInitial, AdaptiveMax int
+	AdaptiveRamp                 time.Duration
+	// CongestionMin and CongestionShare tell congestion from one-off 429s
+	// (CongestionMinDefault, CongestionShareDefault).
+	CongestionMin   int
+	CongestionShare float64
+	CongestionRun   int // CongestionRunDefault
 	// Holder names this process in leases and probes; default host-pid-random.
 	Holder string
 }
@@ -86,14 +118,14 @@ func NewRegistry(ctx context.Context, store Store, cfg Config) (*Registry, error
 	if cfg.Headroom <= 0 || cfg.Headroom > 1 {
 		cfg.Headroom = HeadroomDefault
 	}
-	if cfg.WaitMax <= 0 {
-		cfg.WaitMax = WaitMaxDefault
-	}
-	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = CooldownDefault
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = LeaseTTLDefault
+	cfg.WaitMax = cmp.Or(max(cfg.WaitMax, 0), WaitMaxDefault)
+	cfg.Cooldown = cmp.Or(max(cfg.Cooldown, 0), CooldownDefault)
+	cfg.LeaseTTL = cmp.Or(max(cfg.LeaseTTL, 0), LeaseTTLDefault)
+	cfg.AdaptiveRamp = cmp.Or(cfg.AdaptiveRamp, AdaptiveRampDefault)
+	cfg.CongestionMin = cmp.Or(max(cfg.CongestionMin, 0), CongestionMinDefault)
+	cfg.CongestionRun = cmp.Or(max(cfg.CongestionRun, 0), CongestionRunDefault)
+	if !(cfg.CongestionShare > 0 && cfg.CongestionShare <= 1) {
+		cfg.CongestionShare = CongestionShareDefault
 	}
 	if cfg.Holder == "" {
 		host, _ := os.Hostname()
@@ -110,8 +142,31 @@ func NewRegistry(ctx context.Context, store Store, cfg Config) (*Registry, error
 	return r, nil
 }
 
-// Close stops watching. Limiters keep working on what they last saw.
-func (r *Registry) Close() { r.cancel() }
+// Close retires this process's adaptive windows from the shared state (a
+// process that starts on the provider later must not take a stopped one for
+// a live one), then stops watching. Limiters keep working on what they last
+// saw.
+func (r *Registry) Close() {
+	ctx, cancel := context.WithTimeout(r.ctx, 2*time.Second)
+	defer cancel()
+	for _, l := range r.Limiters() {
+		l.mu.Lock()
+		published := !l.published.Expires.IsZero()
+		l.mu.Unlock()
+		if !published {
+			continue
+		}
+		_, _ = r.store.Update(ctx, l.key, func(s *State) bool {
+			if _, ok := s.Windows[r.cfg.Holder]; !ok {
+				return false
+			}
+			delete(s.Windows, r.cfg.Holder)
+			s.Updated = r.cfg.Clock.Now()
+			return true
+		})
+	}
+	r.cancel()
+}
 
 // Holder is this process's name in leases and probes.
 func (r *Registry) Holder() string { return r.cfg.Holder }
@@ -135,18 +190,30 @@ func (r *Registry) For(cfg provider.Config) *Limiter {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if l, ok := r.lims[k]; ok {
-		if l.limits != cfg.Limits {
+		if l.limits != cfg.Limits || l.maxWait != cfg.RetryAfterCap() {
 			r.log.Warn().Str("provider", cfg.Name).Msg("two jobs give one provider key different limits; keeping the first")
 		}
 		return l
 	}
+	bc := r.cfg.Breaker.with(cfg.Limits.Breaker)
 	l := &Limiter{r: r, key: k, name: cfg.Name, limits: cfg.Limits, paces: PacesOf(cfg.Limits, r.cfg.Headroom),
-		changed: make(chan struct{}), fifo: make(chan struct{}, 1)}
+		breaker: bc, maxWait: cfg.RetryAfterCap(), changed: make(chan struct{}), fifo: make(chan struct{}, 1),
+		recent: newTally(CongestionWindowDefault), health: newTally(bc.Window)}
+	l.shared = r.seen[k]
+	now := r.cfg.Clock.Now()
+	l.bound(&l.shared, now)
 	if !cfg.Limits.Budgeted() && !cfg.Limits.NoAdaptive {
 		l.aimd = NewAIMD(r.cfg.AdaptiveInitial, r.cfg.AdaptiveMax)
+		l.aimd.Ramp = r.cfg.AdaptiveRamp
+		if l.others(now) {
+			// Other processes are calling this provider already: their
+			// calls fill what it allows, and a ramp in time would run a
+			// whole window into their cohort before any answer came back.
+			// This one starts small and grows by slow start instead.
+			l.aimd.NoRamp()
+		}
 	}
-	l.shared = r.seen[k]
-	l.cooldownSeen = l.shared.CooldownSet
+	l.congestionSeen = l.shared.CongestedAt
 	delete(r.seen, k)
 	r.lims[k] = l
 	return l
@@ -165,30 +232,53 @@ func (r *Registry) Limiters() []*Limiter {
 
 // Limiter is the budget of one provider+key in this process.
 type Limiter struct {
-	r      *Registry
-	key    string
-	name   string
-	limits provider.Limits
-	paces  Paces
-	fifo   chan struct{} // one local waiter books in the shared schedule at a time
+	r       *Registry
+	key     string
+	name    string
+	limits  provider.Limits
+	paces   Paces
+	breaker BreakerConfig
+	maxWait time.Duration // the provider's max_retry_after: no cooldown lasts longer
+	fifo    chan struct{} // one local waiter books in the shared schedule at a time
 
 	mu       sync.Mutex
 	shared   State
 	changed  chan struct{} // closed and replaced on every change
-	aimd     *AIMD         // nil when limits are configured
-	inflight int           // this process's calls in flight
-	failures int           // consecutive server/network failures
-	probing  bool          // a caller here is (or is becoming) the probe
-	// localCooldown is a cooldown this process saw a 429 ask for and is
+	aimd     *AIMD         // nil with limits configured, or adaptive: false
+	inflight int           // this process's calls in flight (adaptive)
+	peak     int           // the most in flight since the last cut: the window in use
+	// rampWaiting is the callers waiting for the window (each sleeps until
+	// the initial ramp reaches its place).
+	rampWaiting int
+	probing     bool // a caller here is (or is becoming) the probe
+	// localCooldown is a shared cooldown this process decided on and is
 	// writing to the store: it holds local callers back at once, because a
 	// 429 comes back in a millisecond and a window would otherwise refill
 	// with calls that meet the same 429 during the write.
 	localCooldown time.Time
-	// cooldownSeen is the CooldownSet of the last shared cooldown that cut AIMD.
-	cooldownSeen time.Time
-	served       servedRate // successes and latency, for AIMD cuts
+	// congestionSeen is the last shared congestion event (CongestedAt)
+	// that cut AIMD.
+	congestionSeen time.Time
+	served         servedRate // successes and latency, for AIMD cuts
+	recent         tally      // answers over CongestionWindowDefault: congestion or one-off 429s
+	run            int        // congestion answers in a row
+	health         tally      // answers over the breaker's window: the breaker, the fault trim
+	published      Window     // the window last written to the shared state
+	publishedAt    time.Time
+	cappedLogged   bool // a capped Retry-After was logged
 
-	calls, absorbed, waited atomic.Int64
+	calls, waited, congested, faults, cooldowns atomic.Int64
+}
+
+// others reports whether the shared state shows another process's live
+// window on this provider (l.mu held, or before l is shared).
+func (l *Limiter) others(now time.Time) bool {
+	for h := range l.shared.LiveWindows(now) {
+		if h != l.r.cfg.Holder {
+			return true
+		}
+	}
+	return false
 }
 
 // Key is the limiter's KV key.
@@ -200,8 +290,15 @@ func (l *Limiter) Limited() bool { return l.limits.Budgeted() }
 
 func (l *Limiter) now() time.Time { return l.r.cfg.Clock.Now() }
 
+// bound makes the waits in s end within this provider's caps.
+func (l *Limiter) bound(s *State, now time.Time) bool {
+	return s.bound(now, l.maxWait, l.breaker.CooldownMax, l.breaker.ProbeTimeout)
+}
+
 // observe records a state seen in the store.
 func (l *Limiter) observe(s State) {
+	now := l.now()
+	l.bound(&s, now)
 	l.mu.Lock()
 	if s.Updated.Before(l.shared.Updated) {
 		l.mu.Unlock()
@@ -209,11 +306,18 @@ func (l *Limiter) observe(s State) {
 	}
 	prev := l.shared.Breaker.State
 	l.shared = s
-	if l.aimd != nil && s.CooldownSet.After(l.cooldownSeen) {
-		// A new shared cooldown, set by a 429 here or in another process:
-		// every process cuts, once per cooldown.
-		l.cooldownSeen = s.CooldownSet
-		l.aimd.OverloadTo(s.CooldownSet, l.now(), l.served.sustained(l.now()))
+	if !l.localCooldown.After(s.CooldownUntil) {
+		l.localCooldown = time.Time{} // the shared state holds it now
+	}
+	if l.aimd != nil && s.CongestedAt.After(l.congestionSeen) {
+		// Congestion seen here or in another process (a new cooldown, an
+		// empty bucket): every process cuts, once per event.
+		l.congestionSeen = s.CongestedAt
+		l.aimd.Congestion(s.CongestedAt, now, max(l.peak, l.inflight), l.served.sustained(now), cmp.Or(s.Reason, "congestion"))
+		l.peak = l.inflight
+	}
+	if s.Breaker.Closed() && prev != "" && prev != CircuitClosed {
+		l.health.reset() // a closed circuit starts counting afresh
 	}
 	l.notifyLocked()
 	l.mu.Unlock()
@@ -223,7 +327,7 @@ func (l *Limiter) observe(s State) {
 			ev = l.r.log.Warn()
 		}
 		ev.Str("provider", l.name).Str("circuit", s.Breaker.State).Time("until", s.Breaker.Until).
-			Str("last_error", s.Breaker.LastError).Msg("circuit " + strings.ReplaceAll(s.Breaker.State, "_", "-"))
+			Str("last_error", s.Breaker.LastError).Str("reason", s.Reason).Msg("circuit " + strings.ReplaceAll(s.Breaker.State, "_", "-"))
 	}
 }
 
@@ -245,6 +349,7 @@ func (l *Limiter) view() (State, <-chan struct{}) {
 // wait sleeps d (d ≤ 0: until a change) or until the limiter's state
 // changes, whichever is first. It returns ctx.Err() when ctx is done.
 func (l *Limiter) wait(ctx context.Context, d time.Duration, changed <-chan struct{}) error {
+	l.waited.Add(1)
 	if d <= 0 {
 		select {
 		case <-ctx.Done():
@@ -252,6 +357,18 @@ func (l *Limiter) wait(ctx context.Context, d time.Duration, changed <-chan stru
 		case <-changed:
 			return nil
 		}
+	}
+	if _, real := l.r.cfg.Clock.(retry.SystemClock); real {
+		// No goroutine per wait: a thousand callers may be waiting.
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed: // nil: never
+		case <-t.C:
+		}
+		return nil
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -291,24 +408,16 @@ type Permit struct {
 // Probe reports whether the call is the half-open circuit's probe.
 func (p *Permit) Probe() bool { return p.probe }
 
-// ErrCircuitOpen is wrapped by the error Acquire returns when a provider's
-// circuit stays open past Config.WaitMax.
-var ErrCircuitOpen = errors.New("circuit open")
-
-// ErrCoolingDown is wrapped by the error Acquire returns when a provider's
-// shared cooldown lasts past Config.WaitMax.
-var ErrCoolingDown = errors.New("shared cooldown")
-
 // Acquire waits until a call of about tokens tokens may go (0: unknown),
-// and returns its permit. It waits for an open circuit, a shared cooldown,
-// a concurrency slot and a slot in the rpm/tpm schedule. It returns
-// ctx.Err() when ctx is done, and a retryable *retry.Error (rate_limit for a
-// cooldown, server for an open circuit, with RetryAfter set and wrapping
-// ErrCoolingDown or ErrCircuitOpen) when it would have to wait longer than
-// Config.WaitMax.
+// and returns its permit. It waits for an open circuit (one waiter becomes
+// the half-open circuit's probe), a shared cooldown, a concurrency slot and
+// a slot in the rpm/tpm schedule. It returns ctx.Err() when ctx is done,
+// and a *WaitError (errors.Is ErrWait) when it would have to wait longer
+// than Config.WaitMax, counted from its start, for a cooldown, a circuit
+// or the schedule: no call was made, and the caller parks the record
+// until WaitError.Until.
 func (l *Limiter) Acquire(ctx context.Context, tokens int) (*Permit, error) {
 	start := l.now()
-	cfg := l.r.cfg
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -316,21 +425,12 @@ func (l *Limiter) Acquire(ctx context.Context, tokens int) (*Permit, error) {
 		now := l.now()
 		s, changed := l.view()
 		probe := false
-		if b := s.Breaker; !b.Closed() {
-			var until time.Time
-			switch {
-			case b.State == CircuitOpen && now.Before(b.Until):
-				until = b.Until
-			case b.State == CircuitHalfOpen && now.Before(b.ProbeUntil) && (b.Probe != cfg.Holder || l.isProbing()):
-				until = b.ProbeUntil
+		if b := s.Breaker; !b.Closed() && !l.breaker.Off {
+			until, werr := l.circuitWait(b, start, now)
+			if werr != nil {
+				return nil, werr
 			}
 			if !until.IsZero() {
-				// A probe in flight ends soon (ProbeUntil is only the lease
-				// of a probe whose process may have died): wait for it.
-				if b.State == CircuitOpen && until.Sub(start) > cfg.WaitMax {
-					return nil, l.waitErr(retry.ClassServer, "CircuitOpenError", ErrCircuitOpen, until.Sub(now), b.LastError)
-				}
-				l.waited.Add(1)
 				d := until.Sub(now)
 				if b.State == CircuitOpen {
 					d += l.jitter(d)
@@ -350,11 +450,10 @@ func (l *Limiter) Acquire(ctx context.Context, tokens int) (*Permit, error) {
 			probe = true
 		}
 		if s.Cooling(now) {
-			if s.CooldownUntil.Sub(start) > cfg.WaitMax {
+			if s.CooldownUntil.Sub(start) > l.r.cfg.WaitMax {
 				l.releaseProbe(probe)
-				return nil, l.waitErr(retry.ClassRateLimit, "RateLimitError", ErrCoolingDown, s.CooldownUntil.Sub(now), s.CooldownCause)
+				return nil, l.waitError(WaitCooldown, s.CooldownUntil, s.CooldownCause)
 			}
-			l.waited.Add(1)
 			d := s.CooldownUntil.Sub(now)
 			if !l.limits.Budgeted() {
 				d += l.jitter(d) // the paced schedule spreads limited waiters by itself
@@ -364,22 +463,58 @@ func (l *Limiter) Acquire(ctx context.Context, tokens int) (*Permit, error) {
 				return nil, err
 			}
 			if probe {
-				return l.admit(ctx, tokens, true)
+				return l.admit(ctx, start, tokens, true)
 			}
 			continue
 		}
-		p, again, err := l.admitOnce(ctx, tokens, probe, changed)
+		p, again, err := l.admitOnce(ctx, start, tokens, probe, changed)
 		if err != nil || !again {
 			return p, err
 		}
 	}
 }
 
+// circuitWait is how long a caller that started at start must wait, at
+// now, for a circuit that is not closed: until b's open period ends, or
+// until another worker's probe is done (at most the hold limit), zero when
+// the caller may try to become the probe. Past the hold limit it returns a
+// *WaitError instead.
+func (l *Limiter) circuitWait(b Breaker, start, now time.Time) (time.Time, error) {
+	holdUntil := start.Add(l.r.cfg.WaitMax)
+	switch {
+	case b.State == CircuitOpen && now.Before(b.Until):
+		if b.Until.After(holdUntil) {
+			return time.Time{}, l.waitError(WaitCircuit, b.Until, b.LastError)
+		}
+		return b.Until, nil
+	case b.State == CircuitHalfOpen && now.Before(b.ProbeUntil) && (b.Probe != l.r.cfg.Holder || l.isProbing()):
+		// A probe in flight ends soon (ProbeUntil is only the lease of a
+		// probe whose process may have died): wait for it, within the
+		// hold limit.
+		if !now.Before(holdUntil) {
+			return time.Time{}, l.waitError(WaitCircuit, minTime(b.ProbeUntil, now.Add(l.breaker.Cooldown)), b.LastError)
+		}
+		return minTime(b.ProbeUntil, holdUntil), nil
+	}
+	return time.Time{}, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func (l *Limiter) waitError(kind string, until time.Time, cause string) *WaitError {
+	return &WaitError{Provider: l.name, Until: until, Kind: kind, Cause: cause}
+}
+
 // admit is admitOnce until it admits.
-func (l *Limiter) admit(ctx context.Context, tokens int, probe bool) (*Permit, error) {
+func (l *Limiter) admit(ctx context.Context, start time.Time, tokens int, probe bool) (*Permit, error) {
 	for {
 		_, changed := l.view()
-		p, again, err := l.admitOnce(ctx, tokens, probe, changed)
+		p, again, err := l.admitOnce(ctx, start, tokens, probe, changed)
 		if err != nil || !again {
 			return p, err
 		}
@@ -387,36 +522,75 @@ func (l *Limiter) admit(ctx context.Context, tokens int, probe bool) (*Permit, e
 }
 
 // admitOnce tries to take a slot: the shared schedule and leases with
-// limits, the AIMD window without, nothing with adaptive: false. again is true when the caller must look
-// at the state again (it waited for a slot, or a cooldown began).
-func (l *Limiter) admitOnce(ctx context.Context, tokens int, probe bool, changed <-chan struct{}) (_ *Permit, again bool, _ error) {
+// limits, the AIMD window without, nothing with adaptive: false. again is
+// true when the caller must look at the state again (it waited for a slot,
+// or a cooldown began).
+func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, probe bool, changed <-chan struct{}) (_ *Permit, again bool, _ error) {
 	if l.limits.Budgeted() {
-		return l.book(ctx, tokens, probe)
+		return l.book(ctx, start, tokens, probe)
 	}
 	if l.aimd == nil { // adaptive: false: no window, no shared schedule
 		l.calls.Add(1)
 		return &Permit{l: l, started: l.now(), tokens: tokens, probe: probe}, false, nil
 	}
+	now := l.now()
 	l.mu.Lock()
-	if probe || l.inflight < l.aimd.Limit() {
+	if probe || l.inflight < l.aimd.Limit(now) {
 		l.inflight++
-		p := &Permit{l: l, started: l.now(), inflightAt: l.inflight, tokens: tokens, probe: probe}
+		l.peak = max(l.peak, l.inflight)
+		if l.rampWaiting == 0 {
+			l.aimd.Idle(now) // no one else waits: the ramp pauses
+		}
+		p := &Permit{l: l, started: now, inflightAt: l.inflight, tokens: tokens, probe: probe}
+		announce := l.aimd.Ramping() && l.published.Expires.IsZero()
+		if announce {
+			l.published = Window{N: l.aimd.Limit(now), Expires: now.Add(l.r.cfg.LeaseTTL)}
+			l.publishedAt = now
+			l.aimd.Hold(now.Add(AdaptiveRampHoldDefault))
+		}
+		w := l.published
 		l.mu.Unlock()
 		l.calls.Add(1)
+		if announce {
+			// Say at once that this process is ramping: another one starting
+			// on the provider now sees it and grows by slow start instead of
+			// ramping blind into this one's calls (For).
+			if st, err := l.r.store.Update(ctx, l.key, func(s *State) bool {
+				s.Provider, s.Limits, s.Updated = l.name, l.limits, now
+				l.publish(s, now, w)
+				return true
+			}); err == nil {
+				l.observe(st)
+			}
+		}
 		return p, false, nil
 	}
 	ch := l.changed
+	// The initial ramp lets more go in time: this caller's turn comes when
+	// it covers the calls in flight and the callers waiting before it. A
+	// process that another one's window shows calling the provider too
+	// grows by slow start instead.
+	if l.aimd.Ramping() && l.others(now) {
+		l.aimd.NoRamp()
+	}
+	l.aimd.Full(now)
+	l.rampWaiting++
+	ramp := l.aimd.RampTo(now, l.inflight+l.rampWaiting)
 	l.mu.Unlock()
-	l.waited.Add(1)
-	if err := l.wait(ctx, 0, ch); err != nil {
+	err := l.wait(ctx, ramp, ch)
+	l.mu.Lock()
+	l.rampWaiting--
+	l.mu.Unlock()
+	if err != nil {
 		return nil, false, err
 	}
 	return nil, true, nil
 }
 
 // book reserves a slot in the shared schedule (and a concurrency lease),
-// then sleeps until the slot.
-func (l *Limiter) book(ctx context.Context, tokens int, probe bool) (_ *Permit, again bool, _ error) {
+// then sleeps until the slot. A slot further than the hold limit from the
+// caller's start is not booked: the caller gets a *WaitError instead.
+func (l *Limiter) book(ctx context.Context, start time.Time, tokens int, probe bool) (_ *Permit, again bool, _ error) {
 	cfg := l.r.cfg
 	select {
 	case l.fifo <- struct{}{}:
@@ -425,12 +599,13 @@ func (l *Limiter) book(ctx context.Context, tokens int, probe bool) (_ *Permit, 
 		return nil, false, ctx.Err()
 	}
 	var at time.Time
-	var full, blocked bool
+	var full, blocked, far bool
 	_, changed := l.view()
 	st, err := l.r.store.Update(ctx, l.key, func(s *State) bool {
 		now := l.now()
-		at, full, blocked = time.Time{}, false, false
-		if s.Cooling(now) || (!probe && !s.Breaker.Closed()) {
+		at, full, blocked, far = time.Time{}, false, false, false
+		l.bound(s, now)
+		if s.Cooling(now) || (!probe && !s.Breaker.Closed() && !l.breaker.Off) {
 			blocked = true
 			return false
 		}
@@ -438,8 +613,14 @@ func (l *Limiter) book(ctx context.Context, tokens int, probe bool) (_ *Permit, 
 			full = true
 			return false
 		}
+		next := *s
+		at = l.paces.reserve(&next, now, tokens)
+		if at.After(now) && at.Sub(start) > cfg.WaitMax {
+			far = true // not booked: the caller parks
+			return false
+		}
+		*s = next
 		s.Provider, s.Limits = l.name, l.limits
-		at = l.paces.reserve(s, now, tokens)
 		if l.limits.Concurrency > 0 {
 			l.lease(s, now, +1)
 		}
@@ -453,19 +634,22 @@ func (l *Limiter) book(ctx context.Context, tokens int, probe bool) (_ *Permit, 
 			return nil, false, ctx.Err()
 		}
 		// The shared store is unreachable: fail open rather than stop every
-		// call; a 429 that follows is still absorbed and cools this process.
+		// call; a 429 that follows still cools this process.
 		l.r.log.Warn().Err(err).Str("provider", l.name).Msg("rate-limit state unavailable; calling without the shared budget")
 		l.calls.Add(1)
 		return &Permit{l: l, started: l.now(), tokens: tokens, probe: probe}, false, nil
 	}
 	l.observe(st)
-	if blocked {
+	switch {
+	case far:
+		<-l.fifo
+		l.releaseProbe(probe)
+		return nil, false, l.waitError(WaitSchedule, at, fmt.Sprintf("rpm %d, tpm %d: the schedule is booked past the hold limit", l.limits.RPM, l.limits.TPM))
+	case blocked:
 		<-l.fifo
 		return nil, true, nil
-	}
-	if full {
+	case full:
 		// Keep the FIFO: only this waiter polls; the others queue behind it.
-		l.waited.Add(1)
 		werr := l.wait(ctx, leasePoll, changed)
 		<-l.fifo
 		if werr != nil {
@@ -521,7 +705,7 @@ func (p *Permit) release(ctx context.Context) {
 				l.lease(s, now, -1)
 			}
 			if p.probe && s.Breaker.State == CircuitHalfOpen && s.Breaker.Probe == l.r.cfg.Holder {
-				s.Breaker.State, s.Breaker.Until, s.Breaker.Probe = CircuitOpen, now, ""
+				s.Breaker.release(now)
 			}
 			s.Updated = now
 			return true
@@ -566,7 +750,7 @@ func (l *Limiter) tryProbe(ctx context.Context) (bool, error) {
 	l.mu.Unlock()
 	got := false
 	st, err := l.r.store.Update(ctx, l.key, func(s *State) bool {
-		got = l.r.cfg.Breaker.tryProbe(&s.Breaker, l.now(), l.r.cfg.Holder)
+		got = l.breaker.tryProbe(&s.Breaker, l.now(), l.r.cfg.Holder)
 		if got {
 			s.Provider, s.Limits, s.Updated = l.name, l.limits, l.now()
 		}
@@ -592,7 +776,7 @@ func (l *Limiter) releaseProbe(probe bool) {
 		if s.Breaker.State != CircuitHalfOpen || s.Breaker.Probe != l.r.cfg.Holder {
 			return false
 		}
-		s.Breaker.State, s.Breaker.Until, s.Breaker.Probe = CircuitOpen, l.now(), ""
+		s.Breaker.release(l.now())
 		s.Updated = l.now()
 		return true
 	})
@@ -601,159 +785,50 @@ func (l *Limiter) releaseProbe(probe bool) {
 	}
 }
 
-func (l *Limiter) waitErr(class retry.Class, typ string, cause error, left time.Duration, detail string) *retry.Error {
-	msg := fmt.Sprintf("%s: provider %s is in a %s for another %s", cause, l.name, cause, left.Round(time.Second))
-	if detail != "" {
-		msg += " (" + detail + ")"
-	}
-	return &retry.Error{Class: class, TypeName: typ, Message: msg, RetryAfter: left, Provider: l.name, Err: cause}
-}
-
-// Done reports the outcome of the permit's call: its usage and its error
-// (nil on success). It releases the concurrency lease, corrects the token
-// estimate by the usage reported, adapts the concurrency, sets the shared
-// cooldown on a 429 and drives the circuit breaker. Done is idempotent.
-func (p *Permit) Done(usage provider.Usage, err error) {
-	if !p.done.CompareAndSwap(false, true) {
-		return
-	}
-	l := p.l
-	if p.probe {
-		defer l.setProbing(false)
-	}
-	cfg := l.r.cfg
-	now := l.now()
-	e := retry.AsError(err)
-	var class retry.Class
-	if e != nil {
-		class = e.Class
-	}
-	canceled := err != nil && errors.Is(err, context.Canceled)
-	overload := class == retry.ClassRateLimit || (class == retry.ClassServer && Overloaded(e))
-	failure := !canceled && (class == retry.ClassServer || class == retry.ClassNetwork)
-
-	l.mu.Lock()
-	if class == retry.ClassRateLimit {
-		wait := e.Wait()
-		if wait <= 0 {
-			wait = cfg.Cooldown
-		}
-		if until := now.Add(wait); until.After(l.localCooldown) {
-			l.localCooldown = until
-		}
-	}
-	if l.aimd != nil {
-		l.inflight--
-		switch {
-		case overload && class != retry.ClassRateLimit:
-			// A 429 cuts through the shared cooldown it sets (observe), so
-			// that every process cuts once for it.
-			if l.aimd.Overload(p.started, now) {
-				l.r.log.Debug().Str("provider", l.name).Float64("limit", l.aimd.Value()).Msg("adaptive concurrency cut")
-			}
-		case err == nil:
-			l.aimd.Success(p.inflightAt)
-			l.served.add(now, now.Sub(p.started))
-		}
-	}
-	switch {
-	case failure:
-		l.failures++
-	case !canceled:
-		l.failures = 0
-	}
-	trip := failure && cfg.Breaker.Failures > 0 && l.failures >= cfg.Breaker.Failures && l.shared.Breaker.Closed()
-	l.notifyLocked()
-	l.mu.Unlock()
-
-	actual := usage.InputTokens + usage.OutputTokens
-	correct := l.paces.Tok.On() && actual > 0 && actual != p.tokens
-	if !(p.lease || correct || class == retry.ClassRateLimit || trip || p.probe) {
-		return
-	}
-	ctx := l.r.ctx
-	st, uerr := l.r.store.Update(ctx, l.key, func(s *State) bool {
-		now := l.now()
-		s.Provider, s.Limits = l.name, l.limits
-		if p.lease {
-			l.lease(s, now, -1)
-		}
-		if correct {
-			s.TokTAT = l.paces.Tok.Adjust(s.TokTAT, now, actual-p.tokens)
-		}
-		if class == retry.ClassRateLimit {
-			wait := e.Wait()
-			if wait <= 0 {
-				wait = cfg.Cooldown
-			}
-			until := now.Add(wait)
-			switch {
-			case !p.started.Before(s.CooldownUntil):
-				// A new event: the call went after the last cooldown ended.
-				s.CooldownUntil = until
-				s.CooldownCause = e.Error()
-				s.CooldownSet = now
-				s.Cooldowns++
-				l.paces.afterCooldown(s, until)
-			case until.After(s.CooldownUntil):
-				// The cohort of calls sent before the cooldown was seen: the
-				// same event; it may only ask for a longer wait.
-				s.CooldownUntil = until
-				l.paces.afterCooldown(s, until)
-			}
-		}
-		switch {
-		case p.probe && s.Breaker.State == CircuitHalfOpen && s.Breaker.Probe == cfg.Holder:
-			if failure {
-				cfg.Breaker.open(&s.Breaker, now, e.Error())
-			} else if canceled {
-				s.Breaker.State, s.Breaker.Until, s.Breaker.Probe = CircuitOpen, now, ""
-			} else {
-				s.Breaker.close()
-			}
-		case trip && s.Breaker.Closed():
-			cfg.Breaker.open(&s.Breaker, now, e.Error())
-		}
-		s.Updated = now
-		return true
-	})
-	if uerr != nil {
-		l.r.log.Warn().Err(uerr).Str("provider", l.name).Msg("rate-limit state not updated")
-		return
-	}
-	l.observe(st)
-	if trip || p.probe {
-		l.mu.Lock()
-		if st.Breaker.Closed() {
-			l.failures = 0
-		}
-		l.mu.Unlock()
-	}
-}
-
-// Overloaded reports whether a server error says the provider is overloaded
-// (529, 503, overloaded_error, UNAVAILABLE): adaptive concurrency cuts on it
-// as on a 429.
-func Overloaded(e *retry.Error) bool {
-	if e == nil {
-		return false
-	}
-	return e.Status == 529 || e.Status == 503 || strings.Contains(strings.ToLower(e.ProviderType), "overloaded") ||
-		e.ProviderType == "UNAVAILABLE"
-}
-
-// Status is what a Limiter shows to metrics, logs and `jetpool status`.
+// Status is what a Limiter shows to metrics, logs, the run summary and
+// `jetpool status`.
 type Status struct {
-	Key      string        `json:"key"`
-	Provider string        `json:"provider"`
-	Mode     string        `json:"mode"`  // "limits", "adaptive", or "none" (adaptive: false)
-	Limit    float64       `json:"limit"` // adaptive concurrency (this process) or limits.concurrency
-	InFlight int           `json:"in_flight"`
-	Circuit  string        `json:"circuit"`
-	Cooldown time.Duration `json:"cooldown"` // left of the shared cooldown
-	Calls    int64         `json:"calls"`    // permits granted
-	Absorbed int64         `json:"absorbed"` // 429s absorbed (see Absorbed)
-	Waited   int64         `json:"waited"`   // times a caller had to wait
+	Key      string `json:"key"`
+	Provider string `json:"provider"`
+	Mode     string `json:"mode"` // "limits", "adaptive", or "none" (adaptive: false)
+	// Limit is the window: adaptive concurrency (this process), or
+	// limits.concurrency (0: none).
+	Limit         float64       `json:"limit"`
+	InFlight      int           `json:"in_flight"`
+	Circuit       string        `json:"circuit"`
+	Cooldown      time.Duration `json:"cooldown"` // left of the shared cooldown
+	CooldownCause string        `json:"cooldown_cause,omitempty"`
+	Calls         int64         `json:"calls"`           // permits granted
+	Congested     int64         `json:"congested"`       // answers that said the provider is full (429, 529, an empty bucket)
+	Faults        int64         `json:"faults"`          // 5xx, connection failures, dropped streams
+	Cooldowns     int64         `json:"cooldowns"`       // shared cooldowns this process set
+	Waited        int64         `json:"waited"`          // times a caller had to wait
+	Change        Change        `json:"change,omitzero"` // the window's last decision
+	// Reason is the last change of the shared cooldown or circuit, and why.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Window is the status as one line: "window 8 (was 32): 429s from openai at
+// 12:01:03"; "window 12; last change …" once it moved since.
+func (st Status) Window() string {
+	switch st.Mode {
+	case "limits":
+		if st.Limit == 0 {
+			return "limits (no concurrency cap)"
+		}
+		return fmt.Sprintf("limits, concurrency %d", int(st.Limit))
+	case "none":
+		return "no window (adaptive: false)"
+	}
+	n := max(int(st.Limit), 1)
+	switch {
+	case st.Change.At.IsZero():
+		return fmt.Sprintf("window %d", n)
+	case st.Change.To == n:
+		return st.Change.String()
+	}
+	return fmt.Sprintf("window %d; last change %d → %d: %s at %s", n, st.Change.From, st.Change.To,
+		st.Change.Reason, st.Change.At.Format("15:04:05"))
 }
 
 // Status returns the limiter's status now.
@@ -763,29 +838,26 @@ func (l *Limiter) Status() Status {
 	defer l.mu.Unlock()
 	st := Status{Key: l.key, Provider: l.name, Mode: "limits", Limit: float64(l.limits.Concurrency),
 		InFlight: l.shared.InFlight(now), Circuit: cmp.Or(l.shared.Breaker.State, CircuitClosed),
-		Calls: l.calls.Load(), Absorbed: l.absorbed.Load(), Waited: l.waited.Load()}
+		Calls: l.calls.Load(), Congested: l.congested.Load(), Faults: l.faults.Load(),
+		Cooldowns: l.cooldowns.Load(), Waited: l.waited.Load(), Reason: l.shared.Reason}
 	switch {
 	case l.aimd != nil:
-		st.Mode, st.Limit, st.InFlight = "adaptive", l.aimd.Value(), l.inflight
+		st.Mode, st.Limit, st.InFlight, st.Change = "adaptive", l.aimd.Value(), l.inflight, l.aimd.Last()
 	case !l.limits.Budgeted():
 		st.Mode = "none" // adaptive: false
 	}
 	if l.shared.Cooling(now) {
-		st.Cooldown = l.shared.CooldownUntil.Sub(now)
+		st.Cooldown, st.CooldownCause = l.shared.CooldownUntil.Sub(now), l.shared.CooldownCause
 	}
 	return st
 }
 
-// Absorbed counts a 429 that the caller absorbed (waited out and re-issued
-// without failing the attempt).
-func (l *Limiter) Absorbed() { l.absorbed.Add(1) }
-
-// WaitMax is the registry's Config.WaitMax.
-func (l *Limiter) WaitMax() time.Duration { return l.r.cfg.WaitMax }
-
 // CircuitOpen reports whether the circuit is open now with no probe due:
 // a pool may stop pulling this provider's work.
 func (l *Limiter) CircuitOpen() bool {
+	if l.breaker.Off {
+		return false
+	}
 	s, _ := l.view()
 	return s.Breaker.State == CircuitOpen && l.now().Before(s.Breaker.Until)
 }
@@ -794,35 +866,38 @@ func (l *Limiter) CircuitOpen() bool {
 const servedWindow = 5 * time.Second
 
 // servedRate remembers the recent successes of a limiter (this process) and
-// the shortest latency, to estimate the window the provider sustains.
+// their latencies, to estimate the window the provider sustains.
 type servedRate struct {
 	at      []time.Time
-	latency time.Duration // minimum over the window
+	latency []time.Duration
+	sum     time.Duration
 }
 
 func (r *servedRate) add(now time.Time, latency time.Duration) {
 	r.trim(now)
-	if len(r.at) == 0 || latency < r.latency {
-		r.latency = latency
-	}
 	r.at = append(r.at, now)
+	r.latency = append(r.latency, latency)
+	r.sum += latency
 }
 
 func (r *servedRate) trim(now time.Time) {
 	i := 0
 	for i < len(r.at) && now.Sub(r.at[i]) > servedWindow {
+		r.sum -= r.latency[i]
 		i++
 	}
-	r.at = r.at[i:]
+	r.at, r.latency = r.at[i:], r.latency[i:]
 }
 
-// sustained is the served rate times the minimum latency (+Inf when too
-// little is known: the cut is then the plain multiplicative one).
+// sustained is the served rate times the mean latency, by Little's law the
+// calls the provider has been serving at once (+Inf when too little is
+// known: the cut is then the plain multiplicative one).
 func (r *servedRate) sustained(now time.Time) float64 {
 	r.trim(now)
-	if len(r.at) < 10 || r.latency <= 0 {
+	if len(r.at) < 10 || r.sum <= 0 {
 		return math.Inf(1)
 	}
 	span := max(now.Sub(r.at[0]), time.Second)
-	return float64(len(r.at)) / span.Seconds() * r.latency.Seconds()
+	mean := r.sum / time.Duration(len(r.at))
+	return float64(len(r.at)) / span.Seconds() * mean.Seconds()
 }

@@ -89,95 +89,6 @@ func TestKeyHidesTheAPIKey(t *testing.T) {
 	require.Equal(t, "my_provider", ProviderOf("my_provider.nokey"))
 }
 
-func TestAIMD(t *testing.T) {
-	t.Parallel()
-	a := NewAIMD(4, 100)
-	t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	// An idle limit does not grow.
-	a.Success(1)
-	require.Equal(t, 4, a.Limit())
-	// Slow start: +1 per success when at least half the window is in use
-	// (in a real cohort about half count: ×1.5 per round trip).
-	for range 4 {
-		a.Success(a.Limit())
-	}
-	require.Equal(t, 8, a.Limit())
-	a.Success(3)
-	require.Equal(t, 8, a.Limit(), "a window less than half used does not grow")
-	// A 429 cuts once per epoch.
-	require.True(t, a.Overload(t0, t0.Add(time.Millisecond)))
-	require.InDelta(t, 8*AdaptiveBetaDefault, a.Value(), 1e-9)
-	require.False(t, a.Overload(t0, t0.Add(2*time.Millisecond)), "a call sent before the cut does not cut again")
-	require.True(t, a.Overload(t0.Add(time.Second), t0.Add(time.Second)))
-	// Back to the level of the last cut it grows by one per round trip,
-	// above it by one per AdaptiveProbeDefault round trips.
-	b := NewAIMD(10, 100)
-	b.Overload(t0, t0) // ceiling 10, limit 7
-	rounds := 0
-	for b.Value() < 10 {
-		for range b.Limit() {
-			b.Success(b.Limit())
-		}
-		rounds++
-	}
-	require.LessOrEqual(t, rounds, 4)
-	rounds = 0
-	for b.Value() < 11 {
-		for range b.Limit() {
-			b.Success(b.Limit())
-		}
-		rounds++
-	}
-	require.GreaterOrEqual(t, rounds, AdaptiveProbeDefault-1)
-	require.Equal(t, 1, NewAIMD(1, 1).Limit())
-}
-
-// TestAIMDConverges drives AIMD against a provider that serves at most
-// capacity calls at once and answers the rest 429: the limit settles around
-// the capacity rather than running away or collapsing.
-func TestAIMDConverges(t *testing.T) {
-	t.Parallel()
-	const capacity = 12
-	a := NewAIMD(4, 256)
-	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	var over, calls int
-	var lows []int
-	for round := range 200 {
-		now = now.Add(time.Second)
-		n := a.Limit()
-		for i := range n {
-			calls++
-			if i >= capacity {
-				over++
-				a.Overload(now, now)
-			} else {
-				a.Success(n)
-			}
-		}
-		if round >= 100 {
-			lows = append(lows, a.Limit())
-		}
-	}
-	for _, l := range lows {
-		require.GreaterOrEqual(t, l, capacity*6/10)
-		require.LessOrEqual(t, l, capacity+2)
-	}
-	require.Less(t, float64(over)/float64(calls), 0.05, "429s are a small share of calls")
-}
-
-// Without an explicit start the limit starts at AdaptiveStartDefault (or
-// the maximum when lower) and slow start takes it from there; the first
-// overload cuts to what the provider sustained.
-func TestAIMDDefaultStart(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, 2, NewAIMD(0, 2).Limit())
-	require.Equal(t, AdaptiveStartDefault, NewAIMD(0, 64).Limit())
-	a := NewAIMD(32, 64)
-	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	require.True(t, a.OverloadTo(now.Add(-time.Millisecond), now, 10))
-	require.Equal(t, 10, a.Limit(), "the first overload cuts to what the provider sustained")
-}
-
 func newTestRegistry(t *testing.T, store Store, clock retry.Clock, mod ...func(*Config)) *Registry {
 	t.Helper()
 	cfg := Config{Clock: clock, Jitter: func() float64 { return 0.5 }}
@@ -200,7 +111,7 @@ func TestLimiterPacesRPM(t *testing.T) {
 	for range 100 {
 		p, err := l.Acquire(context.Background(), 10)
 		require.NoError(t, err)
-		p.Done(provider.Usage{}, nil)
+		p.Done(provider.Response{}, nil)
 	}
 	// 10 in the first burst, then 90 at 100 ms.
 	require.Equal(t, 9*time.Second, clock.Now().Sub(t0))
@@ -216,7 +127,7 @@ func TestLimiterPacesTPMWithCorrection(t *testing.T) {
 	for range 20 {
 		p, err := l.Acquire(context.Background(), 1000)
 		require.NoError(t, err)
-		p.Done(provider.Usage{InputTokens: 60, OutputTokens: 40}, nil)
+		p.Done(provider.Response{Usage: provider.Usage{InputTokens: 60, OutputTokens: 40}}, nil)
 	}
 	require.LessOrEqual(t, clock.Now().Sub(t0), 2*time.Second)
 	// Without the correction the same 20 calls take 19 s less the burst.
@@ -226,7 +137,7 @@ func TestLimiterPacesTPMWithCorrection(t *testing.T) {
 	for range 20 {
 		p, err := l2.Acquire(context.Background(), 1000)
 		require.NoError(t, err)
-		p.Done(provider.Usage{}, nil)
+		p.Done(provider.Response{}, nil)
 	}
 	require.Equal(t, 19*time.Second-999*time.Millisecond, clock2.slept)
 }
@@ -235,63 +146,162 @@ func rateLimited(after time.Duration) error {
 	return &retry.Error{Class: retry.ClassRateLimit, Status: 429, Message: "slow down", RetryAfter: after}
 }
 
+// congest makes two calls on l that both meet a 429 asking to wait after:
+// congestion, not a one-off.
+func congest(t *testing.T, l *Limiter, after time.Duration) {
+	t.Helper()
+	p1, err := l.Acquire(context.Background(), 0)
+	require.NoError(t, err)
+	p2, err := l.Acquire(context.Background(), 0)
+	require.NoError(t, err)
+	p1.Done(provider.Response{}, rateLimited(after))
+	p2.Done(provider.Response{}, rateLimited(after))
+}
+
+// 429s that are congestion (two of two answers) cool down every process
+// sharing the provider until the provider's wait, plus jitter.
 func TestSharedCooldown(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	store := NewMemStore()
 	a := newTestRegistry(t, store, clock).For(provider.Config{Name: "p"})
 	b := newTestRegistry(t, store, clock).For(provider.Config{Name: "p"})
+	congest(t, a, 3*time.Second)
+	require.Equal(t, 3*time.Second, b.Status().Cooldown, "the other process sees the cooldown")
+	require.Contains(t, b.Status().Reason, "2 of p's last 2 answers said it is full")
+
+	t0 := clock.Now()
+	p, err := b.Acquire(context.Background(), 0)
+	require.NoError(t, err)
+	// The reset, plus jitter (half of a tenth of the wait).
+	require.Equal(t, 3*time.Second+3*time.Second/20, clock.Now().Sub(t0))
+	p.Done(provider.Response{}, nil)
+
+	// 429s without headers cool down for CooldownDefault.
+	clock.Advance(time.Minute)
+	c := newTestRegistry(t, NewMemStore(), clock).For(provider.Config{Name: "p"})
+	congest(t, c, 0)
+	require.Equal(t, CooldownDefault, c.Status().Cooldown)
+}
+
+// A one-off 429 among successes sets no shared cooldown: only its record
+// waits (its session delay); the others go on at once.
+func TestOneOff429DoesNotCoolOthers(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	store := NewMemStore()
+	a := newTestRegistry(t, store, clock).For(provider.Config{Name: "p"})
+	b := newTestRegistry(t, store, clock).For(provider.Config{Name: "p"})
+	for range 20 {
+		p, err := a.Acquire(context.Background(), 0)
+		require.NoError(t, err)
+		p.Done(provider.Response{}, nil)
+	}
 	p, err := a.Acquire(context.Background(), 0)
 	require.NoError(t, err)
-	p.Done(provider.Usage{}, rateLimited(3*time.Second))
-	require.Equal(t, 3*time.Second, b.Status().Cooldown, "the other process sees the cooldown")
-
+	p.Done(provider.Response{}, rateLimited(60*time.Second))
+	require.Zero(t, a.Status().Cooldown)
+	require.Zero(t, b.Status().Cooldown)
 	t0 := clock.Now()
 	p, err = b.Acquire(context.Background(), 0)
 	require.NoError(t, err)
-	waited := clock.Now().Sub(t0)
-	// Until the reset, plus jitter (half of a quarter of the wait here).
-	require.Equal(t, 3*time.Second+3*time.Second/20, waited) // the reset, plus jitter (half of a tenth of the wait)
-	p.Done(provider.Usage{}, nil)
+	require.Equal(t, t0, clock.Now(), "nothing waited")
+	p.Done(provider.Response{}, nil)
+	require.Equal(t, int64(1), a.Status().Congested)
+}
 
-	// A 429 without headers cools down for CooldownDefault.
+// Rate-limit headers saying the bucket is empty are congestion: on a
+// success, every process cuts its window (nothing waits); on a 429, every
+// process also waits until the bucket's reset.
+func TestEmptyBucketIsCongestion(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	store := NewMemStore()
+	ramp := func(c *Config) { c.AdaptiveInitial, c.AdaptiveRamp = 10, -1 }
+	a := newTestRegistry(t, store, clock, ramp).For(provider.Config{Name: "p"})
+	b := newTestRegistry(t, store, clock, ramp).For(provider.Config{Name: "p"})
+	ps := acquire(t, b, 10)
+	empty := retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 60, Remaining: 0, Reset: 800 * time.Millisecond}}
+	p, err := a.Acquire(context.Background(), 0)
+	require.NoError(t, err)
+	p.Done(provider.Response{RateLimit: empty}, nil)
+	require.Zero(t, a.Status().Cooldown)
+	require.InDelta(t, 10*AdaptiveBetaDefault, b.Status().Limit, 1e-9, "the other process cut its window in use")
+	require.Contains(t, b.Status().Change.Reason, "x-ratelimit-remaining-requests 0 from p")
+	for _, p := range ps {
+		p.Done(provider.Response{}, nil)
+	}
+
+	clock.Advance(time.Second)
 	p, err = a.Acquire(context.Background(), 0)
 	require.NoError(t, err)
-	p.Done(provider.Usage{}, &retry.Error{Class: retry.ClassRateLimit, Status: 429})
-	require.Equal(t, CooldownDefault, b.Status().Cooldown)
+	p.Done(provider.Response{}, &retry.Error{Class: retry.ClassRateLimit, Status: 429, Message: "slow down", RateLimit: empty})
+	st := b.Status()
+	require.Equal(t, 800*time.Millisecond, st.Cooldown)
+	require.Contains(t, st.CooldownCause, "slow down")
 }
 
 func TestCooldownCohortDoesNotExtend(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	l := newTestRegistry(t, NewMemStore(), clock).For(provider.Config{Name: "p"})
-	p1, err := l.Acquire(context.Background(), 0)
-	require.NoError(t, err)
-	p2, err := l.Acquire(context.Background(), 0)
-	require.NoError(t, err)
-	p1.Done(provider.Usage{}, rateLimited(time.Second))
+	ps := acquire(t, l, 3)
+	ps[0].Done(provider.Response{}, rateLimited(time.Second))
+	ps[1].Done(provider.Response{}, rateLimited(time.Second))
 	clock.Advance(500 * time.Millisecond)
-	// p2 was sent before the cooldown began: its 429 is the same event (no
+	// p3 was sent before the cooldown began: its 429 is the same event (no
 	// second cut, no new count); it may only ask for a longer wait.
-	p2.Done(provider.Usage{}, rateLimited(time.Second))
+	ps[2].Done(provider.Response{}, rateLimited(time.Second))
 	require.Equal(t, time.Second, l.Status().Cooldown)
 	st, _ := l.view()
 	require.Equal(t, 1, st.Cooldowns)
 }
 
-func TestCooldownBeyondWaitMaxHandsBack(t *testing.T) {
+// A cooldown longer than the hold limit is not waited in Acquire: the
+// caller gets a *WaitError (not a *retry.Error: no attempt was made), with
+// when the call may go and why.
+func TestCooldownBeyondWaitMaxIsAWaitError(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	l := newTestRegistry(t, NewMemStore(), clock).For(provider.Config{Name: "p"})
-	p, err := l.Acquire(context.Background(), 0)
+	congest(t, l, 5*time.Minute)
+	t0 := clock.Now()
+	_, err := l.Acquire(context.Background(), 0)
+	require.ErrorIs(t, err, ErrWait)
+	var we *WaitError
+	require.ErrorAs(t, err, &we)
+	require.Equal(t, WaitCooldown, we.Kind)
+	require.Equal(t, "p", we.Provider)
+	require.Equal(t, t0.Add(5*time.Minute), we.Until)
+	require.Contains(t, we.Cause, "RateLimitError: slow down")
+	var re *retry.Error
+	require.False(t, errors.As(err, &re), "not an attempt")
+	require.Equal(t, t0, clock.Now(), "nothing waited")
+	require.Contains(t, err.Error(), "no call was made")
+}
+
+// A stored cooldown past now + max_retry_after (written by an older version,
+// or a hostile value) is read as now + the cap: a cooldown always ends.
+func TestStoredCooldownIsBounded(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	store := NewMemStore()
+	k := Key("p", "")
+	_, err := store.Update(context.Background(), k, func(s *State) bool {
+		s.Provider = "p"
+		s.CooldownUntil = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+		s.Breaker = Breaker{State: CircuitOpen, Until: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
+		return true
+	})
 	require.NoError(t, err)
-	p.Done(provider.Usage{}, rateLimited(10*time.Minute))
+	l := newTestRegistry(t, store, clock).For(provider.Config{Name: "p", MaxRetryAfter: time.Minute})
+	st := l.Status()
+	require.Equal(t, time.Minute, st.Cooldown)
 	_, err = l.Acquire(context.Background(), 0)
-	var e *retry.Error
-	require.ErrorAs(t, err, &e)
-	require.Equal(t, retry.ClassRateLimit, e.Class)
-	require.Equal(t, 10*time.Minute, e.RetryAfter)
-	require.ErrorIs(t, err, ErrCoolingDown)
+	var we *WaitError
+	require.ErrorAs(t, err, &we)
+	require.Equal(t, WaitCircuit, we.Kind)
+	require.Equal(t, clock.Now().Add(BreakerCooldownMaxDefault), we.Until, "an open circuit ends within cooldown_max")
 }
 
 func TestLimitedCooldownRestartsPaced(t *testing.T) {
@@ -299,19 +309,52 @@ func TestLimitedCooldownRestartsPaced(t *testing.T) {
 	clock := newFakeClock()
 	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.Headroom = 1 }).
 		For(provider.Config{Name: "p", Limits: provider.Limits{RPM: 600}})
-	p, err := l.Acquire(context.Background(), 0)
-	require.NoError(t, err)
-	p.Done(provider.Usage{}, rateLimited(2*time.Second))
+	congest(t, l, 2*time.Second)
 	t0 := clock.Now()
 	var at []time.Duration
 	for range 3 {
 		p, err := l.Acquire(context.Background(), 0)
 		require.NoError(t, err)
 		at = append(at, clock.Now().Sub(t0))
-		p.Done(provider.Usage{}, nil)
+		p.Done(provider.Response{}, nil)
 	}
 	// No burst after a cooldown: the first at its end, then one per 100 ms.
 	require.Equal(t, []time.Duration{2 * time.Second, 2100 * time.Millisecond, 2200 * time.Millisecond}, at)
+}
+
+// A slot further ahead than the hold limit is not booked: the caller parks
+// (WaitError, kind schedule) until its slot would have come.
+func TestScheduleBeyondWaitMaxIsAWaitError(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.Headroom = 1; c.WaitMax = 5 * time.Second }).
+		For(provider.Config{Name: "p", Limits: provider.Limits{TPM: 600}}) // 10 tokens/s, burst 10
+	ctx := context.Background()
+	t0 := clock.Now()
+	big, err := l.Acquire(ctx, 100) // goes at once, and books the schedule 10 s ahead
+	require.NoError(t, err)
+	_, err = l.Acquire(ctx, 1)
+	var we *WaitError
+	require.ErrorAs(t, err, &we)
+	require.Equal(t, WaitSchedule, we.Kind)
+	require.Equal(t, t0.Add(10*time.Second-900*time.Millisecond), we.Until)
+	require.Equal(t, t0, clock.Now(), "nothing waited")
+	big.Done(provider.Response{}, nil)
+	// Nothing was booked for the caller that parked.
+	st, _ := l.view()
+	require.Equal(t, t0.Add(10*time.Second), st.TokTAT)
+}
+
+// acquire takes n permits of l at once.
+func acquire(t *testing.T, l *Limiter, n int) []*Permit {
+	t.Helper()
+	ps := make([]*Permit, 0, n)
+	for range n {
+		p, err := l.Acquire(context.Background(), 0)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	return ps
 }
 
 func serverErr() error {
@@ -322,22 +365,24 @@ func TestBreakerOpensProbesCloses(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	store := NewMemStore()
-	cfg := func(c *Config) { c.Breaker = BreakerConfig{Failures: 3, Cooldown: 10 * time.Second} }
+	cfg := func(c *Config) { c.Breaker = BreakerConfig{MinCalls: 4, FailureRatio: 0.5, Cooldown: 10 * time.Second} }
 	a := newTestRegistry(t, store, clock, cfg).For(provider.Config{Name: "p"})
 	b := newTestRegistry(t, store, clock, cfg).For(provider.Config{Name: "p"})
-	fail := func(l *Limiter) {
-		p, err := l.Acquire(context.Background(), 0)
-		require.NoError(t, err)
-		p.Done(provider.Usage{}, serverErr())
+	call := func(l *Limiter, err error) {
+		p, aerr := l.Acquire(context.Background(), 0)
+		require.NoError(t, aerr)
+		p.Done(provider.Response{}, err)
 	}
-	fail(a)
-	fail(a)
-	require.Equal(t, CircuitClosed, a.Status().Circuit)
-	fail(a)
-	require.Equal(t, CircuitOpen, b.Status().Circuit, "the circuit is shared")
+	call(a, serverErr())
+	call(a, nil)
+	call(a, serverErr())
+	require.Equal(t, CircuitClosed, a.Status().Circuit, "3 calls: fewer than min_calls")
+	call(a, serverErr())
+	require.Equal(t, CircuitOpen, b.Status().Circuit, "3 of 4 failed: the circuit is shared")
 	require.True(t, b.CircuitOpen())
+	require.Contains(t, b.Status().Reason, "circuit opened: 3 of p's last 4 calls failed")
 
-	// The next call waits for the cooldown and is the one probe.
+	// The next call waits for the cooldown (within the hold limit) and is the one probe.
 	t0 := clock.Now()
 	probe, err := b.Acquire(context.Background(), 0)
 	require.NoError(t, err)
@@ -345,42 +390,60 @@ func TestBreakerOpensProbesCloses(t *testing.T) {
 	require.GreaterOrEqual(t, clock.Now().Sub(t0), 10*time.Second)
 	require.Equal(t, CircuitHalfOpen, a.Status().Circuit)
 
-	// While it runs, the other process waits (here: its wait times out).
+	// While it runs, the other process waits (here: its wait is cancelled).
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = a.Acquire(ctx, 0)
 	require.ErrorIs(t, err, context.Canceled)
 
-	// The probe fails: open again, for twice as long.
-	probe.Done(provider.Usage{}, serverErr())
+	// The probe fails: open again, for twice as long: beyond the hold
+	// limit, so a caller is handed back with when to come again.
+	probe.Done(provider.Response{}, serverErr())
 	require.Equal(t, CircuitOpen, a.Status().Circuit)
 	t1 := clock.Now()
+	_, err = a.Acquire(context.Background(), 0)
+	var we *WaitError
+	require.ErrorAs(t, err, &we)
+	require.Equal(t, WaitCircuit, we.Kind)
+	require.Equal(t, t1.Add(20*time.Second), we.Until)
+	require.Equal(t, "ServerError: boom", we.Cause)
+	clock.Advance(20 * time.Second) // the parked record comes back
 	probe, err = a.Acquire(context.Background(), 0)
 	require.NoError(t, err)
 	require.True(t, probe.Probe())
-	require.GreaterOrEqual(t, clock.Now().Sub(t1), 20*time.Second)
 	// It succeeds: closed, and calls flow at once.
-	probe.Done(provider.Usage{}, nil)
+	probe.Done(provider.Response{}, nil)
 	require.Equal(t, CircuitClosed, b.Status().Circuit)
 	t2 := clock.Now()
 	p, err := b.Acquire(context.Background(), 0)
 	require.NoError(t, err)
 	require.False(t, p.Probe())
 	require.Equal(t, t2, clock.Now())
-	p.Done(provider.Usage{}, nil)
+	p.Done(provider.Response{}, nil)
 }
 
-func TestBreakerIgnoresOtherClasses(t *testing.T) {
+// The breaker counts 5xx and connection failures among the answered
+// calls, not 4xx, 429s or timeouts of single calls; a cancellation counts
+// for nothing.
+func TestBreakerCountsOnlyFailures(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.Breaker.Failures = 2 }).For(provider.Config{Name: "p"})
-	for _, err := range []error{serverErr(), &retry.Error{Class: retry.ClassAuth, Status: 401}, serverErr(),
-		&retry.Error{Class: retry.ClassNetwork, Err: context.Canceled}} {
+	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.Breaker.MinCalls = 4 }).For(provider.Config{Name: "p"})
+	timeout := &retry.Error{Class: retry.ClassNetwork, TypeName: "APITimeoutError", Message: "request timed out after 5s",
+		Err: context.DeadlineExceeded}
+	call := func(err error) {
 		p, aerr := l.Acquire(context.Background(), 0)
 		require.NoError(t, aerr)
-		p.Done(provider.Usage{}, err)
+		p.Done(provider.Response{}, err)
 	}
-	require.Equal(t, CircuitClosed, l.Status().Circuit, "a 401 resets the count; a cancellation is no failure")
+	for _, err := range []error{serverErr(), &retry.Error{Class: retry.ClassAuth, Status: 401}, timeout, timeout, timeout,
+		rateLimited(0), &retry.Error{Class: retry.ClassNetwork, Err: context.Canceled},
+		&retry.Error{Class: retry.ClassInvalidRequest, Status: 400}, serverErr()} {
+		call(err)
+	}
+	require.Equal(t, CircuitClosed, l.Status().Circuit, "2 failures of 5 counted calls")
+	call(&retry.Error{Class: retry.ClassNetwork, TypeName: "APIConnectionError", Message: "connection refused"})
+	require.Equal(t, CircuitOpen, l.Status().Circuit, "3 of 6: half the calls failed")
 }
 
 func TestSharedConcurrency(t *testing.T) {
@@ -412,16 +475,16 @@ func TestSharedConcurrency(t *testing.T) {
 		t.Fatal("a fourth call ran while three were in flight")
 	case <-time.After(100 * time.Millisecond):
 	}
-	p2.Done(provider.Usage{}, nil)
+	p2.Done(provider.Response{}, nil)
 	select {
 	case p4 := <-got:
 		require.NotNil(t, p4)
-		p4.Done(provider.Usage{}, nil)
+		p4.Done(provider.Response{}, nil)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the fourth call did not get the released slot")
 	}
-	p1.Done(provider.Usage{}, nil)
-	p3.Done(provider.Usage{}, nil)
+	p1.Done(provider.Response{}, nil)
+	p3.Done(provider.Response{}, nil)
 	require.Equal(t, 0, a.Status().InFlight)
 }
 
@@ -438,13 +501,14 @@ func TestLeaseOfDeadProcessLapses(t *testing.T) {
 	p, err := live.Acquire(context.Background(), 0)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, clock.Now().Sub(t0), LeaseTTLDefault)
-	p.Done(provider.Usage{}, nil)
+	p.Done(provider.Response{}, nil)
 }
 
 func TestAdaptiveWindow(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.AdaptiveInitial = 2 }).For(provider.Config{Name: "p"})
+	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.AdaptiveInitial, c.AdaptiveRamp = 2, -1 }).
+		For(provider.Config{Name: "p"})
 	require.False(t, l.Limited())
 	ctx := context.Background()
 	p1, err := l.Acquire(ctx, 0)
@@ -455,42 +519,131 @@ func TestAdaptiveWindow(t *testing.T) {
 	defer cancel()
 	_, err = l.Acquire(cctx, 0)
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "the window is full: %v", err)
-	p1.Done(provider.Usage{}, nil)
-	p2.Done(provider.Usage{}, nil)
+	p1.Done(provider.Response{}, nil)
+	p2.Done(provider.Response{}, nil)
 	require.Equal(t, 4.0, l.Status().Limit, "slow start grew the full window (+1 per success)")
+	// Faults below their usual share do not cut; congestion does, once.
 	p3, err := l.Acquire(ctx, 0)
 	require.NoError(t, err)
-	p3.Done(provider.Usage{}, rateLimited(0))
-	require.InDelta(t, 4*AdaptiveBetaDefault, l.Status().Limit, 1e-9)
+	p3.Done(provider.Response{}, serverErr())
+	require.Equal(t, 4.0, l.Status().Limit, "a 5xx on one call says nothing about capacity")
+	ps := acquire(t, l, 4)
+	ps[0].Done(provider.Response{}, nil)
+	ps[1].Done(provider.Response{}, nil)
+	ps[2].Done(provider.Response{}, rateLimited(0))
+	ps[3].Done(provider.Response{}, rateLimited(0))
+	st := l.Status()
+	require.InDelta(t, 4*AdaptiveBetaDefault, st.Limit, 1e-9, "cut from the 4 calls in use")
+	require.Equal(t, 2, st.Change.To)
+	require.Regexp(t, `^window 2 \(was \d\): cooldown 1s: 2 of p's last 7 answers said it is full: RateLimitError: slow down at 12:00:00$`, st.Window())
 }
 
-// `limits: {adaptive: false}`: no adaptive window, no budget; a 429 still
-// cools every caller down.
+// The initial ramp lets a pool whose provider never pushes back reach its
+// concurrency within a few tens of milliseconds, in time, before any call
+// has come back.
+func TestAdaptiveRampsInTime(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	l := newTestRegistry(t, NewMemStore(), clock, func(c *Config) { c.AdaptiveMax = 1000 }).For(provider.Config{Name: "p"})
+	t0 := clock.Now()
+	ps := acquire(t, l, 1000)
+	require.LessOrEqual(t, clock.Now().Sub(t0), AdaptiveRampHoldDefault+AdaptiveRampDefault+time.Millisecond, "1000 in flight within the hold and the ramp")
+	for _, p := range ps {
+		p.Done(provider.Response{}, nil)
+	}
+	require.Equal(t, 1000.0, l.Status().Limit)
+}
+
+// A cancelled call is neither a success nor a failure: it grows nothing,
+// counts for no breaker and writes nothing.
+func TestCanceledCallSaysNothing(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	store := NewMemStore()
+	l := newTestRegistry(t, store, clock, func(c *Config) { c.AdaptiveInitial, c.AdaptiveRamp = 2, -1; c.Breaker.MinCalls = 1 }).
+		For(provider.Config{Name: "p"})
+	for range 2 {
+		p, err := l.Acquire(context.Background(), 0)
+		require.NoError(t, err)
+		p.Done(provider.Response{}, &retry.Error{Class: retry.ClassNetwork, Message: "context canceled", Err: context.Canceled})
+	}
+	st := l.Status()
+	require.Equal(t, 2.0, st.Limit)
+	require.Equal(t, CircuitClosed, st.Circuit)
+	require.Zero(t, st.Faults)
+	states, err := store.List(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, states)
+}
+
+// `limits: {adaptive: false}`: no adaptive window, no budget; congestion
+// still cools every caller down.
 func TestAdaptiveOff(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
 	store := NewMemStore()
 	l := newTestRegistry(t, store, clock, func(c *Config) { c.AdaptiveInitial = 2 }).
 		For(provider.Config{Name: "p", Limits: provider.Limits{NoAdaptive: true}})
-	require.False(t, l.Limited(), "no budget: a 429 with retry off still fails its attempt")
+	require.False(t, l.Limited())
 	require.Equal(t, "none", l.Status().Mode)
 	ctx := context.Background()
-	var ps []*Permit
-	for range 50 { // far beyond the adaptive start of 2: nothing waits
-		p, err := l.Acquire(ctx, 0)
-		require.NoError(t, err)
-		ps = append(ps, p)
-	}
+	ps := acquire(t, l, 50) // far beyond the adaptive start of 2: nothing waits
 	states, err := store.List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, states, "admitting a call writes no shared state")
-	ps[0].Done(provider.Usage{}, rateLimited(2*time.Second))
-	for _, p := range ps[1:] {
-		p.Done(provider.Usage{}, nil)
+	ps[0].Done(provider.Response{}, rateLimited(2*time.Second))
+	ps[1].Done(provider.Response{}, rateLimited(2*time.Second))
+	for _, p := range ps[2:] {
+		p.Done(provider.Response{}, nil)
 	}
 	t0 := clock.Now()
 	p, err := l.Acquire(ctx, 0)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, clock.Now().Sub(t0), 2*time.Second, "waited out the cooldown")
-	p.Done(provider.Usage{}, nil)
+	p.Done(provider.Response{}, nil)
+}
+
+// A process that finds another's window in the shared state does not ramp
+// blind into its calls; a process that stopped takes its window with it,
+// so the next one ramps again.
+func TestNewcomerRampsOnlyAlone(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	store := NewMemStore()
+	first, err := NewRegistry(context.Background(), store, Config{Clock: clock, AdaptiveMax: 1000})
+	require.NoError(t, err)
+	a := first.For(provider.Config{Name: "p"})
+	p := acquire(t, a, 1)[0] // ramping: it says so in the shared state
+	second := newTestRegistry(t, store, clock, func(c *Config) { c.AdaptiveMax = 1000 })
+	b := second.For(provider.Config{Name: "p"})
+	t0 := clock.Now()
+	cctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var got []*Permit
+	for range 5 {
+		q, err := b.Acquire(cctx, 0)
+		if err != nil {
+			break
+		}
+		got = append(got, q)
+	}
+	require.Len(t, got, AdaptiveStartDefault, "slow start from 4: no ramp in time")
+	require.Equal(t, t0, clock.Now())
+	for _, q := range got {
+		q.Done(provider.Response{}, nil)
+	}
+	p.Done(provider.Response{}, nil)
+	first.Close()
+	states, err := store.List(context.Background())
+	require.NoError(t, err)
+	_, ok := states[a.Key()].Windows[first.Holder()]
+	require.False(t, ok, "the stopped process's window is gone")
+	second.Close()
+	third := newTestRegistry(t, store, clock, func(c *Config) { c.AdaptiveMax = 1000 })
+	c := third.For(provider.Config{Name: "p"})
+	t1 := clock.Now()
+	for _, q := range acquire(t, c, 1000) {
+		q.Done(provider.Response{}, nil)
+	}
+	require.LessOrEqual(t, clock.Now().Sub(t1), AdaptiveRampHoldDefault+AdaptiveRampDefault+time.Millisecond, "alone again: it ramps")
 }

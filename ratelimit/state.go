@@ -31,9 +31,66 @@ type State struct {
 	CooldownSet   time.Time `json:"cooldown_set,omitzero"`
 	Cooldowns     int       `json:"cooldowns,omitempty"` // how many were set
 
+	// CongestedAt is the last congestion event (a new cooldown, or
+	// rate-limit headers saying a bucket is empty): every process cuts its
+	// adaptive window once for each.
+	CongestedAt time.Time `json:"congested_at,omitzero"`
+
 	Breaker Breaker `json:"breaker,omitzero"`
 
+	// Windows are the adaptive windows of the processes calling the
+	// provider (no limits configured), each as its process last published
+	// it: at most once a second, and on every cut.
+	Windows map[string]Window `json:"windows,omitempty"`
+
+	// Changed and Reason are the last change of the cooldown or the
+	// circuit and why ("cooldown 1s: 3 429s in the last second: …").
+	Changed time.Time `json:"changed,omitzero"`
+	Reason  string    `json:"reason,omitempty"`
+
 	Updated time.Time `json:"updated,omitzero"`
+}
+
+// Window is one process's adaptive window as it published it.
+type Window struct {
+	N       int       `json:"n"`
+	Change  Change    `json:"change,omitzero"` // its last cut or change of mode, and why
+	Expires time.Time `json:"expires"`         // a dead process's window lapses, as its leases do
+}
+
+// LiveWindows returns the windows not lapsed at now, by process.
+func (s *State) LiveWindows(now time.Time) map[string]Window {
+	out := map[string]Window{}
+	for h, w := range s.Windows {
+		if now.Before(w.Expires) {
+			out[h] = w
+		}
+	}
+	return out
+}
+
+// note records a change of the cooldown or circuit.
+func (s *State) note(now time.Time, reason string) {
+	s.Changed, s.Reason = now, reason
+}
+
+// bound makes every wait in s end: a cooldown within maxCooldown of now
+// (the provider's max_retry_after), an open circuit within maxOpen, a probe
+// within maxProbe. A state written by an older version, or a hostile value
+// that got through, is read as the longest wait allowed. It reports
+// whether it changed s.
+func (s *State) bound(now time.Time, maxCooldown, maxOpen, maxProbe time.Duration) bool {
+	changed := false
+	clip := func(t *time.Time, d time.Duration) {
+		if d > 0 && t.After(now.Add(d)) {
+			*t = now.Add(d)
+			changed = true
+		}
+	}
+	clip(&s.CooldownUntil, maxCooldown)
+	clip(&s.Breaker.Until, maxOpen)
+	clip(&s.Breaker.ProbeUntil, maxProbe)
+	return changed
 }
 
 // Lease is one process's calls in flight.

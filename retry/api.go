@@ -117,9 +117,6 @@ type Attempt struct {
 	Class    Class     `json:"class,omitempty"`
 	Error    string    `json:"error,omitempty"` // "TypeName: message"
 	At       time.Time `json:"at"`
-	// Absorbed is true for a rate limit absorbed by shared backpressure: it
-	// is recorded but does not count as a failed attempt.
-	Absorbed bool `json:"absorbed,omitempty"`
 	// Batch is true for a provider batch round (N is the round): a call
 	// that counts against max_calls, not a repair of an online session.
 	Batch bool `json:"batch,omitempty"`

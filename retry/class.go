@@ -93,6 +93,9 @@ type Error struct {
 	// Reset is the longest of the provider's rate-limit reset headers
 	// (x-ratelimit-reset-*, anthropic-ratelimit-*-reset), 0 when none.
 	Reset time.Duration
+	// RateLimit is what the response's rate-limit headers said (the
+	// provider's buckets), and whether a wait was capped.
+	RateLimit RateLimit
 
 	Provider string
 	Model    string

@@ -18,8 +18,7 @@ const DiagMaxLen = 300
 //
 // A permanent failure after earlier attempts lists them too:
 // "failed permanently: AuthError: … (after 3 attempts, 2 deliveries: [1] …)".
-// Attempts are numbered by Attempt.N; absorbed rate limits are listed, marked,
-// but not counted. deliveries ≤ 0 is taken from the attempts. Diagnose
+// Attempts are numbered by Attempt.N. deliveries ≤ 0 is taken from the attempts. Diagnose
 // returns "" for a nil final error: there was no failure.
 func Diagnose(final *Error, attempts []Attempt, deliveries int) string {
 	if final == nil {
@@ -41,11 +40,7 @@ func Diagnose(final *Error, attempts []Attempt, deliveries int) string {
 		if a.Batch {
 			s += " (batch round)"
 		}
-		if a.Absorbed {
-			s += " (absorbed)"
-		} else {
-			counted++
-		}
+		counted++
 		list = append(list, s)
 	}
 	joined := strings.Join(list, "; ")

@@ -18,8 +18,7 @@
 // in the worker: a few calls with exponential backoff, jitter and the
 // provider's Retry-After as a floor, popping the failed assistant turn from
 // the message history before each retry. It is cheap — no redelivery, no
-// re-fetch — and it is where most rate limits and dropped streams are
-// absorbed.
+// re-fetch — and it is where most rate limits and dropped streams end.
 //
 // The exec layer ([Policy.Decide]) is JetStream redelivery: when the session
 // gives up on a transient or unknown error, the worker naks with a delay and

@@ -71,15 +71,23 @@ func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery, release func
 		return
 	}
 	fail := func(e *retry.Error) {
-		jr.complete(ctx, d, deadLetterOutcome(jr.decision(d), e, retry.ReasonProgrammingError, retry.Diagnose(e, nil, d.delivery()), nil, nil), release)
+		reason := retry.ReasonProgrammingError
+		if errors.Is(e, workflow.ErrBadInput) {
+			reason = retry.ReasonBadInput // an image the record names that cannot be sent
+		}
+		jr.complete(ctx, d, deadLetterOutcome(jr.decision(d), e, reason, retry.Diagnose(e, nil, d.delivery()), nil, nil), release)
 	}
 	req, rerr := batchRequest(d)
 	if rerr != nil {
 		fail(rerr)
 		return
 	}
+	var embed *provider.EmbedRequest
+	if d.action.IsEmbed() { // worker/embed.go: one input per line, OpenAI Batch's /v1/embeddings
+		embed = &provider.EmbedRequest{Model: req.Model, Inputs: []string{req.Messages[0].Content}, Params: req.Params, RecordIDs: []string{d.env.ID}}
+	}
 	jr.p.beats.release(d.msg) // the batcher keeps it alive now
-	err := bt.Add(ctx, batch.Pending{Msg: d.msg, Action: d.action, Request: req,
+	err := bt.Add(ctx, batch.Pending{Msg: d.msg, Action: d.action, Request: req, Embed: embed,
 		Item: batch.Item{ID: d.env.ID, Data: d.msg.Data(), Replays: d.replays, Deliveries: d.n}})
 	switch {
 	case errors.Is(err, batch.ErrNoClient):
@@ -101,11 +109,16 @@ func batchRequest(d *delivery) (provider.Request, *retry.Error) {
 	if err != nil {
 		return provider.Request{}, &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: err.Error()}
 	}
-	req := provider.Request{Model: a.Model, System: a.System, Messages: []provider.Message{{Role: "user", Content: prompt}},
+	parts, err := partsFor(a, d) // worker/parts.go
+	if err != nil {
+		return provider.Request{}, retry.AsError(err)
+	}
+	req := provider.Request{Model: a.Model, System: a.System, Messages: []provider.Message{{Role: "user", Content: prompt, Parts: parts}},
 		Params: a.Params, JSON: a.JSON, RecordID: d.env.ID}
 	if a.Expect != nil {
 		req.JSON, req.Schema = true, a.Expect.Schema
 	}
+	withTools(a, &req)
 	return req, nil
 }
 
@@ -132,14 +145,16 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 	if err != nil {
 		return err
 	}
+	if a.IsEmbed() {
+		bill(jr, a, d, resp)
+		return h.succeed(ctx, a, it, d, resp, vectorOutput(a, resp.Embedding)) // worker/embed.go
+	}
 	if _, ferr := Finish(a, resp); ferr != nil { // worker/outcome_finish.go
 		reason := a.Retry.Decide(retry.Outcome{Err: ferr}, d.n).Reason
-		return h.Fail(ctx, a, it, ferr, reason, retry.Diagnose(ferr, nil, d.n)+"; last output: "+clipOutput(resp.Text))
+		return h.Fail(ctx, a, it, ferr, reason, retry.Diagnose(ferr, nil, d.n)+"; last output: "+clipOutput(answerText(a, resp)))
 	}
-	// The answer is billed at the batch rates (worker/cost.go).
-	d.run = &sessionEnd{usage: resp.Usage, finish: resp.FinishReason, finishRaw: resp.FinishReasonRaw}
-	jr.spend(a, resp, d.run, true)
-	output := any(resp.Text)
+	bill(jr, a, d, resp)            // the batch rates (worker/cost.go)
+	output := answerOutput(a, resp) // worker/parts.go: the text, or {text, tool_calls}
 	if a.Expect != nil {
 		// The batch's answer meets the expectation as an online one must.
 		// A repair is a conversation, which a batch cannot hold: an answer
@@ -151,9 +166,10 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 			e := &retry.Error{Class: retry.ClassProgramming, TypeName: "SchemaError", Message: err.Error()}
 			return h.Fail(ctx, a, it, e, retry.ReasonProgrammingError, retry.Diagnose(e, nil, d.n))
 		}
-		v, err := chk.Check(resp.Text, resp.FinishReason)
+		text := answerText(a, resp)
+		v, err := chk.Check(text, resp.FinishReason)
 		if err != nil {
-			viol := asViolation(err, resp.Text)
+			viol := asViolation(err, text)
 			if a.Expect.RepairAttempts > 0 {
 				jr.p.log.Debug().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("violation", viol.Error()).
 					Msg("batch answer failed the expectation; repairing online")
@@ -163,10 +179,22 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 			}
 			final := schemaViolation(a, viol, cmp.Or(resp.Model, a.Model))
 			return h.Fail(ctx, a, it, final, retry.ReasonSchemaViolation,
-				retry.Diagnose(final, nil, d.n)+"; last output: "+clipOutput(resp.Text))
+				retry.Diagnose(final, nil, d.n)+"; last output: "+clipOutput(text))
 		}
 		output = v
 	}
+	return h.succeed(ctx, a, it, d, resp, output)
+}
+
+// bill bills a batch's answer at the batch rates (worker/cost.go).
+func bill(jr *jobRunner, a *workflow.Action, d *delivery, resp provider.Response) {
+	d.run = &sessionEnd{usage: resp.Usage, finish: resp.FinishReason, finishRaw: resp.FinishReasonRaw}
+	jr.spend(a, resp, d.run, true)
+}
+
+// succeed writes the record's ok result and hands it to the next action.
+func (h batchHandler) succeed(ctx context.Context, a *workflow.Action, it *batch.Item, d *delivery, resp provider.Response, output any) error {
+	jr := h.jr
 	res := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: output, Action: a.Name, Job: d.job,
 		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model), Replays: d.replays,

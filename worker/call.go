@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/ratelimit"
@@ -17,15 +18,20 @@ type LimitMetrics interface {
 }
 
 // call makes one model call: the single place every provider request goes
-// through, so shared limits and circuit breaking wrap it.
+// through, so shared limits and circuit breaking wrap it. It makes exactly
+// one HTTP request per invocation, and every request that reached the
+// provider, a 429 included, is an attempt of the record: the session layer
+// retries a 429 like any transient error, never sooner than its
+// Retry-After.
 //
 // Before the call it acquires a permit from the provider's limiter (waiting
 // for an open circuit, a shared cooldown, a concurrency slot or a slot in the
-// rpm/tpm schedule — heartbeats go on meanwhile); after it, it reports the
-// outcome. Every call that reached the provider is an attempt, a 429
-// included; when the limiter will not let a call go for longer than a
-// worker holds a slot, no call is made and the error is a *retry.NotCalled:
-// the record waits without spending an attempt.
+// rpm/tpm schedule, at most the registry's hold limit — heartbeats go on
+// meanwhile); after it, the limiter sees the whole response. Every call that
+// reached the provider is an attempt, a 429 included. A wait longer than the
+// hold limit is the limiter's *ratelimit.WaitError, returned as a
+// *retry.NotCalled: no request was made, so it is no attempt, and the record
+// is parked until WaitError.Until (worker/wait.go).
 func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.Provider, req provider.Request) (provider.Response, error) {
 	lim := jr.limiter(providerName)
 	if lim == nil {
@@ -33,13 +39,13 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 	}
 	permit, err := lim.Acquire(ctx, ratelimit.Estimate(req))
 	if err != nil {
-		if isWait(err) {
+		if errors.Is(err, ratelimit.ErrWait) {
 			return provider.Response{}, &retry.NotCalled{Err: err}
 		}
 		return provider.Response{}, retry.AsError(err)
 	}
 	resp, err := jr.callOnce(ctx, providerName, pr, req)
-	permit.Done(resp.Usage, err)
+	permit.Done(resp, err)
 	if lm, ok := jr.p.cfg.Metrics.(LimitMetrics); ok {
 		lm.Limiter(lim.Status())
 	}
@@ -103,4 +109,12 @@ func (jr *jobRunner) circuitOpen() bool {
 		}
 	}
 	return true
+}
+
+// Limits is the pool's limiter registry (nil before Start): the run
+// summary and tests read its limiters' status.
+func (p *Pool) Limits() *ratelimit.Registry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.limits
 }

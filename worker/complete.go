@@ -315,16 +315,28 @@ func (c *completer) heldLoop(ctx context.Context) {
 		batch := c.held
 		c.held = nil
 		c.mu.Unlock()
+		// A stream that failed a write in this pass is not tried again in
+		// it: it is still failing, and trying each other record's write to
+		// it would cost a write timeout apiece before the next pass. The
+		// records bound for other streams are tried.
 		landed := false
 		var keep []*settling
+		failing := map[string]bool{}
 		for _, s := range batch {
-			if c.run(ctx, s) {
-				c.finish(s)
-				<-c.room
-				landed = true
-			} else {
+			if len(s.steps) > 0 && failing[s.steps[0].stream] {
 				keep = append(keep, s)
+				continue
 			}
+			if !c.run(ctx, s) {
+				if len(s.steps) > 0 {
+					failing[s.steps[0].stream] = true
+				}
+				keep = append(keep, s)
+				continue
+			}
+			c.finish(s)
+			<-c.room
+			landed = true
 		}
 		c.mu.Lock()
 		c.held = append(keep, c.held...)
@@ -522,7 +534,7 @@ func (c *completer) tooLarge(s *settling, st step, err error) {
 		if s.o.result != nil {
 			calls = s.o.result.Recovery.Attempts
 		}
-		o := deadLetterOutcome(in, final, retry.ReasonTooLarge, retry.Diagnose(final, nil, d.delivery()), d.prior(), &sessionEnd{calls: calls - billed(d.prior())})
+		o := deadLetterOutcome(in, final, retry.ReasonTooLarge, retry.Diagnose(final, nil, d.delivery()), d.prior(), &sessionEnd{calls: calls - len(d.prior())})
 		s.o = o
 		s.steps = c.stepsOf(s)
 	}

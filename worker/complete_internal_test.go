@@ -74,6 +74,28 @@ type fakeStore struct {
 	mu   sync.Mutex
 	fail map[string]int
 	err  map[string]error
+	// results counts the result writes of each record, when not nil.
+	results map[string]int
+}
+
+func (s *fakeStore) countResult(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.results != nil {
+		s.results[id]++
+	}
+}
+
+func (s *fakeStore) resultsOf(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.results[id]
+}
+
+func (s *fakeStore) setFail(what string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail[what] = n
 }
 
 var errStoreDown = errors.New("nats: no response from stream")
@@ -101,6 +123,7 @@ type doneFuture struct{ err error }
 func (f doneFuture) wait(context.Context) error { return f.err }
 
 func (s *fakeStore) publishResult(r *broker.Result) (future, error) {
+	s.countResult(r.ID)
 	return doneFuture{s.try("result:" + r.Status)}, nil
 }
 func (s *fakeStore) forward(d *delivery, output any) (future, error) {
@@ -110,6 +133,7 @@ func (s *fakeStore) deadLetter(_ context.Context, e *deadletter.Entry) error {
 	return s.try("dead letter " + string(e.Reason))
 }
 func (s *fakeStore) writeResult(_ context.Context, r *broker.Result) error {
+	s.countResult(r.ID)
 	return s.try("result:" + r.Status)
 }
 func (s *fakeStore) saveState(_ context.Context, _ *delivery, st *broker.RecordState) error {
@@ -298,4 +322,62 @@ func TestCompleterParksAnswersAtStop(t *testing.T) {
 			require.Zero(t, b.count())
 		})
 	}
+}
+
+// A pass over the held records tries a stream that is failing once: the
+// other records bound for it wait for the next pass, instead of costing a
+// write timeout apiece, and a record bound for another stream lands.
+func TestHeldPassTriesAFailingStreamOnce(t *testing.T) {
+	j := &journal{}
+	st := &fakeStore{j: j, fail: map[string]int{"result:ok": -1, "state": 1}, results: map[string]int{}}
+	b := newBeats(time.Hour)
+	c := newCompleter(st, b, zerolog.Nop(), nopMetrics{}, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quit := make(chan struct{})
+	defer close(quit)
+	go c.commitLoop(quit)
+
+	var owners []*fakeOwner
+	settle := func(id string, o func(d *delivery) outcome) {
+		d := testDelivery(j, "")
+		d.env.ID = id
+		b.hold(d.msg, time.Hour, time.Now())
+		own := newOwner()
+		out := o(d)
+		if out.result != nil {
+			out.result.ID = id
+		}
+		require.True(t, c.complete(ctx, d, out, func() {}, owned{own}), "%s is held", id)
+		<-own.handed
+		owners = append(owners, own)
+	}
+	for _, id := range []string{"r0", "r1", "r2"} {
+		settle(id, func(*delivery) outcome { return okOutcome() })
+	}
+	settle("r3", func(d *delivery) outcome {
+		return outcome{kind: outcomeRetry, state: d.nextState(nil), delay: time.Second}
+	})
+	require.Eventually(t, func() bool { return c.heldCount() == 4 }, 10*time.Second, 5*time.Millisecond, "all four held")
+
+	go c.heldLoop(ctx)
+	select { // the state lands while the results stream still fails
+	case <-owners[3].finished:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the record bound for the attempts bucket did not land: %v", j.list())
+	}
+	require.Eventually(t, func() bool { return st.resultsOf("r0") >= 3 }, 10*time.Second, 5*time.Millisecond, "r0's write tried pass after pass")
+	require.Equal(t, 1, st.resultsOf("r1"), "not tried while the stream fails")
+	require.Equal(t, 1, st.resultsOf("r2"), "not tried while the stream fails")
+
+	st.setFail("result:ok", 0)
+	for _, own := range owners[:3] {
+		select {
+		case <-own.finished:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("not settled once the stream is back: %v", j.list())
+		}
+	}
+	require.Equal(t, 2, st.resultsOf("r1"))
+	require.Equal(t, 2, st.resultsOf("r2"))
 }

@@ -167,7 +167,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 	if final == nil {
 		final = &retry.Error{Class: retry.ClassUnknown}
 	}
-	calls := billed(d.prior())
+	calls := len(d.prior())
 	if end != nil {
 		calls += end.calls
 	}
@@ -208,7 +208,7 @@ func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *brok
 		Finished: now.UTC(),
 	}
 	answered(r, d, end, carry) // worker/cost.go
-	r.Recovery = recovery(all, billed(d.prior())+end.calls, d.delivery(), end.repairs)
+	r.Recovery = recovery(all, len(d.prior())+end.calls, d.delivery(), end.repairs)
 	story(&r.Recovery, d)
 	account(r, d, all, now)
 	return r
@@ -220,7 +220,7 @@ func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *brok
 // forward with the record.
 func account(r *broker.Result, d *delivery, all []retry.Attempt, now time.Time) {
 	own := broker.Account{Action: r.Action, Revision: d.revision, Status: r.Status,
-		Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts + absorbed(all), Deliveries: r.Recovery.Deliveries,
+		Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts, Deliveries: r.Recovery.Deliveries,
 		Repairs: r.Recovery.Repairs, Usage: r.Usage}
 	if !d.started.IsZero() {
 		own.LatencyMS = max(now.Sub(d.started), 0).Milliseconds()
@@ -231,12 +231,6 @@ func account(r *broker.Result, d *delivery, all []retry.Attempt, now time.Time) 
 	t := broker.Sum(r.Actions)
 	r.Totals, r.Usage = &t, t.Usage
 	d.account = &own
-}
-
-// absorbed counts the 429s the shared limiter absorbed: calls that spent
-// no attempt.
-func absorbed(attempts []retry.Attempt) int {
-	return len(attempts) - billed(attempts)
 }
 
 // ownAccount is the entry of r's own action in its accounting (nil for a
@@ -250,12 +244,14 @@ func ownAccount(r *broker.Result) *broker.Account {
 }
 
 // story adds what the record's deliveries went through besides its calls:
-// its waits, the deliveries lost with a process and those handed back.
+// its waits, the deliveries lost with a process and those handed back, and
+// what compaction did.
 func story(rec *broker.Recovery, d *delivery) {
 	rec.Lost = d.lost()
 	if st := d.state; st != nil {
 		rec.Waits, rec.Waited, rec.HandBacks = st.Waits, st.Waited, st.HandBacks
 	}
+	rec.Compacted = d.run.compactions() // worker/overflow.go
 }
 
 // recovery is how a record got to its result: calls made, deliveries that
@@ -264,7 +260,7 @@ func recovery(all []retry.Attempt, calls, deliveries, repairs int) broker.Recove
 	rec := broker.Recovery{Attempts: calls, Deliveries: deliveries, Repairs: repairs}
 	seen := map[retry.Class]bool{}
 	for _, a := range all {
-		rec.Failures = append(rec.Failures, broker.Failure{N: a.N, Delivery: a.Delivery, Class: string(a.Class), Error: a.Error, Absorbed: a.Absorbed,
+		rec.Failures = append(rec.Failures, broker.Failure{N: a.N, Delivery: a.Delivery, Class: string(a.Class), Error: a.Error,
 			Repair: a.Class == retry.ClassSchemaViolation})
 		if a.Class != "" && !seen[a.Class] {
 			seen[a.Class] = true

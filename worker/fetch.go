@@ -78,10 +78,14 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 		return nil
 	}
 	if aw := c.CachedInfo().Config.AckWait; aw > 0 {
-		jr.heartbeat.Store(int64(min(aw/3, p.cfg.Heartbeat)))
+		jr.heartbeat.Store(int64(min(aw/BeatsPerAckWait, p.cfg.Heartbeat)))
 	}
+	// A consumer just created may not list its replicas yet (its group is
+	// still forming): the configured replicas and an unknown leader count
+	// as replicated too. Only a consumer known to be alone trusts the mark.
 	ci := c.CachedInfo().Cluster
-	jr.replicated.Store(ci != nil && len(ci.Replicas) > 0)
+	jr.replicated.Store(p.b.Cfg.Replicas > 1 || c.CachedInfo().Config.Replicas > 1 ||
+		(ci != nil && (len(ci.Replicas) > 0 || (ci.Name != "" && ci.Leader == ""))))
 	return c
 }
 

@@ -37,7 +37,11 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 		jr.enqueueBatch(ctx, d, release) // worker/batch.go: the batcher acks it once its batch is recorded
 		return false
 	}
-	end := jr.runSession(ctx, d)
+	run := jr.runSession
+	if d.action.IsEmbed() {
+		run = jr.runEmbed // worker/embed.go
+	}
+	end := run(ctx, d)
 	d.run = end
 	o := decide(decision{d: d, end: end, now: p.cfg.Clock.Now(), jitter: rand.Float64(), worker: p.id, carry: jr.wf.Carry})
 	return jr.complete(ctx, d, o, release)

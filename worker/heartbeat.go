@@ -8,14 +8,23 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// BeatsPerAckWait is how many heartbeats fit in a job consumer's AckWait.
+// Six, so that a beat lost in a connection to a server that froze (the
+// client finds it stale in 10-15 s), and one dropped while the consumer's
+// leader changes, still leave beats that land in time: with a third of
+// AckWait, a freeze of the results and consumer leader had three records
+// redelivered to another worker and paid twice (TestChaosFrozenNode).
+const BeatsPerAckWait = 6
+
 // beats keeps alive every work message the pool holds, from its pull until
 // its outcome has landed: read ahead, in a slot (calling, or waiting for a
 // limiter permit or a cooldown), its result being stored or stored again
 // after a failed write, waiting for room to be stored. A held message gets
-// InProgress once a heartbeat interval of its job (a third of the job
-// consumer's AckWait) has passed since its pull or its last heartbeat, so no
-// delivery the pool still owns runs out its AckWait and is delivered again
-// (paid twice). One goroutine and one map for every message: a timer per
+// InProgress once a heartbeat interval of its job (AckWait /
+// BeatsPerAckWait) has passed since its pull or its last heartbeat, and at
+// once when the connection comes back after a loss (soon), so no delivery
+// the pool still owns runs out its AckWait and is delivered again (paid
+// twice). One goroutine and one map for every message: a timer per
 // message cost more (timers were about 4 % of the worker's CPU).
 type beats struct {
 	mu   sync.Mutex
@@ -47,6 +56,21 @@ func (b *beats) hold(m jetstream.Msg, every time.Duration, now time.Time) {
 		case b.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// soon makes every held message due now: the connection they are kept
+// alive on came back, and the beats sent since its server went silent may
+// be lost.
+func (b *beats) soon() {
+	b.mu.Lock()
+	for m, bt := range b.held {
+		b.held[m] = beat{every: bt.every}
+	}
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -93,7 +117,7 @@ func (b *beats) run(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, m := range b.due(time.Now()) {
-			_ = m.InProgress() // a lost one is caught by the next: the interval is a third of AckWait
+			_ = m.InProgress() // a lost one is caught by the next: BeatsPerAckWait
 		}
 		b.mu.Lock()
 		t.Reset(b.tick)

@@ -28,3 +28,18 @@ func TestBeatsDue(t *testing.T) {
 	require.ElementsMatch(t, []jetstream.Msg{m3}, b.due(at(5000)), "m1 released")
 	require.Equal(t, 2, b.count())
 }
+
+// Back from a lost connection (soon), every held message is due at once,
+// whatever its interval; then each goes on from that beat.
+func TestBeatsSoonAfterReconnect(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	b := newBeats(5 * time.Second)
+	m1, m2 := &fakeMsg{id: "1"}, &fakeMsg{id: "2"}
+	b.hold(m1, 5*time.Second, at(0))
+	b.hold(m2, 5*time.Second, at(4000))
+	require.Empty(t, b.due(at(4500)))
+	b.soon()
+	require.ElementsMatch(t, []jetstream.Msg{m1, m2}, b.due(at(4600)))
+	require.Empty(t, b.due(at(9000)), "beaten at 4.6 s")
+	require.ElementsMatch(t, []jetstream.Msg{m1, m2}, b.due(at(9600)))
+}

@@ -27,7 +27,7 @@ type jobRunner struct {
 	job       *broker.Job
 	providers map[string]provider.Provider
 	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
-	heartbeat atomic.Int64                  // InProgress interval: a third of the consumer's AckWait
+	heartbeat atomic.Int64                  // InProgress interval: the consumer's AckWait / BeatsPerAckWait
 	inFlight  atomic.Int64
 	storing   atomic.Int64 // records the completer took over: their writes are landing
 	// replicated: the job's consumer has followers (a cluster, R3). A
@@ -38,6 +38,10 @@ type jobRunner struct {
 	replicated atomic.Bool
 	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
 	costs      *CostGate      // worker/cost.go; made on first use
+
+	// embeds are the embed actions' batchers (worker/embed.go), by action
+	// (of any revision), made on first use.
+	embeds map[*workflow.Action]*embedBatcher
 	// done ends when the pool's caller says the job has nothing left to
 	// deliver (JobDone): its pulls end then, not at their expiry.
 	done   context.Context

@@ -16,8 +16,8 @@ func TestLogDiag(t *testing.T) {
 		want: "failed permanently: " + viol + " (after 4 attempts, 1 delivery: [1-4] " + viol + "); last output: " + output[:LogOutputMaxLen-1] + "…",
 	}, {
 		name: "runs of alike attempts among others",
-		diag: "failed after 5 attempts (2 deliveries): [1] RateLimitError: 429; [2] RateLimitError: 429; [3] NetworkError; [4] RateLimitError: 429 (absorbed); [5] RateLimitError: 429 (absorbed)",
-		want: "failed after 5 attempts (2 deliveries): [1-2] RateLimitError: 429; [3] NetworkError; [4-5] RateLimitError: 429 (absorbed)",
+		diag: "failed after 5 attempts (2 deliveries): [1] RateLimitError: 429; [2] RateLimitError: 429; [3] NetworkError; [4] RateLimitError: 429 (batch round); [5] RateLimitError: 429 (batch round)",
+		want: "failed after 5 attempts (2 deliveries): [1-2] RateLimitError: 429; [3] NetworkError; [4-5] RateLimitError: 429 (batch round)",
 	}, {
 		name: "nothing to fold",
 		diag: "failed permanently: AuthError: invalid api key",

@@ -44,7 +44,7 @@ type Config struct {
 	Clock       retry.Clock // retry.SystemClock
 	// Jobs limits the pool to these jobs; empty serves every running job.
 	Jobs []string
-	// Heartbeat is the InProgress interval for long calls (AckWait/3).
+	// Heartbeat is the InProgress interval for long calls (AckWait/BeatsPerAckWait).
 	Heartbeat time.Duration
 	// NewProvider builds provider adapters (provider.New); tests wrap it.
 	NewProvider func(provider.Config) (provider.Provider, error)
@@ -248,7 +248,7 @@ func New(b *broker.Broker, cfg Config) *Pool {
 		if aw <= 0 {
 			aw = broker.AckWaitDefault
 		}
-		cfg.Heartbeat = aw / 3
+		cfg.Heartbeat = aw / BeatsPerAckWait
 	}
 	host, _ := os.Hostname()
 	p := &Pool{
@@ -315,6 +315,16 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.b.NC.IsClosed() {
 		p.pulls.NC.Close()
 	}
+	// Back from a lost connection, every held record is kept alive at
+	// once: the beats sent since its server went silent may be lost.
+	go func(back chan nats.Status) {
+		for s := range back {
+			if s == nats.CLOSED {
+				return
+			}
+			p.beats.soon()
+		}
+	}(p.pulls.NC.StatusChanged(nats.CONNECTED, nats.CLOSED))
 	p.runCtx, p.stopRun = context.WithCancel(context.WithoutCancel(ctx))
 	p.hctx, p.stopH = context.WithCancel(context.WithoutCancel(ctx))
 	w, err := p.b.WatchJobs(p.runCtx)

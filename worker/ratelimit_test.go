@@ -13,6 +13,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/provider/providertest"
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/ratelimit/ratelimittest"
@@ -73,16 +74,17 @@ func (a *arrivals) snapshot() ([]time.Time, []int) {
 	return append([]time.Time(nil), a.at...), append([]int(nil), a.codes...)
 }
 
-// A 429 with Retry-After seen by one pool cools down both pools (separate
-// connections, as two processes) until the reset. The 429 was a call, so
-// it is an attempt: the record succeeds at its second attempt, after the
-// Retry-After, in its one delivery.
+// A 429 whose headers say the bucket is empty, seen by one pool, cools
+// down both pools (separate connections, as two processes) until the
+// reset. The 429 is an attempt of its record, which waits it out and
+// succeeds on its second attempt; every other record makes one call.
 func TestSharedCooldownAcrossPools(t *testing.T) {
 	t.Parallel()
 	const retryAfter = 2 * time.Second
 	h := &arrivals{next: func(i int) providertest.Reply {
 		if i == 5 {
-			return providertest.Reply{Status: 429, Header: providertest.Header("Retry-After", "2"),
+			return providertest.Reply{Status: 429, Header: providertest.Header("Retry-After", "2",
+				"X-Ratelimit-Limit-Requests", "500", "X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", "2s"),
 				Body: providertest.OpenAIError("Rate limit reached for requests", "requests", "rate_limit_exceeded")}
 		}
 		return providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4o-mini", "ok", 5, 1)}
@@ -90,7 +92,7 @@ func TestSharedCooldownAcrossPools(t *testing.T) {
 	srv := providertest.NewServer(t, h)
 	b := testenv.Broker(t)
 	b2 := testenv.Connect(t, b)
-	wf := testenv.Workflow(t, limitWorkflow(t, srv.URL+"/v1", "", `{max_attempts: 2, redeliver: {max_deliveries: 1}}`))
+	wf := testenv.Workflow(t, limitWorkflow(t, srv.URL+"/v1", "", `{max_attempts: 2, backoff: 10ms, budget: 5s, redeliver: {max_deliveries: 1}}`))
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 30), dispatcher.Options{})
 	p1 := testenv.Pool(t, b, worker.Config{Concurrency: 2})
 	p2 := testenv.Pool(t, b2, worker.Config{Concurrency: 2})
@@ -101,6 +103,7 @@ func TestSharedCooldownAcrossPools(t *testing.T) {
 
 	at, codes := h.snapshot()
 	require.Equal(t, 429, codes[4])
+	require.Len(t, at, 31, "30 records, one of them called twice")
 	limitedAt := at[4]
 	for i, t2 := range at[5:] {
 		d := t2.Sub(limitedAt)
@@ -112,16 +115,77 @@ func TestSharedCooldownAcrossPools(t *testing.T) {
 	limited := 0
 	for id, r := range testenv.Results(t, b, job) {
 		require.Equal(t, 1, r.Recovery.Deliveries, id)
-		require.Equal(t, 1+len(r.Recovery.Failures), r.Recovery.Attempts, "every call is an attempt: %s", id)
-		for _, f := range r.Recovery.Failures {
-			require.Contains(t, f.Error, "RateLimitError")
-			limited++
+		if len(r.Recovery.Failures) == 0 {
+			require.Equal(t, 1, r.Recovery.Attempts, id)
+			continue
 		}
+		limited++
+		require.Equal(t, 2, r.Recovery.Attempts, "the 429 is an attempt: %s", id)
+		require.Contains(t, r.Recovery.Failures[0].Error, "RateLimitError")
 	}
 	require.Equal(t, 1, limited)
 }
 
-// The circuit opens after consecutive server failures, lets one probe
+// A one-off 429 among successes (no headers saying the bucket is empty)
+// holds only its own record, for at least its Retry-After; every other
+// record goes on meanwhile.
+func TestOneOff429WaitsAlone(t *testing.T) {
+	t.Parallel()
+	const retryAfter = 2 * time.Second
+	h := &arrivals{next: func(i int) providertest.Reply {
+		if i == 5 {
+			return providertest.Reply{Status: 429, Header: providertest.Header("Retry-After", "2"),
+				Body: providertest.OpenAIError("Rate limit reached for requests", "requests", "rate_limit_exceeded")}
+		}
+		return providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4o-mini", "ok", 5, 1),
+			Header: providertest.Header("X-Ratelimit-Remaining-Requests", "400")}
+	}}
+	srv := providertest.NewServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // the model's latency
+		h.ServeHTTP(w, r)
+	}))
+	b := testenv.Broker(t)
+	counter := testenv.NewCounter()
+	var mu sync.Mutex
+	calls := map[string][]time.Time{}
+	counter.Wrap = func(req provider.Request, next func() (provider.Response, error)) (provider.Response, error) {
+		mu.Lock()
+		calls[req.RecordID] = append(calls[req.RecordID], time.Now())
+		mu.Unlock()
+		return next()
+	}
+	wf := testenv.Workflow(t, limitWorkflow(t, srv.URL+"/v1", "", `{max_attempts: 2, backoff: 10ms, budget: 5s}`))
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 60), dispatcher.Options{})
+	testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New})
+	job, prog := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 60, prog.OK)
+
+	at, codes := h.snapshot()
+	require.Equal(t, 429, codes[4])
+	inside := 0
+	for _, t2 := range at[5:] {
+		if d := t2.Sub(at[4]); d > 50*time.Millisecond && d < retryAfter-50*time.Millisecond {
+			inside++
+		}
+	}
+	require.Positive(t, inside, "other records were called during the one-off 429's Retry-After")
+	limited := 0
+	for id, r := range testenv.Results(t, b, job) {
+		if len(r.Recovery.Failures) == 0 {
+			require.Equal(t, 1, counter.Calls(id), id)
+			continue
+		}
+		limited++
+		require.Equal(t, 2, r.Recovery.Attempts, "the 429 is an attempt: %s", id)
+		require.Equal(t, 2, counter.Calls(id), id)
+		mu.Lock()
+		require.GreaterOrEqual(t, calls[id][1].Sub(calls[id][0]), retryAfter, "its second call waited out its Retry-After")
+		mu.Unlock()
+	}
+	require.Equal(t, 1, limited)
+}
+
+// The circuit opens when half of at least 3 calls failed, lets one probe
 // through per cooldown (the cooldown doubling), and closes when the server
 // recovers; every record then succeeds.
 func TestBreakerOpensProbesCloses(t *testing.T) {
@@ -131,7 +195,7 @@ func TestBreakerOpensProbesCloses(t *testing.T) {
 	srv.SetFailing(true)
 	b := testenv.Broker(t)
 	const cooldown = 300 * time.Millisecond
-	reg := registry(t, b, ratelimit.Config{Breaker: ratelimit.BreakerConfig{Failures: 3, Cooldown: cooldown}})
+	reg := registry(t, b, ratelimit.Config{Breaker: ratelimit.BreakerConfig{MinCalls: 3, FailureRatio: 0.5, Cooldown: cooldown}})
 	wf := testenv.Workflow(t, limitWorkflow(t, srv.BaseURL(), "", `{max_attempts: 10, backoff: 10ms}`))
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 4), dispatcher.Options{})
 	testenv.Pool(t, b, worker.Config{Concurrency: 2, Limits: reg})

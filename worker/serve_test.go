@@ -212,5 +212,5 @@ func TestWorkerLeavesANewerFormat(t *testing.T) {
 	require.NoError(t, b.PutJob(context.Background(), &broker.Job{ID: "future", Workflow: newer, Actions: []string{"a"},
 		Status: broker.JobRunning, MaxDeliver: 4}))
 	testenv.Eventually(t, 10*time.Second, func() bool { return pool.Unservable()["future"] != "" }, "refused")
-	require.Contains(t, pool.Unservable()["future"], "format version 99, but this jetpool reads up to version 1 (upgrade it)")
+	require.Contains(t, pool.Unservable()["future"], fmt.Sprintf("format version 99, but this jetpool reads up to version %d (upgrade it)", workflow.FormatVersion))
 }

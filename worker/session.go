@@ -58,6 +58,7 @@ type sessionEnd struct {
 	priced            bool
 	grows             int // max_tokens doublings (on_truncated: grow)
 	params            map[string]any
+	overflow          *overflowRun // context overflow rounds (worker/overflow.go)
 }
 
 // failed ends a session before any call, with a permanent error.
@@ -121,27 +122,201 @@ func render(a *workflow.Action, d *delivery) (string, error) {
 // reaches the cap while a layer would still have gone on ends with reason
 // max_calls.
 func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
+	c, end := jr.converse(d)
+	if end != nil {
+		return end
+	}
+	for c.round(ctx) {
+	}
+	return c.run
+}
+
+// conversation is one delivery's session under way: the history with the
+// model, and what the rounds have spent.
+type conversation struct {
+	jr  *jobRunner
+	d   *delivery
+	a   *workflow.Action
+	pr  provider.Provider
+	chk *expect.Checker // nil without expect: format json
+	h   *history
+	run *sessionEnd
+	// prior is the attempts of earlier deliveries (every one a call billed
+	// against max_calls: the attempts are numbered after them); repairs is
+	// this delivery's.
+	prior, repairs int
+}
+
+// converse readies a delivery's conversation: the prompt rendered, its
+// parts, the provider and the checker, the caps checked before any call,
+// and a prompt known not to fit moved or cut unpaid. A session that ends
+// before any call is returned as end.
+func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 	a := d.action
 	prompt, err := render(a, d)
 	if err != nil {
-		return renderFailure(err) // worker/bounds.go: bad_input past the bounds
+		return nil, renderFailure(err) // worker/bounds.go: bad_input past the bounds
+	}
+	parts, err := partsFor(a, d) // worker/parts.go: images and documents
+	if err != nil {
+		return nil, renderFailure(err)
 	}
 	pr, err := jr.provider(a.Provider)
 	if err != nil {
-		return failed(retry.ReasonProgrammingError, retry.ClassProgramming, "ProviderError", err.Error())
+		return nil, failed(retry.ReasonProgrammingError, retry.ClassProgramming, "ProviderError", err.Error())
 	}
 	chk, err := checkerFor(a.Expect)
 	if err != nil {
 		// The workflow was validated before dispatch: a schema that does
 		// not compile here is a bug, not the model's fault.
-		return failed(retry.ReasonProgrammingError, retry.ClassProgramming, "SchemaError", err.Error())
+		return nil, failed(retry.ReasonProgrammingError, retry.ClassProgramming, "SchemaError", err.Error())
 	}
 	run := &sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}
-	// Attempts are numbered after every earlier attempt; every one of them
-	// was a call, and counts against max_calls.
-	prior := len(d.prior())
-	priorCalls := billed(d.prior())
-	if a.MaxCalls > 0 && priorCalls >= a.MaxCalls {
+	if end := jr.beforeCalls(d, run); end != nil {
+		return nil, end
+	}
+	c = &conversation{jr: jr, d: d, a: a, pr: pr, chk: chk, run: run, prior: len(d.prior()),
+		h: &history{msgs: []provider.Message{{Role: "user", Content: prompt, Parts: parts}}}}
+	c.pr = jr.estimateOverflow(d, run, c.h, pr) // worker/overflow.go
+	return c, nil
+}
+
+// round makes one model request under the session retry layer and reads
+// what came back; it reports whether another round follows (an overflow
+// compacted, a truncated answer asked again larger, a repair).
+func (c *conversation) round(ctx context.Context) bool {
+	run := c.run
+	s := &retry.Session{
+		Policy:        c.policy(),
+		Clock:         c.jr.p.cfg.Clock,
+		History:       c.h,
+		Delivery:      c.d.delivery(),
+		PriorAttempts: c.prior + run.calls,
+	}
+	var resp provider.Response
+	o := s.Run(ctx, func(ctx context.Context, attempt int) error {
+		var err error
+		resp, err = c.jr.ask(ctx, c.d, c.pr, c.h, run, c.chk != nil)
+		return err
+	})
+	run.attempts = append(run.attempts, o.Attempts...)
+	if o.NotCalled != nil {
+		run.wait = asWait(o.NotCalled, c.a.Provider)
+		if o.Err != nil {
+			run.err = o.Err
+		}
+		return false
+	}
+	run.err, run.handOver, run.canceled = o.Err, o.HandOver, o.Canceled
+	if o.Err != nil && o.Err.Class == retry.ClassContextOverflow {
+		if next := c.jr.compact(c.d, run, c.h, o.Err, c.pr); next != nil { // worker/overflow.go: a round of its own
+			c.pr = next
+			return true
+		}
+	}
+	if o.Err != nil || o.Canceled {
+		// A transport error: the retry layers decide, unless the cap is
+		// what stopped them.
+		if c.capped() && !o.Canceled && stoppedByCap(c.a.Retry, o, c.d.delivery()) {
+			run.reason = retry.ReasonMaxCalls
+			run.explain = maxCallsDiag(c.a.MaxCalls, c.d.delivery(), "")
+		}
+		return false
+	}
+	run.text = answerText(c.a, resp)               // worker/parts.go: with tools, {text, tool_calls}
+	if _, ferr := Finish(c.a, resp); ferr != nil { // worker/outcome_finish.go
+		return c.unfinished(ferr)
+	}
+	if c.chk == nil {
+		run.output = answerOutput(c.a, resp)
+		return false
+	}
+	return c.check(resp)
+}
+
+// policy is the action's retry policy for the next round, its attempts cut
+// to the calls max_calls leaves.
+func (c *conversation) policy() retry.Policy {
+	pol := c.a.Retry
+	if left := c.a.MaxCalls - c.prior - c.run.calls; c.a.MaxCalls > 0 && pol.Attempts() > left {
+		pol.MaxAttempts = left
+	}
+	return pol
+}
+
+// capped reports whether the record has made all the calls max_calls allows.
+func (c *conversation) capped() bool {
+	return c.a.MaxCalls > 0 && c.prior+c.run.calls >= c.a.MaxCalls
+}
+
+// attempt records a step of the session that was not a transport error.
+func (c *conversation) attempt(class retry.Class, msg string) {
+	c.run.attempts = append(c.run.attempts, retry.Attempt{N: c.prior + c.run.calls, Delivery: c.d.delivery(),
+		Class: class, Error: msg, At: c.jr.p.cfg.Clock.Now()})
+}
+
+// explainWith ends the session's diagnosis with the last output.
+func (c *conversation) explainWith(final *retry.Error) {
+	text, n := c.run.text, c.d.delivery()
+	c.run.explain = func(all []retry.Attempt) string {
+		return retry.Diagnose(final, all, n) + "; last output: " + clipOutput(text)
+	}
+}
+
+// unfinished handles an answer the provider did not finish (truncated,
+// filtered): with on_truncated: grow and calls left, asked again with a
+// larger max_tokens; otherwise the session's error.
+func (c *conversation) unfinished(ferr *retry.Error) bool {
+	run := c.run
+	if ferr.Class == retry.ClassTruncated && c.a.OnTruncated == workflow.OnTruncatedGrow && !c.capped() {
+		if params, ok := grown(run.paramsFor(c.a), run.grows); ok {
+			c.attempt(ferr.Class, ferr.Error()+"; asking again with a larger max_tokens")
+			run.params, run.grows = params, run.grows+1
+			c.h.msgs = c.h.msgs[:len(c.h.msgs)-1] // ask afresh, without the cut answer
+			return true
+		}
+	}
+	run.err = ferr
+	c.attempt(ferr.Class, ferr.Error())
+	c.explainWith(ferr)
+	return false
+}
+
+// check holds the answer to the action's expect: block: a valid one is
+// the output; an invalid one stays in the history with a correction after
+// it and is asked again, while repairs and calls are left.
+func (c *conversation) check(resp provider.Response) bool {
+	run := c.run
+	v, err := c.chk.Check(run.text, resp.FinishReason)
+	if err == nil {
+		run.output = v
+		return false
+	}
+	viol := asViolation(err, run.text)
+	final := schemaViolation(c.a, viol, run.model)
+	run.err = final
+	c.attempt(retry.ClassSchemaViolation, final.Error())
+	if c.repairs >= c.a.Expect.RepairAttempts {
+		c.explainWith(final)
+		return false
+	}
+	if c.capped() {
+		run.reason = retry.ReasonMaxCalls
+		run.explain = maxCallsDiag(c.a.MaxCalls, c.d.delivery(), run.text)
+		return false
+	}
+	c.h.msgs = append(c.h.msgs, provider.Message{Role: "user", Content: viol.Correction()})
+	c.repairs++
+	run.repairs++
+	return true
+}
+
+// beforeCalls ends a session before any call when the record may make
+// none: its max_calls spent by earlier deliveries, or the job's max_cost
+// reached. It returns nil when the calls may go.
+func (jr *jobRunner) beforeCalls(d *delivery, run *sessionEnd) *sessionEnd {
+	a := d.action
+	if a.MaxCalls > 0 && len(d.prior()) >= a.MaxCalls {
 		// A redelivery after a crash gets here (the cap was spent by
 		// deliveries that saved their attempts but did not finish), and a
 		// batch straggler sent online whose rounds spent it.
@@ -152,102 +327,11 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 		run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
 		return run
 	}
-
 	if e := jr.gate().Allow(); e != nil { // worker/cost.go: the job's max_cost
 		run.err, run.reason = e, retry.ReasonBudget
 		return run
 	}
-
-	h := &history{msgs: []provider.Message{{Role: "user", Content: prompt}}}
-	repairs := 0 // this delivery's
-	for {
-		pol := a.Retry
-		if left := a.MaxCalls - priorCalls - run.calls; a.MaxCalls > 0 && pol.Attempts() > left {
-			pol.MaxAttempts = left
-		}
-		s := &retry.Session{
-			Policy:        pol,
-			Clock:         jr.p.cfg.Clock,
-			History:       h,
-			Delivery:      d.delivery(),
-			PriorAttempts: prior + run.calls,
-		}
-		var resp provider.Response
-		o := s.Run(ctx, func(ctx context.Context, attempt int) error {
-			var err error
-			resp, err = jr.ask(ctx, d, pr, h, run, chk != nil)
-			return err
-		})
-		run.attempts = append(run.attempts, o.Attempts...)
-		if o.NotCalled != nil {
-			run.wait = asWait(o.NotCalled, a.Provider)
-			if o.Err != nil {
-				run.err = o.Err
-			}
-			break
-		}
-		run.err, run.handOver, run.canceled = o.Err, o.HandOver, o.Canceled
-		if o.Err != nil || o.Canceled {
-			// A transport error: the retry layers decide, unless the cap
-			// is what stopped them.
-			if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls && !o.Canceled && stoppedByCap(a.Retry, o, d.delivery()) {
-				run.reason = retry.ReasonMaxCalls
-				run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
-			}
-			break
-		}
-		run.text = resp.Text
-		if _, ferr := Finish(a, resp); ferr != nil { // worker/outcome_finish.go
-			if ferr.Class == retry.ClassTruncated && a.OnTruncated == workflow.OnTruncatedGrow &&
-				!(a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls) {
-				if params, ok := grown(run.paramsFor(a), run.grows); ok {
-					run.attempts = append(run.attempts, retry.Attempt{N: prior + run.calls, Delivery: d.delivery(),
-						Class: ferr.Class, Error: ferr.Error() + "; asking again with a larger max_tokens", At: jr.p.cfg.Clock.Now()})
-					run.params, run.grows = params, run.grows+1
-					h.msgs = h.msgs[:len(h.msgs)-1] // ask afresh, without the cut answer
-					continue
-				}
-			}
-			run.err = ferr
-			run.attempts = append(run.attempts, retry.Attempt{N: prior + run.calls, Delivery: d.delivery(),
-				Class: ferr.Class, Error: ferr.Error(), At: jr.p.cfg.Clock.Now()})
-			text := resp.Text
-			run.explain = func(all []retry.Attempt) string {
-				return retry.Diagnose(ferr, all, d.delivery()) + "; last output: " + clipOutput(text)
-			}
-			break
-		}
-		if chk == nil {
-			run.output = resp.Text
-			break
-		}
-		v, err := chk.Check(resp.Text, resp.FinishReason)
-		if err == nil {
-			run.output = v
-			break
-		}
-		viol := asViolation(err, resp.Text)
-		final := schemaViolation(a, viol, run.model)
-		run.err = final
-		run.attempts = append(run.attempts, retry.Attempt{N: prior + run.calls, Delivery: d.delivery(),
-			Class: retry.ClassSchemaViolation, Error: final.Error(), At: jr.p.cfg.Clock.Now()})
-		if repairs >= a.Expect.RepairAttempts {
-			text := resp.Text
-			run.explain = func(all []retry.Attempt) string {
-				return retry.Diagnose(final, all, d.delivery()) + "; last output: " + clipOutput(text)
-			}
-			break
-		}
-		if a.MaxCalls > 0 && priorCalls+run.calls >= a.MaxCalls {
-			run.reason = retry.ReasonMaxCalls
-			run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), resp.Text)
-			break
-		}
-		h.msgs = append(h.msgs, provider.Message{Role: "user", Content: viol.Correction()})
-		repairs++
-		run.repairs++
-	}
-	return run
+	return nil
 }
 
 // ask makes one model request with the history as it stands and, when it
@@ -262,6 +346,7 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	if checked {
 		req.JSON, req.Schema = jsonMode(a, h.msgs), a.Expect.Schema
 	}
+	withTools(a, &req) // worker/parts.go: tools, tool_choice, cache marks
 	if req.Stream {
 		var partial strings.Builder
 		h.msgs = append(h.msgs, provider.Message{Role: "assistant"})
@@ -288,8 +373,9 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	}
 	if req.Stream {
 		h.msgs[len(h.msgs)-1].Content = resp.Text
+		h.msgs[len(h.msgs)-1].ToolCalls = resp.ToolCalls
 	} else {
-		h.msgs = append(h.msgs, provider.Message{Role: "assistant", Content: resp.Text})
+		h.msgs = append(h.msgs, provider.Message{Role: "assistant", Content: resp.Text, ToolCalls: resp.ToolCalls})
 	}
 	return resp, nil
 }
@@ -339,18 +425,6 @@ func maxCallsDiag(maxCalls, delivery int, lastOutput string) func([]retry.Attemp
 		}
 		return s
 	}
-}
-
-// billed counts the attempts that were calls the provider answered: all but
-// the 429s absorbed by the shared limiter.
-func billed(attempts []retry.Attempt) int {
-	n := 0
-	for _, a := range attempts {
-		if !a.Absorbed {
-			n++
-		}
-	}
-	return n
 }
 
 // repairsOf counts the repair calls in attempts: every schema violation

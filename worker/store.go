@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -15,23 +16,29 @@ import (
 // brokerStore is the completer's store: the pool's broker.
 type brokerStore struct{ p *Pool }
 
-type pubFuture struct{ f jetstream.PubAckFuture }
+// pubFuture is an async publish and when it was sent: its wait ends
+// ResultAckTimeout after that (broker.AwaitResult).
+type pubFuture struct {
+	f    jetstream.PubAckFuture
+	sent time.Time
+}
 
-func (f pubFuture) wait(ctx context.Context) error { return broker.AwaitResult(ctx, f.f) }
+func (f pubFuture) wait(ctx context.Context) error { return broker.AwaitResult(ctx, f.f, f.sent) }
 
 func (s brokerStore) publishResult(r *broker.Result) (future, error) {
+	sent := time.Now()
 	f, err := s.p.b.PublishResult(r)
 	if err != nil {
 		return nil, err
 	}
-	return pubFuture{f}, nil
+	return pubFuture{f, sent}, nil
 }
 
 // forward publishes the record to the next action, with this action's
 // output, without waiting for the store.
 func (s brokerStore) forward(d *delivery, output any) (future, error) {
 	env := &broker.Envelope{ID: d.env.ID, Record: d.env.Record, RawRecord: d.env.RawRecord, Line: d.env.Line,
-		Outputs: make(map[string]any, len(d.env.Outputs)+1), Cost: d.recordCost(), Sum: d.env.Sum}
+		Outputs: make(map[string]any, len(d.env.Outputs)+1), Cost: d.recordCost(), Sum: d.env.Sum, Files: d.env.Files}
 	for k, v := range d.env.Outputs {
 		env.Outputs[k] = v
 	}
@@ -57,11 +64,12 @@ func (s brokerStore) forward(d *delivery, output any) (future, error) {
 	if err := fits(s.p.b.NC.MaxPayload(), m, d.next); err != nil {
 		return nil, err // worker/bounds.go: the completer dead-letters it as too_large
 	}
+	sent := time.Now()
 	f, err := s.p.b.JS.PublishMsgAsync(m)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s: %w", m.Subject, err)
 	}
-	return pubFuture{f}, nil
+	return pubFuture{f, sent}, nil
 }
 
 func (s brokerStore) deadLetter(ctx context.Context, e *deadletter.Entry) error {

@@ -2,15 +2,10 @@ package workflow
 
 import (
 	"cmp"
-	"time"
 
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
 )
-
-// RetryAfterCapDefault is the longest a provider's Retry-After may make a
-// record wait between two calls, unless its provider entry says otherwise.
-const RetryAfterCapDefault = 10 * time.Minute
 
 // Bound is the worst case of one record of the action, with its provider
 // p: the most calls it can make — every attempt of every delivery, each
@@ -20,7 +15,7 @@ const RetryAfterCapDefault = 10 * time.Minute
 // validate` prints it.
 func (a *Action) Bound(p provider.Config) retry.Bound {
 	ra := retry.Action{Policy: a.Retry, MaxCalls: a.MaxCalls,
-		CallTimeout: cmp.Or(p.Timeout, provider.TimeoutDefault), RetryAfterMax: RetryAfterCapDefault}
+		CallTimeout: cmp.Or(p.Timeout, provider.TimeoutDefault), RetryAfterMax: p.RetryAfterCap()}
 	if a.Expect != nil {
 		ra.Repairs = a.Expect.RepairAttempts
 	}

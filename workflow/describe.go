@@ -46,15 +46,12 @@ func (w *Workflow) Describe(out io.Writer) {
 		if c.Timeout > 0 {
 			parts = append(parts, "timeout "+c.Timeout.String())
 		}
-		switch l := c.Limits; {
-		case l.Budgeted():
-			parts = append(parts, fmt.Sprintf("limits rpm %s, tpm %s, concurrency %s", limit(l.RPM), limit(l.TPM), limit(l.Concurrency)))
-		case l.NoAdaptive:
-			parts = append(parts, "no limits, adaptive concurrency off")
-		default:
-			parts = append(parts, "no limits: adaptive concurrency")
-		}
+		limits, lines := describeLimits(c) // limits.go
+		parts = append(parts, limits)
 		pr("  provider %s: %s\n", name, strings.Join(parts, ", "))
+		for _, l := range lines {
+			pr("    %s\n", l)
+		}
 	}
 	for i, a := range w.Actions {
 		pr("\naction %d/%d %s (line %d)\n", i+1, n, a.Name, a.Line)
@@ -123,11 +120,16 @@ func (w *Workflow) Describe(out io.Writer) {
 				row("repair", "none (an output that fails the expectation fails the record)")
 			}
 		}
+		describeMore(a, kind, row) // multimodal.go
 		switch {
 		case a.MaxCalls > 0 && a.MaxCalls < calls:
 			row("max_calls", "%d (caps the worst case of %d)", a.MaxCalls, calls)
 		case a.MaxCalls > 0:
 			row("max_calls", "%d", a.MaxCalls)
+		}
+		if o := a.Overflow; o != nil {
+			row("overflow", "%s", o.describe())
+			row("", "worst case with its rounds: %s", o.worstCase(a))
 		}
 		if f := a.Fields(); len(f) > 0 {
 			row("reads", "%s", strings.Join(f, ", "))

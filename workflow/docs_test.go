@@ -40,7 +40,8 @@ func TestWorkflowDocExamplesParse(t *testing.T) {
 }
 
 // fieldListRE finds the field lists of parse.go: the known-fields argument
-// of every p.fields call, specFields and the known lists.
+// of every p.fields call, specFields and the known lists, of parse.go,
+// overflow.go and multimodal.go.
 var fieldListRE = regexp.MustCompile(`(?s)(?:p\.fields\([^,]+,[^,]+,|specFields\s*=\s*\[\]string\{|known\s*:?=\s*(?:append\()?\[\]string\{)([^})]*)`)
 
 // transportOnly are fields of the encoded workflow a job carries (Encode),
@@ -50,8 +51,12 @@ var transportOnly = map[string]bool{"file": true, "line": true, "schema_file": t
 func TestWorkflowDocHasEveryField(t *testing.T) {
 	doc, err := os.ReadFile(workflowDoc)
 	require.NoError(t, err)
-	src, err := os.ReadFile("parse.go")
-	require.NoError(t, err)
+	var src []byte
+	for _, file := range []string{"parse.go", "overflow.go", "multimodal.go"} {
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		src = append(src, b...)
+	}
 	documented := func(name string) bool {
 		return strings.Contains(string(doc), "`"+name+"`") || strings.Contains(string(doc), "."+name+"`") ||
 			strings.Contains(string(doc), "`"+name+".")

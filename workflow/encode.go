@@ -26,8 +26,10 @@ import (
 // the newest Decode reads. Raise it whenever Encode writes something an
 // older Decode would read differently or refuse: a worker then says it
 // cannot serve the job (ErrNewerFormat) instead of misreading it. An
-// encoded workflow without a version is version 1.
-const FormatVersion = 1
+// encoded workflow without a version is version 1. Version 2 added
+// actions[].overflow (issue 30) and an action's kind, input, images,
+// documents, tools, tool_choice, cache and embed (issue 31).
+const FormatVersion = 2
 
 // ErrNewerFormat is returned (wrapped, naming both versions) by Decode for
 // a workflow encoded by a newer jetpool than this one.
@@ -53,6 +55,8 @@ type wireProvider struct {
 	Stream     bool              `json:"stream,omitempty"`
 	Limits     *wireLimits       `json:"limits,omitempty"`
 	Sim        any               `json:"sim,omitempty"`
+	// MaxRetryAfter is max_retry_after.
+	MaxRetryAfter string `json:"max_retry_after,omitempty"`
 }
 
 type wireAction struct {
@@ -61,7 +65,7 @@ type wireAction struct {
 	Provider string         `json:"provider"`
 	Model    string         `json:"model,omitempty"`
 	System   string         `json:"system,omitempty"`
-	Prompt   string         `json:"prompt"`
+	Prompt   string         `json:"prompt,omitempty"` // an embed action's is its input
 	Params   map[string]any `json:"params,omitempty"`
 	Stream   bool           `json:"stream"`
 	JSON     bool           `json:"json"`
@@ -76,6 +80,22 @@ type wireAction struct {
 	Price       *pricing.Price `json:"price,omitempty"`
 	OnTruncated string         `json:"on_truncated,omitempty"`
 	OnFiltered  string         `json:"on_filtered,omitempty"`
+	Overflow    *wireOverflow  `json:"overflow,omitempty"`
+
+	Kind       string          `json:"kind,omitempty"`
+	Input      string          `json:"input,omitempty"`
+	Images     []string        `json:"images,omitempty"`
+	Documents  []string        `json:"documents,omitempty"`
+	Tools      []provider.Tool `json:"tools,omitempty"`
+	ToolChoice string          `json:"tool_choice,omitempty"`
+	Cache      []string        `json:"cache,omitempty"`
+	Embed      *wireEmbed      `json:"embed,omitempty"`
+}
+
+type wireEmbed struct {
+	BatchSize int    `json:"batch_size"`
+	MaxWait   string `json:"max_wait"`
+	Format    string `json:"format"`
 }
 
 type wireRetry struct {
@@ -126,6 +146,36 @@ type wireLimits struct {
 	TPM         int   `json:"tpm,omitempty"`
 	Concurrency int   `json:"concurrency,omitempty"`
 	Adaptive    *bool `json:"adaptive,omitempty"`
+	Breaker     any   `json:"breaker,omitempty"` // false, or a wireBreaker
+}
+
+// wireBreaker is provider.Breaker as a workflow file spells it.
+type wireBreaker struct {
+	FailureRatio float64 `json:"failure_ratio,omitempty"`
+	MinCalls     int     `json:"min_calls,omitempty"`
+	Window       string  `json:"window,omitempty"`
+	Cooldown     string  `json:"cooldown,omitempty"`
+	CooldownMax  string  `json:"cooldown_max,omitempty"`
+}
+
+// encodeLimits is the limits: block of l, nil when it has nothing.
+func encodeLimits(l provider.Limits) *wireLimits {
+	if l == (provider.Limits{}) {
+		return nil
+	}
+	wl := &wireLimits{RPM: l.RPM, TPM: l.TPM, Concurrency: l.Concurrency}
+	if l.NoAdaptive {
+		off := false
+		wl.Adaptive = &off
+	}
+	switch b := l.Breaker; {
+	case b.Off:
+		wl.Breaker = false
+	case b != (provider.Breaker{}):
+		wl.Breaker = wireBreaker{FailureRatio: b.FailureRatio, MinCalls: b.MinCalls, Window: dur(b.Window),
+			Cooldown: dur(b.Cooldown), CooldownMax: dur(b.CooldownMax)}
+	}
+	return wl
 }
 
 // Encode renders the workflow as self-contained JSON for the jobs bucket:
@@ -134,14 +184,8 @@ func (w *Workflow) Encode() ([]byte, error) {
 	ww := wireWorkflow{Version: FormatVersion, Name: w.Name, File: w.File, Providers: map[string]wireProvider{}, MaxCost: w.MaxCost, Carry: w.Carry}
 	for name, c := range w.Providers {
 		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
-			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream}
-		if c.Limits != (provider.Limits{}) {
-			wp.Limits = &wireLimits{RPM: c.Limits.RPM, TPM: c.Limits.TPM, Concurrency: c.Limits.Concurrency}
-			if c.Limits.NoAdaptive {
-				off := false
-				wp.Limits.Adaptive = &off
-			}
-		}
+			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream, Limits: encodeLimits(c.Limits),
+			MaxRetryAfter: dur(c.MaxRetryAfter)}
 		if c.Sim != nil {
 			sim, err := yamlValue(reflect.ValueOf(c.Sim))
 			if err != nil {
@@ -155,13 +199,18 @@ func (w *Workflow) Encode() ([]byte, error) {
 		wa := wireAction{Name: a.Name, Line: a.Line, Provider: a.Provider, Model: a.Model, System: a.System,
 			Prompt: a.Prompt, Params: a.Params, Stream: a.Stream, JSON: a.JSON, Retry: wirePolicy(a.Retry),
 			MaxCalls: a.MaxCalls, Mode: a.Mode, Fallback: a.Fallback,
-			Price: a.Price, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered}
+			Price: a.Price, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered, Overflow: encodeOverflow(a.Overflow)}
 		if e := a.Expect; e != nil {
 			wa.Expect = &wireExpect{Format: e.Format, Schema: e.Schema, SchemaFile: e.SchemaFile, SchemaLine: e.SchemaLine,
 				Repair: wireRepair{MaxAttempts: e.RepairAttempts, OnExhausted: string(e.RepairOnExhausted)}}
 		}
 		if a.Mode == ModeBatch {
 			wa.Batch = &wireBatch{MaxRecords: a.Batch.MaxRecords, MaxWait: dur(a.Batch.MaxWait), Poll: dur(a.Batch.Poll)}
+		}
+		wa.Images, wa.Documents, wa.Tools, wa.ToolChoice, wa.Cache = a.Images, a.Documents, a.Tools, a.ToolChoice, a.Cache
+		if a.IsEmbed() {
+			wa.Kind, wa.Input, wa.Prompt = a.Kind, a.Prompt, ""
+			wa.Embed = &wireEmbed{BatchSize: a.Embed.BatchSize, MaxWait: dur(a.Embed.MaxWait), Format: a.Embed.Format}
 		}
 		ww.Actions = append(ww.Actions, wa)
 	}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -179,6 +180,10 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "action %s (provider %s, model %s) has no known price, so the budget could not count its calls: give it a price: block",
 					a.Name, a.Provider, cmp.Or(a.Model, "default"))
 			}
+			if o := a.Overflow; o != nil && o.FallbackModel != "" && o.FallbackPrice == nil {
+				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "action %s's overflow fallback (provider %s, model %s) has no known price, so the budget could not count its calls: give its provider a price: block",
+					a.Name, o.FallbackProvider, o.FallbackModel)
+			}
 		}
 	}
 	return w
@@ -219,7 +224,7 @@ func (p *parser) provider(name string, f field) *entry {
 	e := &entry{cfg: cfg}
 	before := len(p.errs)
 	defer func() { e.bad = len(p.errs) > before }()
-	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "limits", "sim", "price")
+	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "limits", "max_retry_after", "sim", "price")
 	if !ok {
 		return e
 	}
@@ -279,26 +284,10 @@ func (p *parser) provider(name string, f field) *entry {
 		e.cfg.Stream, _ = p.boolean(v)
 	}
 	if v, ok := pf["limits"]; ok {
-		if lf, ok := p.fields(v.val, v.path, "rpm", "tpm", "concurrency", "adaptive"); ok {
-
-			if x, ok := lf["rpm"]; ok {
-				e.cfg.Limits.RPM, _ = p.intIn(x, 0, math.MaxInt)
-			}
-			if x, ok := lf["tpm"]; ok {
-				e.cfg.Limits.TPM, _ = p.intIn(x, 0, math.MaxInt)
-			}
-			if x, ok := lf["concurrency"]; ok {
-				e.cfg.Limits.Concurrency, _ = p.intIn(x, 0, math.MaxInt)
-			}
-			if x, ok := lf["adaptive"]; ok {
-				if on, ok := p.boolean(x); ok {
-					if e.cfg.Limits.Budgeted() {
-						p.errorf(x.key.Line, x.path, "only without rpm, tpm and concurrency (a budget already turns adaptive concurrency off)")
-					}
-					e.cfg.Limits.NoAdaptive = !on
-				}
-			}
-		}
+		p.limits(v, &e.cfg.Limits) // limits.go
+	}
+	if v, ok := pf["max_retry_after"]; ok {
+		e.cfg.MaxRetryAfter, _ = p.durationIn(v, time.Second, MaxRetryAfterMax)
 	}
 	if v, ok := pf["price"]; ok {
 		e.price, _ = p.price(v)
@@ -457,6 +446,7 @@ func pick[T any](own, inherited opt[T]) opt[T] {
 type spec struct {
 	path string
 	line int
+	node *yaml.Node
 
 	name, provider, model, system, prompt, mode, fallback opt[string]
 
@@ -469,7 +459,9 @@ type spec struct {
 	onTruncated  opt[string]
 	onFiltered   opt[string]
 	price        opt[*pricing.Price]
-	maxCost      opt[float64] // defaults: only
+	maxCost      opt[float64]  // defaults: only
+	overflow     *overflowSpec // actions only
+	more         moreSpec      // multimodal.go: kind, input, images, documents, tools, tool_choice, cache, embed
 
 	encodedLine int
 	compiled    *compiledPrompt
@@ -480,13 +472,13 @@ type spec struct {
 
 // specFields are the fields an action shares with defaults:.
 var specFields = []string{"provider", "model", "system", "params", "stream", "json", "retry", "expect", "max_calls", "mode", "batch", "fallback",
-	"on_truncated", "on_filtered", "price"}
+	"on_truncated", "on_filtered", "price", "cache"}
 
 func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 	n = deref(n)
-	known := slices.Concat(specFields, []string{"max_cost"}) // a job's budget: defaults: only
+	known := slices.Concat(specFields, []string{"max_cost", "overflow"}) // a job's budget: defaults: only
 	if action {
-		known = append([]string{"name", "prompt"}, specFields...)
+		known = append([]string{"name", "prompt", "overflow", "kind", "input", "images", "documents", "tools", "tool_choice", "embed"}, specFields...)
 		if p.encoded {
 			known = append(known, "line")
 		}
@@ -495,7 +487,7 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 	if !ok {
 		return nil
 	}
-	s := &spec{path: path, line: n.Line, written: map[string]bool{}}
+	s := &spec{path: path, line: n.Line, node: n, written: map[string]bool{}}
 	for name := range f {
 		s.written[name] = true
 	}
@@ -601,6 +593,12 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 			if x, ok := p.price(v); ok {
 				s.price = some(x, line)
 			}
+		case "overflow":
+			if !action {
+				p.errorf(v.key.Line, v.path, "only on an action: it names a field of that action's prompt")
+			} else if x, ok := p.overflow(v); ok {
+				s.overflow = x
+			}
 		case "max_cost":
 			if x, ok := p.money(v); ok {
 				if x > 0 && x < MaxCostMin {
@@ -609,13 +607,15 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 					s.maxCost = some(x, line)
 				}
 			}
+		default:
+			p.moreField(s, name, v) // multimodal.go
 		}
 	}
 	if action {
 		if _, ok := f["name"]; !ok {
 			p.errorf(n.Line, child(path, "name"), "missing; every action needs a name")
 		}
-		if _, ok := f["prompt"]; !ok {
+		if _, ok := f["prompt"]; !ok && s.more.kind.v != KindEmbed {
 			p.errorf(n.Line, child(path, "prompt"), "missing; every action needs a prompt")
 		}
 	}
@@ -628,6 +628,12 @@ func (p *parser) template(name string, f field) *compiledPrompt {
 		p.errorf(f.val.Line, f.path, "empty; every action needs a prompt")
 		return nil
 	}
+	return p.compileTemplate(name, f)
+}
+
+// compileTemplate compiles the template of f, reporting a parse error at
+// its line in the file.
+func (p *parser) compileTemplate(name string, f field) *compiledPrompt {
 	cp, err := compilePrompt(name, f.val.Value)
 	if err != nil {
 		line, msg := f.val.Line, err.Error()
@@ -972,6 +978,9 @@ func (p *parser) resolve(s, d *spec, index int, w *Workflow) *Action {
 		entryPrice = e.price
 	}
 	a.Price = actionPrice(pick(s.price, d.price).v, entryPrice, a.Provider, a.Model)
+	if s.overflow != nil {
+		a.Overflow = p.resolveOverflow(s.overflow, a, child(s.path, "overflow"), w) // overflow.go
+	}
 	a.Mode = cmp.Or(pick(s.mode, d.mode).v, ModeDefault)
 	if a.Mode == ModeBatch {
 		b := pick(s.batch, d.batch).v
@@ -990,5 +999,6 @@ func (p *parser) resolve(s, d *spec, index int, w *Workflow) *Action {
 			p.errorf(s.fallback.line, child(s.path, "fallback"), "only used with mode: batch (this action's mode is %s)", a.Mode)
 		}
 	}
+	p.resolveMore(s, d, a, cfg, known) // multimodal.go
 	return a
 }

@@ -14,6 +14,9 @@ import (
 type Ref struct {
 	Path []string
 	Line int
+	// Field is the template it is in besides the prompt (images[0],
+	// documents[1]); "" for the prompt (an embed action's input).
+	Field string
 }
 
 // String renders the reference as the template wrote it: .classify.sentiment.
@@ -33,7 +36,7 @@ func (a *Action) Refs() []Ref {
 			out[i].Line = cp.line + r.Line - 1
 		}
 	}
-	return out
+	return append(out, a.partRefs()...) // multimodal.go
 }
 
 // RecordFields returns the fields the prompt of w's action i reads from the
@@ -95,7 +98,7 @@ func (w *Workflow) eachRef(check func(i int, r Ref) string) []*Error {
 			}
 			seen[msg] = true
 			errs = append(errs, &Error{File: w.File, Line: cmp.Or(r.Line, a.Line),
-				Field: fmt.Sprintf("actions[%d].prompt", i), Msg: msg})
+				Field: fmt.Sprintf("actions[%d].%s", i, a.refField(r)), Msg: msg})
 		}
 	}
 	slices.SortStableFunc(errs, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
@@ -132,6 +135,9 @@ func outputRef(src *Action, r Ref) string {
 		return ""
 	}
 	field := r.Path[1]
+	if msg, decided := moreOutputRef(src, r); decided { // multimodal.go: tools' and embed actions' outputs
+		return msg
+	}
 	e := src.Expect
 	if e == nil || e.Format == FormatText {
 		return fmt.Sprintf("reads %s: the output of action %s is text (it has no expect: block asking for JSON), so it has no field %q", r, src.Name, field)

@@ -455,6 +455,9 @@ func (a *Action) Fields() []string {
 	if err != nil {
 		return nil
 	}
+	if len(a.Images)+len(a.Documents) > 0 {
+		return a.withPartFields(cp.fields) // multimodal.go
+	}
 	return slices.Clone(cp.fields)
 }
 
@@ -470,26 +473,32 @@ func (a *Action) Render(data map[string]any) (string, error) {
 	if err != nil {
 		return "", a.templateError(fmt.Sprintf("prompt does not parse: %v", err), err)
 	}
+	return a.execute(cp, "prompt", data)
+}
+
+// execute renders one of a's templates (what names it in errors: prompt,
+// images[0], …) with Render's errors.
+func (a *Action) execute(cp *compiledPrompt, what string, data map[string]any) (string, error) {
 	for _, f := range cp.fields {
 		if _, ok := data[f]; !ok {
 			return "", a.templateError(
-				fmt.Sprintf("prompt reads field %q, which the record does not have (%s)", f, describeKeys(data)),
+				fmt.Sprintf("%s reads field %q, which the record does not have (%s)", what, f, describeKeys(data)),
 				fmt.Errorf("%w %q", ErrMissingField, f))
 		}
 	}
-	prompt, err := cp.execute(data)
+	out, err := cp.execute(data)
 	if err != nil {
 		if m := missingKeyRE.FindStringSubmatch(err.Error()); m != nil {
-			return "", a.templateError(fmt.Sprintf("prompt reads %s: no field %q", m[1], m[2]),
+			return "", a.templateError(fmt.Sprintf("%s reads %s: no field %q", what, m[1], m[2]),
 				fmt.Errorf("%w %q: %w", ErrMissingField, m[2], err))
 		}
 		if errors.Is(err, ErrBadInput) {
 			return "", &retry.Error{Class: retry.ClassInvalidRequest, TypeName: badInputTypeName,
-				Message: "action " + a.Name + ": prompt: " + boundReason(err), Err: err}
+				Message: "action " + a.Name + ": " + what + ": " + boundReason(err), Err: err}
 		}
-		return "", a.templateError(fmt.Sprintf("prompt: %v", err), err)
+		return "", a.templateError(fmt.Sprintf("%s: %v", what, err), err)
 	}
-	return prompt, nil
+	return out, nil
 }
 
 // badInputTypeName is the diagnostic type name of a record that cannot be

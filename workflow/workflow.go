@@ -17,6 +17,41 @@ const (
 	ModeDefault = ModeOnline
 )
 
+// Kinds of action.
+const (
+	KindChat    = "chat"  // a model call per record: prompt in, answer out (KindDefault)
+	KindEmbed   = "embed" // an embeddings call: input in, vector out (several records per request)
+	KindDefault = KindChat
+)
+
+// Formats of an embed action's vectors in its results.
+const (
+	EmbedFormatFloat   = "float"  // a JSON list of numbers (EmbedFormatDefault)
+	EmbedFormatBase64  = "base64" // base64 of little-endian float32: less than half the size
+	EmbedFormatDefault = EmbedFormatFloat
+)
+
+// Defaults of EmbedConfig.
+const (
+	// EmbedBatchSizeDefault is the most records' inputs a worker puts in
+	// one embeddings request; the provider's own limit caps it
+	// (provider.EmbedMaxInputs).
+	EmbedBatchSizeDefault = 64
+	// EmbedMaxWaitDefault is how long the first input of a request waits
+	// for others before the request goes.
+	EmbedMaxWaitDefault = 20 * time.Millisecond
+	// EmbedMaxWaitMax bounds max_wait: a worker slot waits that long.
+	EmbedMaxWaitMax = 10 * time.Second
+)
+
+// Values of an action's cache: list: what ends a cacheable prefix.
+const (
+	CacheSystem    = "system"
+	CacheTools     = "tools"
+	CacheImages    = "images"
+	CacheDocuments = "documents"
+)
+
 // Formats of an expect: block.
 const (
 	FormatJSON = "json" // the output must parse as JSON (and match Schema when set)
@@ -100,12 +135,46 @@ type Action struct {
 	// OnFiltered is what an answer stopped by a content filter does:
 	// OnFilteredFail ("" too) or OnFilteredOK.
 	OnFiltered string
+	// Overflow is what a context overflow does (overflow:, overflow.go);
+	// nil: the record is dead-lettered as context_overflow.
+	Overflow *Overflow
 	// Price bills the action's calls (price:, its provider's price:, or the
 	// built-in table); nil when unknown: its cost is then not reported.
 	Price *pricing.Price
 
+	// Kind is KindChat, or KindEmbed: then Prompt is the input: template,
+	// whose rendering is embedded, and Embed is set.
+	Kind  string
+	Embed EmbedConfig
+	// Images and Documents are templates, each rendering to a URL, a data:
+	// URL or a file path (read by the dispatcher into the record); one that
+	// renders empty adds nothing (RenderParts).
+	Images, Documents []string
+	// Tools the model may call, and ToolChoice ("" or auto, none, required
+	// or a tool's name). With tools, the output is {text, tool_calls}.
+	Tools      []provider.Tool
+	ToolChoice string
+	// Cache lists what ends a cacheable prefix (CacheSystem, CacheTools,
+	// CacheImages, CacheDocuments).
+	Cache []string
+
 	prompt *compiledPrompt // nil for an Action not built by Parse or Decode
+	// parts are the compiled Images then Documents (nil as prompt is).
+	parts []*compiledPrompt
 }
+
+// EmbedConfig tunes an embed action.
+type EmbedConfig struct {
+	BatchSize int           // records per request (EmbedBatchSizeDefault, at most the provider's limit)
+	MaxWait   time.Duration // the wait for a request to fill (EmbedMaxWaitDefault)
+	Format    string        // EmbedFormatFloat or EmbedFormatBase64
+}
+
+// IsEmbed reports whether a is an embed action.
+func (a *Action) IsEmbed() bool { return a.Kind == KindEmbed }
+
+// HasTools reports whether a's output is {text, tool_calls}.
+func (a *Action) HasTools() bool { return len(a.Tools) > 0 }
 
 // Expect is what an action's output must be.
 type Expect struct {

@@ -103,6 +103,9 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, OnTruncatedOK, a.OnTruncated)
 	require.Equal(t, OnFilteredOK, a.OnFiltered)
 	require.Equal(t, &pricing.Price{Source: "workflow"}, a.Price, "a free local model: the action's own price")
+	require.Equal(t, &Overflow{Truncate: "text", Keep: KeepTail, FallbackModel: "llama-3.3-70b-versatile", FallbackProvider: "groq",
+		FallbackPrice: &pricing.Price{InputPerMTok: 0.05, OutputPerMTok: 0.08, Source: "workflow"}, MaxRounds: 3}, a.Overflow,
+		"the fallback is billed at its provider's price, not the action's")
 
 	a, _ = w.Action("classify")
 	require.Equal(t, "mysim", a.Provider)
@@ -111,6 +114,7 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, ModeBatch, a.Mode)
 	require.Equal(t, BatchConfig{MaxRecords: 500, MaxWait: time.Minute, Poll: 10 * time.Second}, a.Batch)
 	require.Equal(t, ModeOnline, a.Fallback)
+	require.Nil(t, a.Overflow, "off by default")
 
 	a, i = w.Action("nope")
 	require.Nil(t, a)
@@ -290,7 +294,7 @@ func comparable(w *Workflow) Workflow {
 	c.Actions = nil
 	for _, a := range w.Actions {
 		ac := *a
-		ac.prompt = nil
+		ac.prompt, ac.parts = nil, nil
 		c.Actions = append(c.Actions, &ac)
 	}
 	return c
@@ -385,6 +389,8 @@ func TestDescribe(t *testing.T) {
 	require.Equal(t, `workflow quickstart: 2 actions
   file: testdata/quickstart.yaml
   provider sim: kind sim, no limits: adaptive concurrency
+    breaker: opens when 50 % of at least 20 calls in 30s fail (5xx, overload, connection); open 15s, doubling up to 5m0s
+    Retry-After: honoured up to 10m0s (max_retry_after)
 
 action 1/2 extract_metadata (line 13)
   provider:   sim/(provider default) (sim)

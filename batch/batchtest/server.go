@@ -33,6 +33,9 @@ type Answer struct {
 	Error  string // the error body: an OpenAI or Anthropic error object
 	Omit   bool   // leave the request out of every result file
 	Expire bool   // the request expired (OpenAI batch_expired; Anthropic result.type expired)
+	// Vector is an embeddings request's answer (OpenAI /v1/embeddings
+	// batches); nil answers a vector made of the input's length.
+	Vector []float32
 }
 
 // OK answers text.
@@ -77,6 +80,7 @@ type fakeBatch struct {
 	status   string
 	out, err string // file ids (openai)
 	results  []byte // anthropic
+	endpoint string // openai: /v1/chat/completions or /v1/embeddings
 }
 
 // Server is the fake. Set its fields before the code under test runs, or
@@ -296,6 +300,19 @@ func (s *Server) advance(b *fakeBatch) {
 
 // --- OpenAI -----------------------------------------------------------------
 
+// The endpoints of an OpenAI batch (every line of a batch has its batch's).
+const (
+	chatEndpoint       = "/v1/chat/completions"
+	embeddingsEndpoint = "/v1/embeddings"
+)
+
+func firstOf(l []any) any {
+	if len(l) == 0 {
+		return nil
+	}
+	return l[0]
+}
+
 func (s *Server) openAIBatch(b *fakeBatch) map[string]any {
 	completed, failed := 0, 0
 	if b.done {
@@ -310,7 +327,7 @@ func (s *Server) openAIBatch(b *fakeBatch) map[string]any {
 			}
 		}
 	}
-	out := map[string]any{"id": b.id, "object": "batch", "endpoint": "/v1/chat/completions", "errors": nil,
+	out := map[string]any{"id": b.id, "object": "batch", "endpoint": b.endpoint, "errors": nil,
 		"input_file_id": "file-in-" + b.id, "completion_window": "24h", "status": b.status,
 		"output_file_id": nil, "error_file_id": nil, "created_at": b.created.Unix(),
 		"request_counts": map[string]int{"total": len(b.reqs), "completed": completed, "failed": failed},
@@ -342,6 +359,17 @@ func (s *Server) openAIResults(b *fakeBatch) {
 			fmt.Fprintf(&errs, `{"id":"batch_req_%s","custom_id":%s,"response":null,"error":{"code":%s,"message":"This request could not be executed before the completion window expired."}}`+"\n", r.CustomID, q(r.CustomID), q(code))
 		case a.Status != 0:
 			fmt.Fprintf(&errs, `{"id":"batch_req_%s","custom_id":%s,"response":{"status_code":%d,"request_id":"req_x","body":%s},"error":null}`+"\n", r.CustomID, q(r.CustomID), a.Status, a.Error)
+		case b.endpoint == embeddingsEndpoint:
+			model, _ := r.Body["model"].(string)
+			v := a.Vector
+			if v == nil {
+				in, _ := r.Body["input"].([]any)
+				text, _ := firstOf(in).(string)
+				v = []float32{float32(len(text)), 0.5, -0.25}
+			}
+			vb, _ := json.Marshal(v)
+			body := fmt.Sprintf(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":%s}],"model":%s,"usage":{"prompt_tokens":5,"total_tokens":5}}`, vb, q(model))
+			fmt.Fprintf(&out, `{"id":"batch_req_%s","custom_id":%s,"response":{"status_code":200,"request_id":"req_x","body":%s},"error":null}`+"\n", r.CustomID, q(r.CustomID), body)
 		default:
 			model, _ := r.Body["model"].(string)
 			body := fmt.Sprintf(`{"id":"chatcmpl-%s","object":"chat.completion","created":1741570283,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`, r.CustomID, q(model), q(a.Text))
@@ -392,7 +420,7 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request, p string) {
 			CompletionWindow string            `json:"completion_window"`
 			Metadata         map[string]string `json:"metadata"`
 		}
-		if json.NewDecoder(r.Body).Decode(&in) != nil || in.Endpoint != "/v1/chat/completions" || in.CompletionWindow != "24h" {
+		if json.NewDecoder(r.Body).Decode(&in) != nil || (in.Endpoint != chatEndpoint && in.Endpoint != embeddingsEndpoint) || in.CompletionWindow != "24h" {
 			writeJSON(w, 400, OpenAIError("bad batch request", "invalid_request_error", ""))
 			return
 		}
@@ -401,7 +429,7 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request, p string) {
 			writeJSON(w, 404, OpenAIError("No such File object: "+in.InputFileID, "invalid_request_error", ""))
 			return
 		}
-		b := &fakeBatch{id: s.nextID("batch_"), key: in.Metadata["jetpool_batch"], status: "validating", created: time.Now()}
+		b := &fakeBatch{id: s.nextID("batch_"), key: in.Metadata["jetpool_batch"], status: "validating", created: time.Now(), endpoint: in.Endpoint}
 		for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
 			var l struct {
 				CustomID string         `json:"custom_id"`
@@ -409,7 +437,7 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request, p string) {
 				URL      string         `json:"url"`
 				Body     map[string]any `json:"body"`
 			}
-			if json.Unmarshal(line, &l) != nil || l.CustomID == "" || l.Method != "POST" || l.URL != "/v1/chat/completions" {
+			if json.Unmarshal(line, &l) != nil || l.CustomID == "" || l.Method != "POST" || l.URL != in.Endpoint {
 				writeJSON(w, 400, OpenAIError("invalid batch line: "+string(line), "invalid_request_error", ""))
 				return
 			}

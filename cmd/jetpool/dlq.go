@@ -189,44 +189,21 @@ func dlqPurge(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+// retryFlags are `jetpool retry`'s flags.
+type retryFlags struct {
+	f                                  *deadletter.Filter
+	dry, wait, noProgress, allowFailed bool
+	noPreflight                        bool
+	mode, output, revise               string
+	timeout                            time.Duration
+	conc                               int
+	maxCost                            float64
+}
+
 func cmdRetry(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "retry", "[filters] [--workflow FIXED.yaml] [--limit N] [--dry-run] [--wait [--timeout DUR]]",
-		"Replay dead letters into the work stream as a new replay generation. With the embedded server, also work\n"+
-			"them to completion and print a summary; with an external server, return after republishing (--wait follows).\n"+
-			"--workflow replays them under a new revision of the job's workflow (same actions, any definitions): the\n"+
-			"actions that failed and those after them run it; those that succeeded keep their results and are not paid again.\n"+
-			"Exit 4 when the job completes with failed records (--allow-failed: 0).")
-	f := filterFlags(fs)
-	limit := fs.Int("limit", 0, "replay at most this many")
-	dry := fs.Bool("dry-run", false, "show what would be replayed; change nothing")
-	wait := fs.Bool("wait", false, "with an external server, wait until the replayed jobs are done")
-	timeout := fs.Duration("timeout", 0, "with --wait, give up after this long (0: wait until they are done)")
-	mode := fs.String("mode", "", "\"online\": run replayed batch-mode records online")
-	conc := fs.Int("concurrency", 0, "concurrent model calls when working the replay here")
-	output := fs.String("output", "", "write the job's results JSONL here when done")
-	noProgress := fs.Bool("no-progress", false, "no progress bar")
-	var maxCost float64
-	maxCostFlag(fs, &maxCost)
-	allowFailed := fs.Bool("allow-failed", false, "exit 0 when a job completed with failed records (default: exit 4)")
-	noPreflight := fs.Bool("no-preflight", false, "with --workflow: skip the providers' credential check")
-	revise := fs.String("workflow", "", "replay under a new revision of the job's workflow, read from this file: the actions\n"+
-		"that failed and those after them run it, those that succeeded keep their results")
-	pos, err := parse(fs, args)
+	rf, err := parseRetry(e, args)
 	if err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr("unexpected arguments %v", pos)
-	}
-	if maxCost > 0 && f.Job == "" {
-		return usageErr("--max-cost sets one job's budget: name it with --job")
-	}
-	f.Limit = *limit
-	if err := checkFilter(*f); err != nil {
-		return err
-	}
-	if *mode != "" && *mode != "online" {
-		return usageErr("--mode %q: only \"online\" is accepted", *mode)
 	}
 	b, err := connect(ctx, e)
 	if err != nil {
@@ -236,52 +213,24 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	if err := serveLocal(b); err != nil {
 		return err
 	}
-	if maxCost > 0 && !*dry {
-		if err := raiseBudget(ctx, e, b, f.Job, maxCost); err != nil { // cost.go
+	if rf.maxCost > 0 && !rf.dry {
+		if err := raiseBudget(ctx, e, b, rf.f.Job, rf.maxCost); err != nil { // cost.go
 			return err
 		}
 	}
 	start := time.Now()
-	if *revise != "" {
-		if err := reviseForRetry(ctx, e, b, f, *revise, *dry, *noPreflight); err != nil {
+	if rf.revise != "" {
+		if err := reviseForRetry(ctx, e, b, rf.f, rf.revise, rf.dry, rf.noPreflight); err != nil {
 			return err
 		}
+	} else if err := warnOverflow(ctx, e, b, *rf.f); err != nil { // retry_overflow.go
+		return err
 	}
-	res, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: *f, DryRun: *dry, Mode: *mode,
-		Each: func(en *deadletter.Entry, replayed bool, why string) {
-			switch {
-			case replayed:
-				e.log.Debug().Str("job", en.Job).Str("record", en.Record).Msg("replayed")
-			case why == "dry run":
-				fmt.Fprintf(e.stdout, "would replay %d  %s/%s/%s  (%s: %s)\n", en.Seq, en.Job, en.Action, en.Record, en.Reason, short(en.Error, 60))
-			default:
-				fmt.Fprintf(e.stderr, "skipped %d  %s/%s/%s: %s\n", en.Seq, en.Job, en.Action, en.Record, why)
-			}
-		}})
+	res, err := replay(ctx, e, b, rf)
 	if err != nil {
 		return err
 	}
-	// A replay that was killed after it republished left records in the
-	// work stream and none in the DLQ: found by its mark, and finished here.
-	unfinished, err := deadletter.Unfinished(ctx, b, f.Job)
-	if err != nil {
-		return err
-	}
-	for _, u := range unfinished {
-		if res.Jobs[u.Job] {
-			continue
-		}
-		verb := "working them now"
-		if *dry {
-			verb = "a retry without --dry-run works them"
-		} else if !b.Embedded() {
-			verb = "workers will run them"
-		}
-		fmt.Fprintf(e.stderr, "job %s: a replay of %s at %s is not finished: %d records are still queued or waiting; %s\n",
-			u.Job, plural(int64(u.Records), "dead letter"), u.At.Local().Format(time.DateTime), u.Left, verb)
-		res.Jobs[u.Job] = true
-	}
-	if *dry {
+	if rf.dry {
 		fmt.Fprintf(e.stdout, "dry run: %s would be replayed; nothing changed\n", plural(int64(res.Matched-res.Skipped), "dead letter"))
 		return nil
 	}
@@ -293,29 +242,120 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	if len(res.Jobs) == 0 {
 		return nil
 	}
-	if !b.Embedded() && !*wait {
+	if !b.Embedded() && !rf.wait {
 		fmt.Fprintln(e.stderr, "workers will run them; follow with 'jetpool status' (or pass --wait)")
 		return nil
 	}
 	for job := range res.Jobs {
-		if b.Embedded() {
-			if err := exitOnFailed(workAndReport(ctx, e, b, job, *conc, *output, !*noProgress, start, nil), *allowFailed); err != nil {
-				return err
+		if err := rf.finish(ctx, e, b, job, start); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseRetry reads retry's flags.
+func parseRetry(e *env, args []string) (*retryFlags, error) {
+	fs := newFlags(e, "retry", "[filters] [--workflow FIXED.yaml] [--limit N] [--dry-run] [--wait [--timeout DUR]]",
+		"Replay dead letters into the work stream as a new replay generation. With the embedded server, also work\n"+
+			"them to completion and print a summary; with an external server, return after republishing (--wait follows).\n"+
+			"--workflow replays them under a new revision of the job's workflow (same actions, any definitions): the\n"+
+			"actions that failed and those after them run it; those that succeeded keep their results and are not paid again.\n"+
+			"Dead letters of a context overflow replayed under a workflow that gives their action no overflow: block would\n"+
+			"fail the same way: retry warns (--dry-run too) and names the --workflow to use.\n"+
+			"A replay an earlier retry left unfinished (killed half way) is found and finished too.\n"+
+			"Exit 4 when the job completes with failed records (--allow-failed: 0).")
+	rf := &retryFlags{f: filterFlags(fs)}
+	limit := fs.Int("limit", 0, "replay at most this many")
+	fs.BoolVar(&rf.dry, "dry-run", false, "show what would be replayed; change nothing")
+	fs.BoolVar(&rf.wait, "wait", false, "with an external server, wait until the replayed jobs are done")
+	fs.DurationVar(&rf.timeout, "timeout", 0, "with --wait, give up after this long (0: wait until they are done)")
+	fs.StringVar(&rf.mode, "mode", "", "\"online\": run replayed batch-mode records online")
+	fs.IntVar(&rf.conc, "concurrency", 0, "concurrent model calls when working the replay here")
+	fs.StringVar(&rf.output, "output", "", "write the job's results JSONL here when done")
+	fs.BoolVar(&rf.noProgress, "no-progress", false, "no progress bar")
+	maxCostFlag(fs, &rf.maxCost)
+	fs.BoolVar(&rf.allowFailed, "allow-failed", false, "exit 0 when a job completed with failed records (default: exit 4)")
+	fs.BoolVar(&rf.noPreflight, "no-preflight", false, "with --workflow: skip the providers' credential check")
+	fs.StringVar(&rf.revise, "workflow", "", "replay under a new revision of the job's workflow, read from this file: the actions\n"+
+		"that failed and those after them run it, those that succeeded keep their results")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, usageErr("unexpected arguments %v", pos)
+	}
+	if rf.maxCost > 0 && rf.f.Job == "" {
+		return nil, usageErr("--max-cost sets one job's budget: name it with --job")
+	}
+	rf.f.Limit = *limit
+	if err := checkFilter(*rf.f); err != nil {
+		return nil, err
+	}
+	if rf.mode != "" && rf.mode != "online" {
+		return nil, usageErr("--mode %q: only \"online\" is accepted", rf.mode)
+	}
+	return rf, nil
+}
+
+// replay republishes the dead letters rf selects (deadletter.Replay), and
+// adds the jobs with a replay an earlier retry left unfinished (killed
+// after it republished: its records are in the work stream, none in the
+// DLQ), saying what it found.
+func replay(ctx context.Context, e *env, b *broker.Broker, rf *retryFlags) (*deadletter.ReplayResult, error) {
+	res, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: *rf.f, DryRun: rf.dry, Mode: rf.mode,
+		Each: func(en *deadletter.Entry, replayed bool, why string) {
+			switch {
+			case replayed:
+				e.log.Debug().Str("job", en.Job).Str("record", en.Record).Msg("replayed")
+			case why == "dry run":
+				fmt.Fprintf(e.stdout, "would replay %d  %s/%s/%s  (%s: %s)\n", en.Seq, en.Job, en.Action, en.Record, en.Reason, short(en.Error, 60))
+			default:
+				fmt.Fprintf(e.stderr, "skipped %d  %s/%s/%s: %s\n", en.Seq, en.Job, en.Action, en.Record, why)
 			}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	unfinished, err := deadletter.Unfinished(ctx, b, rf.f.Job)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range unfinished {
+		if res.Jobs[u.Job] {
 			continue
 		}
-		j, err := waitForWorkers(ctx, e, b, job, !*noProgress, *timeout)
-		if err != nil {
-			return err
+		verb := "working them now"
+		if rf.dry {
+			verb = "a retry without --dry-run works them"
+		} else if !b.Embedded() {
+			verb = "workers will run them"
 		}
-		s, err := summarize(ctx, b, j, *output)
-		if err != nil {
-			return err
-		}
-		s.print(e, time.Since(start), 0)
-		if s.failed > 0 && j.Status != broker.JobFailed && !*allowFailed {
-			return &exitError{code: exitFailedRecords, err: &errFailedRecords{job: j.ID, failed: s.failed}}
-		}
+		fmt.Fprintf(e.stderr, "job %s: a replay of %s at %s is not finished: %d records are still queued or waiting; %s\n",
+			u.Job, plural(int64(u.Records), "dead letter"), u.At.Local().Format(time.DateTime), u.Left, verb)
+		res.Jobs[u.Job] = true
+	}
+	return res, nil
+}
+
+// finish works a replayed job to its end here (the embedded server), or
+// waits for the workers elsewhere to (--wait), and reports.
+func (rf *retryFlags) finish(ctx context.Context, e *env, b *broker.Broker, job string, start time.Time) error {
+	if b.Embedded() {
+		return exitOnFailed(workAndReport(ctx, e, b, job, rf.conc, rf.output, !rf.noProgress, start, nil), rf.allowFailed)
+	}
+	j, err := waitForWorkers(ctx, e, b, job, !rf.noProgress, rf.timeout)
+	if err != nil {
+		return err
+	}
+	s, err := summarize(ctx, b, j, rf.output)
+	if err != nil {
+		return err
+	}
+	s.print(e, time.Since(start), 0)
+	if s.failed > 0 && j.Status != broker.JobFailed && !rf.allowFailed {
+		return &exitError{code: exitFailedRecords, err: &errFailedRecords{job: j.ID, failed: s.failed}}
 	}
 	return nil
 }

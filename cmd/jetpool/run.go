@@ -304,6 +304,7 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	if err != nil {
 		return err
 	}
+	sum.providers = limiterLines(pool.Limits())
 	sum.print(e, time.Since(start), pool.Calls())
 	if output != "" {
 		fmt.Fprintf(e.stderr, "results: %s\n", output)

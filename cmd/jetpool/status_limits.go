@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jetpool/jetpool/broker"
@@ -11,8 +12,9 @@ import (
 )
 
 // printLimits lists the shared rate-limit state of every provider+key that
-// is cooling down, has a circuit that is not closed, or has calls in flight
-// under limits.concurrency (JETPOOL_LIMITS).
+// is cooling down, has a circuit that is not closed, has calls in flight
+// under limits.concurrency, or workers with an adaptive window
+// (JETPOOL_LIMITS); `jetpool limits` shows all of it.
 func printLimits(ctx context.Context, e *env, b *broker.Broker) {
 	store, err := ratelimit.NewKVStore(ctx, b)
 	if err != nil {
@@ -25,7 +27,7 @@ func printLimits(ctx context.Context, e *env, b *broker.Broker) {
 	now := time.Now()
 	keys := make([]string, 0, len(states))
 	for k, s := range states {
-		if s.Cooling(now) || !s.Breaker.Closed() || s.InFlight(now) > 0 {
+		if s.Cooling(now) || !s.Breaker.Closed() || s.InFlight(now) > 0 || len(s.LiveWindows(now)) > 0 {
 			keys = append(keys, k)
 		}
 	}
@@ -34,7 +36,7 @@ func printLimits(ctx context.Context, e *env, b *broker.Broker) {
 	}
 	sort.Strings(keys)
 	tw := newTable(e)
-	fmt.Fprintln(tw, "PROVIDER\tKEY\tCIRCUIT\tCOOLDOWN\tIN FLIGHT\tLIMITS\tLAST ERROR")
+	fmt.Fprintln(tw, "PROVIDER\tKEY\tCIRCUIT\tCOOLDOWN\tIN FLIGHT\tWINDOW\tLIMITS\tLAST CHANGE")
 	for _, k := range keys {
 		s := states[k]
 		circuit := s.Breaker.State
@@ -48,18 +50,39 @@ func printLimits(ctx context.Context, e *env, b *broker.Broker) {
 		if s.Cooling(now) {
 			cool = s.CooldownUntil.Sub(now).Round(100 * time.Millisecond).String()
 		}
-		lim := fmt.Sprintf("rpm %d, tpm %d, concurrency %d", s.Limits.RPM, s.Limits.TPM, s.Limits.Concurrency)
-		if !s.Limits.Budgeted() {
-			lim = "adaptive"
-			if s.Limits.NoAdaptive {
-				lim = "none (adaptive off)"
+		window := "-"
+		if ws := s.LiveWindows(now); len(ws) > 0 {
+			var ns []string
+			for _, w := range ws {
+				ns = append(ns, fmt.Sprint(w.N))
 			}
+			sort.Strings(ns)
+			window = strings.Join(ns, ", ")
 		}
-		last := s.Breaker.LastError
-		if last == "" {
-			last = s.CooldownCause
+		last := "-"
+		if !s.Changed.IsZero() {
+			last = s.Changed.Local().Format("15:04:05") + " " + s.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.Provider, k, circuit, cool, s.InFlight(now), lim, last)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Provider, k, circuit, cool, s.InFlight(now), window, limitsText(s), last)
 	}
 	tw.Flush()
+}
+
+// limiterLines are the run summary's line per provider: its window and
+// the last reason it changed, the circuit, and what the run met.
+func limiterLines(reg *ratelimit.Registry) []string {
+	if reg == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range reg.Limiters() {
+		st := l.Status()
+		line := fmt.Sprintf("provider %s: %s; circuit %s", st.Provider, st.Window(), st.Circuit)
+		if st.Cooldowns > 0 || st.Congested > 0 || st.Faults > 0 {
+			line += fmt.Sprintf("; %d answers said it was full (%d shared cooldowns), %d faults", st.Congested, st.Cooldowns, st.Faults)
+		}
+		out = append(out, line)
+	}
+	sort.Strings(out)
+	return out
 }

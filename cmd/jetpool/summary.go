@@ -43,6 +43,7 @@ type summary struct {
 	unpriced     int64
 	cached       int64
 	reasoning    int64
+	providers    []string // a line per provider's limiter (status_limits.go)
 }
 
 // tally is what one record's final result says it cost, over all its
@@ -176,6 +177,9 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	s.printCost(out) // summary_cost.go
 	rate := float64(s.records) / max(elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(out, "  elapsed: %s, %.1f records/s\n", elapsed.Round(time.Millisecond), rate)
+	for _, p := range s.providers {
+		fmt.Fprintf(out, "  %s\n", p)
+	}
 	if s.failed > 0 {
 		fmt.Fprintf(out, "  dead letters: jetpool dlq list --job %s   replay: jetpool retry --job %s\n", s.job.ID, s.job.ID)
 	}

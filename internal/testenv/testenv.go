@@ -19,6 +19,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
 )
@@ -133,10 +134,10 @@ func Pool(t testing.TB, b *broker.Broker, cfg worker.Config) *worker.Pool {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = 16
 	}
-	if cfg.Limits == nil && cfg.LimitsConfig.Breaker.Failures == 0 {
+	if cfg.Limits == nil && cfg.LimitsConfig.Breaker == (ratelimit.BreakerConfig{}) {
 		// Tests that inject failures on purpose would trip the circuit
 		// breaker; the tests of the breaker turn it on explicitly.
-		cfg.LimitsConfig.Breaker.Failures = -1
+		cfg.LimitsConfig.Breaker.Off = true
 	}
 	cfg.Log = Logger(t)
 	p := worker.New(b, cfg)
@@ -256,4 +257,20 @@ func (p *counted) Call(ctx context.Context, req provider.Request) (provider.Resp
 		return wrap(req, func() (provider.Response, error) { return p.Provider.Call(ctx, req) })
 	}
 	return p.Provider.Call(ctx, req)
+}
+
+// Embed counts an embeddings request once in Total and once for each
+// record it carries; the provider must be an Embedder.
+func (p *counted) Embed(ctx context.Context, req provider.EmbedRequest) (provider.EmbedResponse, error) {
+	e, ok := p.Provider.(provider.Embedder)
+	if !ok {
+		return provider.EmbedResponse{}, fmt.Errorf("provider %s (kind %s) has no embeddings API", p.Name(), p.Kind())
+	}
+	p.c.mu.Lock()
+	for _, id := range req.RecordIDs {
+		p.c.calls[id]++
+	}
+	p.c.total++
+	p.c.mu.Unlock()
+	return e.Embed(ctx, req)
 }

@@ -205,3 +205,153 @@ func GeminiQuotaFailure(metric string) string {
 func GeminiModel(name string) string {
 	return fmt.Sprintf(`{"name":%s,"version":"001","displayName":"Gemini","inputTokenLimit":1048576,"outputTokenLimit":65536,"supportedGenerationMethods":["generateContent","countTokens"]}`, q("models/"+name))
 }
+
+// --- Tool calls, structured output, embeddings (issue 31) -------------------
+
+// ToolCall is a call a fake answers with: the tool's name and its
+// arguments as JSON text.
+type ToolCall struct {
+	ID, Name, Args string
+}
+
+// OpenAIToolCalls is a chat.completion whose message calls tools (content
+// null, finish_reason tool_calls; arguments a JSON string, as OpenAI sends them).
+func OpenAIToolCalls(model string, calls []ToolCall, in, out int) string {
+	items := make([]string, len(calls))
+	for i, c := range calls {
+		items[i] = fmt.Sprintf(`{"id":%s,"type":"function","function":{"name":%s,"arguments":%s}}`, q(c.ID), q(c.Name), q(c.Args))
+	}
+	return fmt.Sprintf(`{"id":"chatcmpl-abc123","object":"chat.completion","created":1741570283,"model":%s,`+
+		`"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[%s],"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"tool_calls"}],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,`+
+		`"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},`+
+		`"service_tier":"default","system_fingerprint":"fp_06737a9306"}`, q(model), strings.Join(items, ","), in, out, in+out)
+}
+
+// OpenAIToolCallStream is the SSE events of a streamed answer that calls
+// tools: the first chunk of each call carries its id and name, the
+// arguments follow in two pieces, by index; then finish_reason tool_calls,
+// the usage chunk (cached tokens in prompt_tokens_details) and [DONE].
+func OpenAIToolCallStream(model string, calls []ToolCall, in, cached, out int) []string {
+	chunk := func(delta, finish string) string {
+		return fmt.Sprintf("data: {\"id\":\"chatcmpl-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,"+
+			"\"model\":%s,\"system_fingerprint\":\"fp_06737a9306\",\"choices\":[{\"index\":0,\"delta\":%s,\"logprobs\":null,\"finish_reason\":%s}],\"usage\":null}\n\n",
+			q(model), delta, finish)
+	}
+	evs := []string{chunk(`{"role":"assistant","content":null}`, "null")}
+	for i, c := range calls {
+		half := len(c.Args) / 2
+		evs = append(evs,
+			chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":%s,"type":"function","function":{"name":%s,"arguments":""}}]}`, i, q(c.ID), q(c.Name)), "null"),
+			chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, i, q(c.Args[:half])), "null"),
+			chunk(fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, i, q(c.Args[half:])), "null"))
+	}
+	evs = append(evs, chunk(`{}`, `"tool_calls"`))
+	evs = append(evs, fmt.Sprintf("data: {\"id\":\"chatcmpl-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,"+
+		"\"model\":%s,\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"+
+		"\"prompt_tokens_details\":{\"cached_tokens\":%d,\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n",
+		q(model), in, out, in+out, cached))
+	return append(evs, "data: [DONE]\n\n")
+}
+
+// OpenAIEmbeddings is a POST /embeddings answer: one embedding per vector,
+// listed in reverse so that a client must order them by index.
+func OpenAIEmbeddings(model string, vectors [][]float32, promptTokens int) string {
+	items := make([]string, len(vectors))
+	for i := range vectors {
+		j := len(vectors) - 1 - i
+		b, _ := json.Marshal(vectors[j])
+		items[i] = fmt.Sprintf(`{"object":"embedding","index":%d,"embedding":%s}`, j, b)
+	}
+	return fmt.Sprintf(`{"object":"list","data":[%s],"model":%s,"usage":{"prompt_tokens":%d,"total_tokens":%d}}`,
+		strings.Join(items, ","), q(model), promptTokens, promptTokens)
+}
+
+// AnthropicToolUse is a Messages API response whose content is a text
+// block (when text is not empty) and a tool_use block per call (input an
+// object), stop_reason tool_use.
+func AnthropicToolUse(model, text string, calls []ToolCall, in, out int) string {
+	var blocks []string
+	if text != "" {
+		blocks = append(blocks, fmt.Sprintf(`{"type":"text","text":%s}`, q(text)))
+	}
+	for _, c := range calls {
+		blocks = append(blocks, fmt.Sprintf(`{"type":"tool_use","id":%s,"name":%s,"input":%s}`, q(c.ID), q(c.Name), c.Args))
+	}
+	return fmt.Sprintf(`{"id":"msg_01Aq9w938a90dw8q","type":"message","role":"assistant","model":%s,`+
+		`"content":[%s],"stop_reason":"tool_use","stop_sequence":null,`+
+		`"usage":{"input_tokens":%d,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":%d,"service_tier":"standard"}}`,
+		q(model), strings.Join(blocks, ","), in, out)
+}
+
+// AnthropicToolUseStream is the SSE events of a streamed message whose
+// content is a tool_use block per call: content_block_start with the id and
+// name, input_json_delta pieces, content_block_stop; message_start carries
+// cache reads and writes.
+func AnthropicToolUseStream(model string, calls []ToolCall, in, cacheRead, cacheWrite, out int) []string {
+	evs := []string{
+		anthropicEvent("message_start", fmt.Sprintf(`{"type":"message_start","message":{"id":"msg_014p7gG3wDgGV9EUtLvnow3U","type":"message","role":"assistant","content":[],"model":%s,"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":%d,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1}}}`, q(model), in, cacheWrite, cacheRead)),
+	}
+	for i, c := range calls {
+		half := len(c.Args) / 2
+		evs = append(evs,
+			anthropicEvent("content_block_start", fmt.Sprintf(`{"type":"content_block_start","index":%d,"content_block":{"type":"tool_use","id":%s,"name":%s,"input":{}}}`, i, q(c.ID), q(c.Name))),
+			anthropicEvent("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":%s}}`, i, q(c.Args[:half]))),
+			anthropicEvent("content_block_delta", fmt.Sprintf(`{"type":"content_block_delta","index":%d,"delta":{"type":"input_json_delta","partial_json":%s}}`, i, q(c.Args[half:]))),
+			anthropicEvent("content_block_stop", fmt.Sprintf(`{"type":"content_block_stop","index":%d}`, i)))
+	}
+	return append(evs,
+		anthropicEvent("message_delta", fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":%d}}`, out)),
+		anthropicEvent("message_stop", `{"type":"message_stop"}`),
+	)
+}
+
+// GeminiFunctionCalls is a generateContent response whose parts are
+// functionCall parts (args an object; the first with a thoughtSignature,
+// as thinking models send it). Gemini's finishReason stays STOP.
+func GeminiFunctionCalls(model string, calls []ToolCall, in, out int) string {
+	parts := make([]string, len(calls))
+	for i, c := range calls {
+		sig := ""
+		if i == 0 {
+			sig = `,"thoughtSignature":"CiQB0e2Kb3dRh+BYdbZvmulSN2Pwwc75DfQOwUAd"`
+		}
+		parts[i] = fmt.Sprintf(`{"functionCall":{"name":%s,"args":%s}%s}`, q(c.Name), c.Args, sig)
+	}
+	return fmt.Sprintf(`{"candidates":[{"content":{"parts":[%s],"role":"model"},"finishReason":"STOP","index":0}],`+
+		`"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d},"modelVersion":%s,"responseId":"6bLbaLq0NcSxz7IPj8i5-Ao"}`,
+		strings.Join(parts, ","), in, out, in+out, q(model))
+}
+
+// GeminiFunctionCallStream is streamGenerateContent's alt=sse events of an
+// answer that calls tools: each call whole in its own chunk, the last with
+// finishReason STOP and the usage (cachedContentTokenCount included).
+func GeminiFunctionCallStream(model string, calls []ToolCall, in, cached, out int) []string {
+	evs := make([]string, len(calls))
+	for i, c := range calls {
+		fin, usage := "", ""
+		if i == len(calls)-1 {
+			fin = `,"finishReason":"STOP"`
+			usage = fmt.Sprintf(`,"usageMetadata":{"promptTokenCount":%d,"candidatesTokenCount":%d,"totalTokenCount":%d,"cachedContentTokenCount":%d}`, in, out, in+out, cached)
+		}
+		evs[i] = fmt.Sprintf("data: {\"candidates\":[{\"content\":{\"parts\":[{\"functionCall\":{\"name\":%s,\"args\":%s}}],\"role\":\"model\"}%s,\"index\":0}]%s,\"modelVersion\":%s}\r\n\r\n",
+			q(c.Name), c.Args, fin, usage, q(model))
+	}
+	return evs
+}
+
+// GeminiEmbedding is an embedContent answer.
+func GeminiEmbedding(vector []float32) string {
+	b, _ := json.Marshal(vector)
+	return fmt.Sprintf(`{"embedding":{"values":%s}}`, b)
+}
+
+// GeminiEmbeddings is a batchEmbedContents answer.
+func GeminiEmbeddings(vectors [][]float32) string {
+	items := make([]string, len(vectors))
+	for i, v := range vectors {
+		b, _ := json.Marshal(v)
+		items[i] = fmt.Sprintf(`{"values":%s}`, b)
+	}
+	return `{"embeddings":[` + strings.Join(items, ",") + `]}`
+}

@@ -34,6 +34,7 @@ type Server struct {
 	maxIn    int
 	failing  atomic.Bool
 	failed   atomic.Int64
+	headers  atomic.Bool
 }
 
 // New starts a server allowing rate requests per second.
@@ -48,6 +49,27 @@ func (s *Server) BaseURL() string { return s.URL + "/v1" }
 
 // SetFailing makes every call answer 500 (true) or be served normally.
 func (s *Server) SetFailing(v bool) { s.failing.Store(v) }
+
+// SetHeaders makes every answer carry OpenAI's rate-limit headers
+// (x-ratelimit-limit-requests as a per-minute limit, -remaining-requests,
+// -reset-requests: until the bucket is full again), as OpenAI and Groq send
+// them on successes and 429s alike.
+func (s *Server) SetHeaders(v bool) { s.headers.Store(v) }
+
+// rateHeaders are the headers of an answer given with tokens left (s.mu held).
+func (s *Server) rateHeaders(h http.Header, tokens float64) http.Header {
+	if !s.headers.Load() {
+		return h
+	}
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(int(s.Rate*60)))
+	h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(int(math.Floor(tokens))))
+	full := time.Duration((s.Rate - tokens) / s.Rate * float64(time.Second))
+	h.Set("X-Ratelimit-Reset-Requests", full.Round(time.Millisecond).String())
+	return h
+}
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/v1/chat/completions" {
@@ -69,9 +91,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if s.tokens < 1 {
 		wait := (1 - s.tokens) / s.Rate
 		s.limited = append(s.limited, now)
+		h := s.rateHeaders(nil, s.tokens)
 		s.mu.Unlock()
 		secs := int(math.Ceil(wait))
-		providertest.Reply{Status: 429, Header: providertest.Header("Retry-After", strconv.Itoa(max(secs, 1))),
+		if h == nil {
+			h = http.Header{}
+		}
+		h.Set("Retry-After", strconv.Itoa(max(secs, 1)))
+		providertest.Reply{Status: 429, Header: h,
 			Body: providertest.OpenAIError(fmt.Sprintf("Rate limit reached for requests. Limit: %g / s. Please try again in %.0fms.", s.Rate, wait*1000),
 				"requests", "rate_limit_exceeded")}.ServeHTTP(w, r)
 		return
@@ -80,6 +107,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.times = append(s.times, now)
 	s.inflight++
 	s.maxIn = max(s.maxIn, s.inflight)
+	h := s.rateHeaders(nil, s.tokens)
 	s.mu.Unlock()
 	t := time.NewTimer(s.Latency)
 	select {
@@ -90,7 +118,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.inflight--
 	s.mu.Unlock()
-	providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4o-mini", "ok", 12, 1)}.ServeHTTP(w, r)
+	providertest.Reply{Status: 200, Header: h, Body: providertest.OpenAIChat("gpt-4o-mini", "ok", 12, 1)}.ServeHTTP(w, r)
 }
 
 // Stats are what the server saw.
