@@ -150,17 +150,26 @@ func (s *scanner) space() {
 	}
 }
 
+// open steps over the '{' or '[' at s.i and the space after it: empty when
+// the next byte is end (and steps over it too); not ok past maxDepth.
+func (s *scanner) open(depth int, end byte) (empty, ok bool) {
+	if depth >= maxDepth {
+		return false, false
+	}
+	s.i++
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] == end {
+		s.i++
+		return true, true
+	}
+	return false, true
+}
+
 // object scans an object at s.i ('{'), calling fn (when not nil) with its
 // members. False on an error, or when fn stopped it.
 func (s *scanner) object(depth int, fn func(string, []byte) bool) bool {
-	if depth >= maxDepth {
-		return false
-	}
-	s.i++ // '{'
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		return true
+	if empty, ok := s.open(depth, '}'); empty || !ok {
+		return ok
 	}
 	for {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
@@ -246,14 +255,8 @@ func (s *scanner) value(depth int) bool {
 }
 
 func (s *scanner) array(depth int) bool {
-	if depth >= maxDepth {
-		return false
-	}
-	s.i++ // '['
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		return true
+	if empty, ok := s.open(depth, ']'); empty || !ok {
+		return ok
 	}
 	for {
 		if !s.value(depth + 1) {
