@@ -52,6 +52,12 @@ type Config struct {
 	// SyncInterval is the embedded server's fsync policy: "always", or a
 	// duration. SyncIntervalDefault; see docs/durability.md for the trade-off.
 	SyncInterval string `envconfig:"JETPOOL_SYNC_INTERVAL" default:"1s"`
+	// BatchWrites: "auto" (BatchWritesDefault: on when the embedded server
+	// syncs every write, SyncInterval "always"), "on" (a server of your own
+	// that syncs every write) or "off". On, the dispatcher publishes a job's
+	// records in atomic batches (broker/atomic.go): one fsync a batch
+	// instead of one a record.
+	BatchWrites string `envconfig:"JETPOOL_BATCH_WRITES" default:"auto"`
 
 	// AckWait of the work consumers (AckWaitDefault). Records held send
 	// InProgress heartbeats at a sixth of it (worker.BeatsPerAckWait).
@@ -85,6 +91,7 @@ type Config struct {
 const (
 	DataDirDefault       = ".jetpool"
 	SyncIntervalDefault  = "1s"
+	BatchWritesDefault   = "auto"
 	AckWaitDefault       = 30 * time.Second
 	ConcurrencyDefault   = 64
 	MaxAckPendingDefault = 20000
@@ -113,6 +120,11 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := c.syncPolicy(); err != nil {
 		return err
+	}
+	switch strings.ToLower(c.BatchWrites) {
+	case "", "auto", "on", "off":
+	default:
+		return fmt.Errorf("JETPOOL_BATCH_WRITES: %q is not auto, on or off", c.BatchWrites)
 	}
 	switch c.LogFormat {
 	case "", "json", "console":
@@ -154,6 +166,19 @@ func (c Config) syncPolicy() (always bool, interval time.Duration, err error) {
 		return false, 0, fmt.Errorf("JETPOOL_SYNC_INTERVAL: %q is not \"always\" or a positive duration", c.SyncInterval)
 	}
 	return false, d, nil
+}
+
+// Batched reports whether writes go in atomic batches (BatchWrites): "on",
+// or "auto" with an embedded server (NATSURL unset) that syncs every write.
+func (c Config) Batched() bool {
+	switch strings.ToLower(c.BatchWrites) {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	always, _, _ := c.syncPolicy()
+	return always && c.NATSURL == ""
 }
 
 // Logger builds the process logger: JSON by default, console on a terminal.

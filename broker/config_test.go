@@ -61,8 +61,8 @@ func TestLoadConfigIgnoresUnprefixedNames(t *testing.T) {
 	c, err := broker.LoadConfig()
 	require.NoError(t, err)
 	require.Equal(t, broker.Config{DataDir: broker.DataDirDefault, Replicas: 1, LogLevel: "info",
-		Concurrency: broker.ConcurrencyDefault, SyncInterval: broker.SyncIntervalDefault, AckWait: broker.AckWaitDefault,
-		MaxAckPending: broker.MaxAckPendingDefault, DedupeWindow: 2 * time.Hour,
+		Concurrency: broker.ConcurrencyDefault, SyncInterval: broker.SyncIntervalDefault, BatchWrites: broker.BatchWritesDefault,
+		AckWait: broker.AckWaitDefault, MaxAckPending: broker.MaxAckPendingDefault, DedupeWindow: 2 * time.Hour,
 		JobRetention: broker.JobRetentionDefault, ConsumerGrace: broker.ConsumerGraceDefault, Compression: broker.CompressionDefault}, c)
 }
 
@@ -80,7 +80,7 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 		NATSCreds: file("creds"), NATSNKey: file("nkey"), NATSUser: "u", NATSPassword: "p", NATSToken: "tok",
 		TLSCert: file("cert"), TLSKey: file("key"), TLSCA: file("ca"),
 		Replicas: 3, LogLevel: "debug", LogFormat: "console", Concurrency: 7, MetricsAddr: "127.0.0.1:9090",
-		SyncInterval: "always", AckWait: 45 * time.Second, MaxAckPending: 500, DedupeWindow: 10 * time.Minute,
+		SyncInterval: "always", BatchWrites: "off", AckWait: 45 * time.Second, MaxAckPending: 500, DedupeWindow: 10 * time.Minute,
 		JobRetention: 48 * time.Hour, ConsumerGrace: 10 * time.Minute, ResultsMaxBytes: 1 << 30, DLQMaxBytes: 1 << 20, Compression: "none",
 		WorkerName: "w1",
 	}
@@ -88,7 +88,7 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 		"NATSURL": want.NATSURL, "DataDir": want.DataDir, "NATSCreds": want.NATSCreds, "NATSNKey": want.NATSNKey,
 		"NATSUser": "u", "NATSPassword": "p", "NATSToken": "tok", "TLSCert": want.TLSCert, "TLSKey": want.TLSKey,
 		"TLSCA": want.TLSCA, "Replicas": "3", "LogLevel": "debug", "LogFormat": "console", "Concurrency": "7",
-		"MetricsAddr": want.MetricsAddr, "SyncInterval": "always", "AckWait": "45s", "MaxAckPending": "500",
+		"MetricsAddr": want.MetricsAddr, "SyncInterval": "always", "BatchWrites": "off", "AckWait": "45s", "MaxAckPending": "500",
 		"DedupeWindow": "10m", "JobRetention": "48h", "ConsumerGrace": "10m", "ResultsMaxBytes": "1GiB", "DLQMaxBytes": "1MiB",
 		"Compression": "none", "WorkerName": "w1",
 	}

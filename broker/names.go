@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -56,11 +55,21 @@ const (
 	HeaderRevision = "Jetpool-Revision"
 )
 
-var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // ValidName reports whether s can be a job or action name: it becomes a
 // subject token and part of a consumer name.
-func ValidName(s string) bool { return tokenRE.MatchString(s) }
+// (1-64 letters, digits, '-' or '_'.) A loop, not a regexp: it runs on
+// every record id of every work message and result (RecordToken).
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
 
 // CheckJobID returns an error naming the job id when it is unusable.
 func CheckJobID(id string) error {

@@ -115,6 +115,8 @@ func (b *Broker) streamConfigs() ([]jetstream.StreamConfig, error) {
 			Replicas:    r,
 			Duplicates:  dedupe,
 			Discard:     jetstream.DiscardNew,
+			// Atomic batches (broker/atomic.go) where every write is synced.
+			AllowAtomicPublish: b.Cfg.Batched(),
 		},
 		{
 			Name:        StreamDLQ,
@@ -236,7 +238,7 @@ func streamAsWanted(have, want jetstream.StreamConfig) bool {
 	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
 		have.Retention == want.Retention && have.Storage == want.Storage && have.Replicas == want.Replicas &&
 		have.Discard == want.Discard && have.AllowDirect == want.AllowDirect && have.MaxAge == want.MaxAge &&
-		have.Compression == want.Compression &&
+		have.Compression == want.Compression && (!want.AllowAtomicPublish || have.AllowAtomicPublish) &&
 		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) &&
 		(want.MaxMsgsPerSubject == 0 || have.MaxMsgsPerSubject == want.MaxMsgsPerSubject) &&
 		(want.MaxBytes == 0 || have.MaxBytes == want.MaxBytes)

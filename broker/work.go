@@ -3,15 +3,17 @@ package broker
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/nats-io/nats.go"
-	"github.com/tidwall/gjson"
 
 	"github.com/jetpool/jetpool/internal/rawjson"
 )
@@ -49,12 +51,27 @@ type File struct {
 	Data      string `json:"data"`
 }
 
-// RecordSum is the hash of an input record as read: 8 bytes of its
-// SHA-256, in hex. A change of the record's text, white space included,
-// changes it.
+// RecordSum is the hash of an input record as read: "x" and its 64-bit
+// xxHash, in hex. A change of the record's text, white space included,
+// changes it. (It tells an input fix's changed records from the unchanged;
+// it need not resist an attacker, and SHA-256 was a tenth of a dispatch's
+// CPU. Sums an earlier jetpool kept are 8 bytes of SHA-256: SameRecord
+// reads both.)
 func RecordSum(raw []byte) string {
+	var b [17]byte
+	b[0] = 'x'
+	hex.Encode(b[1:], binary.BigEndian.AppendUint64(nil, xxhash.Sum64(raw)))
+	return string(b[:])
+}
+
+// SameRecord reports whether sum, a RecordSum kept in a result, is the sum
+// of raw: of either kind (the legacy kind is hex only, never "x…").
+func SameRecord(sum string, raw []byte) bool {
+	if strings.HasPrefix(sum, "x") {
+		return sum == RecordSum(raw)
+	}
 	s := sha256.Sum256(raw)
-	return hex.EncodeToString(s[:8])
+	return sum == hex.EncodeToString(s[:8])
 }
 
 // MarshalJSON writes RawRecord verbatim when it is set (the dispatcher's
@@ -71,13 +88,12 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 		}
 		return json.Marshal((*plain)(e))
 	}
-	id, err := json.Marshal(e.ID)
+	b := make([]byte, 0, len(e.RawRecord)+len(e.ID)+64)
+	b = append(b, `{"id":`...)
+	b, err := appendString(b, e.ID)
 	if err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, len(e.RawRecord)+len(id)+40)
-	b = append(b, `{"id":`...)
-	b = append(b, id...)
 	b = append(b, `,"record":`...)
 	b = append(b, e.RawRecord...)
 	if e.Line > 0 {
@@ -92,6 +108,21 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// appendString appends s as a JSON string, as encoding/json writes it:
+// quoted as it is when it is printable ASCII that needs no escape (a record
+// id nearly always), else by json.Marshal.
+func appendString(b []byte, s string) ([]byte, error) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, err := json.Marshal(s)
+			return append(b, q...), err
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"'), nil
+}
+
 // UnmarshalJSON keeps the record undecoded (RawRecord); Fields decodes what
 // a prompt needs. A worker never pays for decoding fields no template reads.
 // It keeps a copy of b, as json.Unmarshaler must; see ParseEnvelope.
@@ -100,10 +131,11 @@ func (e *Envelope) UnmarshalJSON(b []byte) error {
 }
 
 // ParseEnvelope reads a work message's body. It is the worker's hot path:
-// one validating scan and one pass over the top-level keys (gjson), instead
-// of encoding/json's validate, decode and skip over a record of any size;
-// and the envelope shares data instead of copying it, so data must not be
-// written to afterwards (a received message's data never is).
+// one validating pass over the envelope that hands out its top-level
+// members (rawjson.Members), instead of encoding/json's validate, decode
+// and skip over a record of any size; and the envelope shares data instead
+// of copying it (its id, its record), so data must not be written to
+// afterwards (a received message's data never is).
 func ParseEnvelope(data []byte) (*Envelope, error) {
 	var e Envelope
 	if err := e.parse(data); err != nil {
@@ -113,59 +145,53 @@ func ParseEnvelope(data []byte) (*Envelope, error) {
 }
 
 func (e *Envelope) parse(b []byte) error {
-	if err := rawjson.Check(b); err != nil {
-		return err
-	}
-	root := rawjson.Parse(b)
-	if !root.IsObject() {
-		return fmt.Errorf("work envelope is a JSON %s, not an object", rawjson.Kind(root))
-	}
 	*e = Envelope{}
 	var err error
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
+	perr := rawjson.Members(b, func(k string, v []byte) bool {
+		switch k {
 		case "id":
-			if v.Type != gjson.String {
-				err = fmt.Errorf("work envelope: id is a JSON %s, not a string", rawjson.Kind(v))
+			id, ok := rawjson.String(v)
+			if !ok {
+				err = fmt.Errorf("work envelope: id is a JSON %s, not a string", rawjson.KindOf(v))
 				return false
 			}
-			e.ID = v.Str
+			e.ID = id
 		case "record":
-			switch {
-			case v.Type == gjson.Null:
+			switch v[0] {
+			case 'n':
 				e.RawRecord = nil
-			case v.IsObject():
-				e.RawRecord, e.valid = rawjson.Slice(b, v), true
+			case '{':
+				e.RawRecord, e.valid = v, true
 			default:
-				err = fmt.Errorf("work envelope: record is a JSON %s, not an object", rawjson.Kind(v))
+				err = fmt.Errorf("work envelope: record is a JSON %s, not an object", rawjson.KindOf(v))
 				return false
 			}
 		case "outputs":
 			e.Outputs = nil
-			if v.Type != gjson.Null {
-				if err = json.Unmarshal([]byte(v.Raw), &e.Outputs); err != nil {
+			if v[0] != 'n' {
+				if err = json.Unmarshal(v, &e.Outputs); err != nil {
 					err = fmt.Errorf("work envelope: outputs: %w", err)
 					return false
 				}
 			}
 		case "line":
-			e.Line = int(v.Int())
+			e.Line = int(rawjson.Number(v))
 		case "cost":
-			e.Cost = v.Float()
+			e.Cost = rawjson.Number(v)
 		case "sum":
-			e.Sum = v.Str
+			e.Sum, _ = rawjson.String(v)
 		case "files":
 			e.Files = nil
-			if v.Type != gjson.Null {
-				if err = json.Unmarshal([]byte(v.Raw), &e.Files); err != nil {
+			if v[0] != 'n' {
+				if err = json.Unmarshal(v, &e.Files); err != nil {
 					err = fmt.Errorf("work envelope: files: %w", err)
 					return false
 				}
 			}
 		case "accounts":
 			e.Accounts = nil
-			if v.Type != gjson.Null {
-				if err = json.Unmarshal([]byte(v.Raw), &e.Accounts); err != nil {
+			if v[0] != 'n' {
+				if err = json.Unmarshal(v, &e.Accounts); err != nil {
 					err = fmt.Errorf("work envelope: accounts: %w", err)
 					return false
 				}
@@ -173,7 +199,13 @@ func (e *Envelope) parse(b []byte) error {
 		}
 		return true
 	})
-	return err
+	switch {
+	case err != nil:
+		return err
+	case errors.Is(perr, rawjson.ErrNotObject):
+		return fmt.Errorf("work envelope is a JSON %s, not an object", rawjson.KindOf(bytes.TrimSpace(b)))
+	}
+	return perr
 }
 
 // HasRecord reports whether the envelope carries a record.
@@ -181,8 +213,9 @@ func (e *Envelope) HasRecord() bool { return e.Record != nil || len(e.RawRecord)
 
 // Fields returns the record's fields: all of them when names is nil, else
 // only those named (missing ones are left out). Numbers keep their text.
-// Named fields are read in one pass over the record's top-level keys;
-// only object and array values are decoded with encoding/json.
+// Named fields are read in one pass over the record's top-level keys
+// (their strings and numbers share the envelope's data); only object and
+// array values are decoded with encoding/json.
 func (e *Envelope) Fields(names []string) (map[string]any, error) {
 	if e.RawRecord == nil {
 		return e.Record, nil
@@ -196,46 +229,48 @@ func (e *Envelope) Fields(names []string) (map[string]any, error) {
 		}
 		return all, nil
 	}
-	if !e.valid {
-		if err := rawjson.Check(e.RawRecord); err != nil {
-			return nil, fmt.Errorf("record: %w", err)
-		}
-	}
-	rec := rawjson.Parse(e.RawRecord)
-	if !rec.IsObject() {
-		return nil, fmt.Errorf("record: a JSON %s, not an object", rawjson.Kind(rec))
-	}
 	out := make(map[string]any, len(names))
 	var err error
-	rec.ForEach(func(k, v gjson.Result) bool {
-		if !slices.Contains(names, k.Str) {
+	field := func(k string, v []byte) bool {
+		if !slices.Contains(names, k) {
 			return true
 		}
-		switch v.Type {
-		case gjson.String:
-			out[k.Str] = v.Str
-		case gjson.Number:
-			out[k.Str] = json.Number(v.Raw)
-		case gjson.True:
-			out[k.Str] = true
-		case gjson.False:
-			out[k.Str] = false
-		case gjson.Null:
-			out[k.Str] = nil
-		default: // object or array
+		switch v[0] {
+		case '"':
+			out[k], _ = rawjson.String(v)
+		case 't':
+			out[k] = true
+		case 'f':
+			out[k] = false
+		case 'n':
+			out[k] = nil
+		case '{', '[':
 			var x any
-			dec := json.NewDecoder(strings.NewReader(v.Raw))
+			dec := json.NewDecoder(bytes.NewReader(v))
 			dec.UseNumber()
 			if err = dec.Decode(&x); err != nil {
-				err = fmt.Errorf("record field %s: %w", k.Str, err)
+				err = fmt.Errorf("record field %s: %w", k, err)
 				return false
 			}
-			out[k.Str] = x
+			out[k] = x
+		default:
+			out[k] = json.Number(rawjson.View(v))
 		}
 		return true
-	})
-	if err != nil {
+	}
+	var perr error
+	if e.valid {
+		rawjson.MembersOf(e.RawRecord, field) // validated with the envelope
+	} else {
+		perr = rawjson.Members(e.RawRecord, field)
+	}
+	switch {
+	case err != nil:
 		return nil, err
+	case errors.Is(perr, rawjson.ErrNotObject):
+		return nil, fmt.Errorf("record: a JSON %s, not an object", rawjson.KindOf(bytes.TrimSpace(e.RawRecord)))
+	case perr != nil:
+		return nil, fmt.Errorf("record: %w", perr)
 	}
 	return out, nil
 }
@@ -252,8 +287,7 @@ func NewWorkMsg(job, action string, env *Envelope, replays int) (*nats.Msg, erro
 	if err != nil {
 		return nil, err
 	}
-	m := nats.NewMsg(WorkSubject(job, action))
-	m.Data = data
+	m := &nats.Msg{Subject: WorkSubject(job, action), Data: data, Header: make(nats.Header, 4)}
 	m.Header.Set(HeaderMsgID, WorkMsgID(job, action, env.ID, replays))
 	m.Header.Set(HeaderRecord, env.ID)
 	if replays > 0 {

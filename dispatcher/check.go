@@ -44,9 +44,22 @@ type Checked struct {
 }
 
 // Apply makes opts carry what the check found, so that Dispatch reads the
-// input once more only to publish it.
+// input once more only to publish it: each line's id is read, and nothing
+// is validated again (the bad lines are known by their line); should the
+// file change between the two reads, its content hash says so at the end.
 func (c *Checked) Apply(opts *Options) {
 	opts.JobID, opts.Checked, opts.dups = c.JobID, true, c.dups
+	opts.checkedHash = c.ContentHash
+	opts.bad = nil
+	for _, err := range c.Bad {
+		var le *LineError
+		if errors.As(err, &le) && le.Line > 0 {
+			if opts.bad == nil {
+				opts.bad = map[int]*LineError{}
+			}
+			opts.bad[le.Line] = le
+		}
+	}
 }
 
 // DuplicateIDsError lists the later uses of record ids in an input.
@@ -78,11 +91,11 @@ func CheckInput(wf *workflow.Workflow, opts Options) (*Checked, error) {
 	fields := map[string]bool{}
 	var missing []*LineError // lines lacking a field some prompt reads
 	contentHash, err := eachRecord(wf, opts, func(rec Record, le *LineError) error {
-		for k := range rec.Fields {
-			if len(fields) < FieldsSeenMax || fields[k] {
-				fields[k] = true
+		rec.eachKey(func(k string) {
+			if !fields[k] && len(fields) < FieldsSeenMax {
+				fields[strings.Clone(k)] = true // k is a view of the reader's buffer
 			}
-		}
+		})
 		switch {
 		case le != nil && le.field != "":
 			missing = append(missing, le)
@@ -183,7 +196,8 @@ func idText(rec Record, idField string) string {
 	if idField == "" {
 		idField = AutoIDField
 	}
-	return string(rec.Fields[idField])
+	v, _ := rec.field(idField)
+	return string(v)
 }
 
 // skip reports whether rec is a later use of an id used before
@@ -196,11 +210,10 @@ func (o *Options) skip(rec Record) bool {
 // missingField is the *LineError of a record that lacks a field the prompt
 // of action a reads.
 func missingField(file string, rec Record, a *workflow.Action, field string) *LineError {
-	keys := make([]string, 0, len(rec.Fields))
-	for k := range rec.Fields {
-		keys = append(keys, k)
-	}
+	var keys []string
+	rec.eachKey(func(k string) { keys = append(keys, k) })
 	slices.Sort(keys)
+	keys = slices.Compact(keys)
 	return &LineError{File: file, Line: rec.Line, field: field, Reason: fmt.Sprintf(
 		"action %q: prompt template uses field %q, which the record lacks (it has: %s)", a.Name, field, strings.Join(keys, ", "))}
 }

@@ -2,6 +2,8 @@ package dispatcher_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -179,4 +181,38 @@ func TestRefreshRunsOnlyNewAndChanged(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, r.Unchanged)
 	require.Zero(t, r.New+r.Changed+r.Fixed)
+}
+
+// A result an earlier jetpool stored keeps the record's sum as 8 bytes of
+// SHA-256: an unchanged record still reads as unchanged, and a changed one
+// as changed, so an input fix after an upgrade pays for nothing twice.
+func TestRefreshReadsLegacySums(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.WriteFile(t, "in.jsonl", "{\"id\":\"r1\",\"text\":\"a\"}\n{\"id\":\"r2\",\"text\":\"b\"}\n")
+	testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "legacy"})
+	counter := testenv.NewCounter()
+	testenv.Pool(t, b, worker.Config{Concurrency: 2, NewProvider: counter.New})
+	job, _ := testenv.WaitFinished(t, b, "legacy", 30*time.Second)
+	for id, line := range map[string]string{"r1": `{"id":"r1","text":"a"}`, "r2": `{"id":"r2","text":"b"}`} {
+		last, _, err := b.LastOutcome(ctx, "legacy", "summarize", id)
+		require.NoError(t, err)
+		sum := sha256.Sum256([]byte(line))
+		last.RecordSum = hex.EncodeToString(sum[:8])
+		require.NoError(t, b.WriteResult(ctx, last))
+	}
+	fixed := testenv.WriteFile(t, "fixed.jsonl", "{\"id\":\"r1\",\"text\":\"a\"}\n{\"id\":\"r2\",\"text\":\"B\"}\n")
+	opts := dispatcher.Options{Input: fixed}
+	c, err := dispatcher.CheckInput(wf, opts)
+	require.NoError(t, err)
+	c.Apply(&opts)
+	d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+	r, err := d.Refresh(ctx, wf, job, opts)
+	require.NoError(t, err)
+	require.Equal(t, [2]int64{1, 1}, [2]int64{r.Unchanged, r.Changed}, "r1 kept, r2 changed")
+	testenv.WaitFinished(t, b, "legacy", 30*time.Second)
+	require.Equal(t, 1, counter.Calls("r1"), "unchanged: not called again")
+	require.Equal(t, 2, counter.Calls("r2"))
 }

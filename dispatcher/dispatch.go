@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -51,6 +52,11 @@ type Options struct {
 	// dups: the ids used more than once, and the line of their first use
 	// (Checked.Apply).
 	dups map[string]int
+	// checkedHash and bad are what the validation pass found (Apply): the
+	// input's content hash, and its bad lines by line. With checkedHash set,
+	// the publish pass trusts the check (eachRecord).
+	checkedHash string
+	bad         map[int]*LineError
 	// readFiles: the pass publishes, so it reads the files of the
 	// records' images and documents (files.go).
 	readFiles bool
@@ -140,7 +146,7 @@ func sanitize(s string) string {
 func checkFields(file string, rec Record, wf *workflow.Workflow, fields [][]string) error {
 	for i, fs := range fields {
 		for _, f := range fs {
-			if _, ok := rec.Fields[f]; !ok {
+			if _, ok := rec.field(f); !ok {
 				return missingField(file, rec, wf.Actions[i], f)
 			}
 		}
@@ -151,30 +157,56 @@ func checkFields(file string, rec Record, wf *workflow.Workflow, fields [][]stri
 // eachRecord reads the input once and calls fn for every record, with the
 // *LineError of a bad one (a malformed line, or a record that lacks a field
 // a prompt reads from it). It returns the hash of the file's bytes.
+//
+// A JSONL record's Raw and fields are views of the reader's buffer (no
+// copy, no map: this is every dispatch's hot path, run twice), valid only
+// until fn returns: fn copies what it keeps.
+//
+// After the validation pass (opts.checkedHash, Checked.Apply), a JSONL
+// line is read only as far as its id, the bad lines are those the pass
+// found, and a file whose content is no longer the one checked is an error
+// (what was read before it is handed to fn).
 func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError) error) (string, error) {
 	r, err := Open(opts.Input, opts.Format, opts.IDField)
 	if err != nil {
 		return "", err
 	}
 	defer r.Close()
+	trusted := opts.checkedHash != ""
 	fields := make([][]string, len(wf.Actions))
 	for i := range wf.Actions {
 		fields[i] = wf.RecordFields(i)
 	}
 	at := newAttacher(wf, opts) // files.go: nil without images or documents to read
+	// Records whose files are read are decoded whole (attach renders their
+	// parts from Fields); the others are read in place.
+	r.views = at == nil
+	r.idOnly = trusted && at == nil
 	for {
 		rec, err := r.Next()
 		if errors.Is(err, io.EOF) {
+			if h := r.ContentHash(); trusted && h != opts.checkedHash {
+				return "", fmt.Errorf("%s changed while it was being dispatched (what was read of it is published): dispatch it again to finish the job", opts.Input)
+			}
 			return r.ContentHash(), nil
 		}
-		if err == nil {
+		switch le := opts.bad[rec.Line]; {
+		case le != nil && rec.Line > 0:
+			err = le
+		case trusted:
+		case err == nil:
 			err = checkFields(opts.Input, rec, wf, fields)
+			if err == nil && at == nil {
+				err = checkSize(opts, rec, wf.Actions[0].Name)
+			}
 		}
 		if err == nil && at != nil {
+			// The files are read in both passes (sized in the first, carried
+			// in the second), and the size is checked with them.
 			err = at.attach(opts.Input, &rec)
-		}
-		if err == nil {
-			err = checkSize(opts, rec, wf.Actions[0].Name)
+			if err == nil && !trusted {
+				err = checkSize(opts, rec, wf.Actions[0].Name)
+			}
 		}
 		var le *LineError
 		if err != nil && !errors.As(err, &le) {
@@ -318,6 +350,52 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		}
 		return nil
 	}
+	async := func(m *nats.Msg) error {
+		f, err := d.B.JS.PublishMsgAsync(m)
+		if err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		pending = append(pending, f)
+		if len(pending) >= maxPending {
+			return drain(maxPending / 2)
+		}
+		return nil
+	}
+	// Where every write is synced, records go in atomic batches: one fsync
+	// a batch instead of one a record (broker.PublishAtomic).
+	atomic := d.B.Cfg.Batched()
+	var batch []*nats.Msg
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := d.B.PublishAtomic(ctx, batch)
+		switch {
+		case err == nil:
+			res.Published += int64(len(batch))
+			if opts.Progress != nil {
+				opts.Progress(res.Published + res.Duplicates)
+			}
+		case errors.Is(err, broker.ErrAtomicUnsupported), errors.Is(err, broker.ErrAtomicDuplicate):
+			// One by one instead, each deduplicated by its Nats-Msg-Id
+			// (some may be stored already: a resumed dispatch, or a server
+			// that stored the batch's messages as single ones).
+			if errors.Is(err, broker.ErrAtomicUnsupported) {
+				d.Log.Warn().Str("job", job.ID).Msg("the server does not take atomic batches here: publishing records one by one (JETPOOL_BATCH_WRITES)")
+				atomic = false
+			}
+			for _, m := range batch {
+				broker.ClearBatch(m)
+				if err := async(m); err != nil {
+					return err
+				}
+			}
+		default:
+			return err
+		}
+		batch = batch[:0]
+		return nil
+	}
 	var err error
 	opts.readFiles = true
 	res.inputHash, err = eachRecord(wf, opts, func(rec Record, le *LineError) error {
@@ -337,16 +415,17 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		if fresh {
 			m.Header.Set(broker.HeaderFirstRun, "1")
 		}
-		f, err := d.B.JS.PublishMsgAsync(m)
-		if err != nil {
-			return fmt.Errorf("publish: %w", err)
+		if !atomic {
+			return async(m)
 		}
-		pending = append(pending, f)
-		if len(pending) >= maxPending {
-			return drain(maxPending / 2)
+		if batch = append(batch, m); len(batch) >= broker.AtomicBatchMax {
+			return flush()
 		}
 		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -13,6 +15,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/worker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -184,4 +187,89 @@ func TestJobIDIsStableAndValid(t *testing.T) {
 	require.Error(t, err)
 	var le *dispatcher.LineError
 	require.False(t, errors.As(err, &le))
+}
+
+// The publish pass trusts the validation pass (it reads each line only as
+// far as its id): an input changed between the two is not published as if
+// it had been checked, it is an error that says so; what was read is
+// published, and the job is left to be dispatched again.
+func TestInputChangedBetweenPasses(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.WriteFile(t, "in.jsonl", "{\"id\":\"1\",\"text\":\"a\"}\n{\"id\":\"2\",\"text\":\"b\"}\n")
+	opts := dispatcher.Options{Input: in, MaxPayload: b.NC.MaxPayload()}
+	c, err := dispatcher.CheckInput(wf, opts)
+	require.NoError(t, err)
+	c.Apply(&opts)
+	require.NoError(t, os.WriteFile(in, []byte("{\"id\":\"1\",\"text\":\"a\"}\n{\"id\":\"2\",\"text\":\"B\"}\n"), 0o600))
+	d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+	_, err = d.Dispatch(context.Background(), wf, opts)
+	require.ErrorContains(t, err, "in.jsonl changed while it was being dispatched")
+	j, _, err := b.GetJob(context.Background(), c.JobID)
+	require.NoError(t, err)
+	require.False(t, j.Dispatched, "dispatched again, it resumes")
+}
+
+// Where every write is synced, a dispatch publishes its records in atomic
+// batches (one fsync a batch): every record is published once, a dispatch
+// resumed over records already stored falls back to one by one for the
+// batches that hold them (each deduplicated), and the job runs.
+func TestDispatchInAtomicBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := testenv.Broker(t, testenv.Options{SyncInterval: "always"})
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.Records(t, 1200) // three batches
+	first := testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "atomic"})
+	require.EqualValues(t, 1200, first.Published)
+	n, err := b.Count(ctx, broker.StreamWork, broker.WorkFilter("atomic"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1200, n)
+
+	_, err = b.UpdateJobSpec(ctx, "atomic", func(j *broker.Job) bool { j.Dispatched = false; return true })
+	require.NoError(t, err)
+	again := testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "atomic"})
+	require.Zero(t, again.Published)
+	require.EqualValues(t, 1200, again.Duplicates)
+	n, err = b.Count(ctx, broker.StreamWork, broker.WorkFilter("atomic"))
+	require.NoError(t, err)
+	require.EqualValues(t, 1200, n, "each record once")
+
+	testenv.Pool(t, b, worker.Config{Concurrency: 16})
+	_, p := testenv.WaitFinished(t, b, "atomic", 60*time.Second)
+	require.EqualValues(t, 1200, p.OK)
+}
+
+// A dispatch whose batch fails midway (its context is cancelled once the
+// first batch is stored, so the second is sent but never committed: what a
+// dispatcher killed mid-batch leaves) is resumed by dispatching again: the
+// stored batch's records are duplicates, the rest are published, and every
+// record is stored and run exactly once.
+func TestDispatchAtomicBatchFailedMidwayResumes(t *testing.T) {
+	t.Parallel()
+	b := testenv.Broker(t, testenv.Options{SyncInterval: "always"})
+	wf := testenv.Workflow(t, simWorkflow)
+	in := testenv.Records(t, 1200) // batches of 500, 500 and 200
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+	_, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: in, IDField: "id", JobID: "midway",
+		Progress: func(int64) { cancel() }})
+	require.ErrorIs(t, err, context.Canceled)
+	count := func() uint64 {
+		n, err := b.Count(context.Background(), broker.StreamWork, broker.WorkFilter("midway"))
+		require.NoError(t, err)
+		return n
+	}
+	require.EqualValues(t, broker.AtomicBatchMax, count(), "the first batch whole, nothing of the second")
+
+	again := testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "midway"})
+	require.EqualValues(t, 1200-broker.AtomicBatchMax, again.Published)
+	require.EqualValues(t, broker.AtomicBatchMax, again.Duplicates)
+	require.EqualValues(t, 1200, count(), "each record once")
+
+	testenv.Pool(t, b, worker.Config{Concurrency: 16})
+	_, p := testenv.WaitFinished(t, b, "midway", 60*time.Second)
+	require.EqualValues(t, 1200, p.OK)
+	require.Zero(t, p.Failed)
 }

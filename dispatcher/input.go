@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tidwall/gjson"
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/rawjson"
@@ -42,6 +42,45 @@ type Record struct {
 	// message, counted in both passes.
 	Files     map[string]broker.File
 	FilesSize int64
+
+	// members are the top-level fields of a JSONL record read by the
+	// dispatcher's own passes (Reader.views), in place of Fields: views of
+	// the reader's buffer, as Raw is then, valid until the next record.
+	members []member
+}
+
+// member is one top-level field of a record, undecoded.
+type member struct {
+	key   string
+	value json.RawMessage
+}
+
+// field is the record's top-level field name.
+func (r *Record) field(name string) (json.RawMessage, bool) {
+	if r.Fields != nil {
+		v, ok := r.Fields[name]
+		return v, ok
+	}
+	for _, m := range r.members {
+		if m.key == name {
+			return m.value, true
+		}
+	}
+	return nil, false
+}
+
+// eachKey calls fn with each of the record's top-level field names (views
+// of the reader's buffer for a record read by views: copy one to keep it).
+func (r *Record) eachKey(fn func(string)) {
+	if r.Fields != nil {
+		for k := range r.Fields {
+			fn(k)
+		}
+		return
+	}
+	for _, m := range r.members {
+		fn(m.key)
+	}
 }
 
 // LineError is a refused input line: "file:line: reason".
@@ -72,6 +111,16 @@ type Reader struct {
 
 	br   *bufio.Reader
 	line int
+
+	// views: the dispatcher's own passes read each JSONL line in place
+	// (Raw and the members are views of the buffer, valid until the next
+	// record) instead of as a copy with a map of its fields.
+	views   bool
+	long    []byte   // a line longer than the buffer, gathered
+	members []member // reused for each record's members
+	// idOnly (with views): a line already validated is read only as far as
+	// its id field (the publish pass after the validation pass).
+	idOnly bool
 
 	cr     *csv.Reader
 	header []string
@@ -109,7 +158,7 @@ func Open(path, format, idField string) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := sha256.New()
+	h := xxhash.New()
 	r := &Reader{path: path, format: format, idField: idField, f: f, hash: h, sum: h}
 	r.br = bufio.NewReaderSize(io.TeeReader(f, h), 256<<10)
 	if format == FormatCSV {
@@ -150,8 +199,30 @@ func Open(path, format, idField string) (*Reader, error) {
 // Close closes the file.
 func (r *Reader) Close() error { return r.f.Close() }
 
-// ContentHash is the hash of every byte read so far (the whole file after io.EOF).
+// ContentHash is the hash of every byte read so far (the whole file after
+// io.EOF): 64 bits of xxHash, in hex. It names a job (its derived id) and
+// tells a changed input from the same one; it need not resist an attacker,
+// and at a few GB/s it costs the validation pass next to nothing (SHA-256
+// was a tenth of a dispatch's CPU).
 func (r *Reader) ContentHash() string { return hex.EncodeToString(r.sum.Sum(nil)) }
+
+// readLine is the next line, newline included: a copy, or with views a
+// view of the buffer.
+func (r *Reader) readLine() ([]byte, error) {
+	if !r.views {
+		return r.br.ReadBytes('\n')
+	}
+	line, err := r.br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return line, err
+	}
+	r.long = append(r.long[:0], line...)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		line, err = r.br.ReadSlice('\n')
+		r.long = append(r.long, line...)
+	}
+	return r.long, err
+}
 
 // Next returns the next record, io.EOF at the end, or a *LineError for a
 // bad line (reading can go on after it).
@@ -164,7 +235,7 @@ func (r *Reader) Next() (Record, error) {
 
 func (r *Reader) nextJSONL() (Record, error) {
 	for {
-		raw, err := r.br.ReadBytes('\n')
+		raw, err := r.readLine()
 		if len(raw) == 0 && errors.Is(err, io.EOF) {
 			return Record{}, io.EOF
 		}
@@ -189,11 +260,15 @@ func (r *Reader) nextJSONL() (Record, error) {
 			}
 			return rec, &LineError{File: r.path, Line: r.line, Reason: fmt.Sprintf("a record must be a JSON object, got %s", jsonKind(v))}
 		}
-		obj, err := shallowObject(line)
+		if r.views {
+			r.members, err = members(line, r.members[:0], r.idOnly, r.idField)
+			rec.members = r.members
+		} else {
+			rec.Fields, err = shallowObject(line)
+		}
 		if err != nil {
 			return rec, &LineError{File: r.path, Line: r.line, Reason: "malformed JSON: " + jsonReason(err)}
 		}
-		rec.Fields = obj
 		if err := r.setID(&rec); err != nil {
 			return rec, err
 		}
@@ -201,23 +276,31 @@ func (r *Reader) nextJSONL() (Record, error) {
 	}
 }
 
-// shallowObject splits a JSON object into its top-level fields, undecoded.
-// gjson validates and walks the line in two passes without decoding it or
-// copying it (a line read afresh is never written to);
-// encoding/json runs only on a line gjson refuses, to name what is wrong
-// (and has the last word, should the two ever disagree).
+// shallowObject splits a JSON object into its top-level fields, undecoded,
+// in one validating pass (rawjson.Members) that neither decodes the line
+// nor copies it (a line read afresh is never written to); an invalid line
+// gets encoding/json's error, which names what is wrong.
 func shallowObject(line []byte) (map[string]json.RawMessage, error) {
-	if !gjson.ValidBytes(line) {
-		var obj map[string]json.RawMessage
-		err := json.Unmarshal(line, &obj)
-		return obj, err
-	}
 	obj := map[string]json.RawMessage{}
-	rawjson.Parse(line).ForEach(func(k, v gjson.Result) bool {
-		obj[k.Str] = rawjson.Slice(line, v)
+	err := rawjson.Members(line, func(k string, v []byte) bool {
+		obj[k] = v
 		return true
 	})
-	return obj, nil
+	return obj, err
+}
+
+// members is shallowObject for the dispatcher's own passes: the fields
+// appended to buf, as views of line, and no map. idOnly: up to the id field
+// (idField, or AutoIDField) only.
+func members(line []byte, buf []member, idOnly bool, idField string) ([]member, error) {
+	if idField == "" {
+		idField = AutoIDField
+	}
+	err := rawjson.Members(line, func(k string, v []byte) bool {
+		buf = append(buf, member{k, v})
+		return !idOnly || k != idField
+	})
+	return buf, err
 }
 
 func (r *Reader) nextCSV() (Record, error) {
@@ -254,31 +337,31 @@ const AutoIDField = "id"
 func (r *Reader) setID(rec *Record) error {
 	field := r.idField
 	if field == "" {
-		if v, ok := rec.Fields[AutoIDField]; ok && string(v) != "null" {
+		if v, ok := rec.field(AutoIDField); ok && string(v) != "null" {
 			field = AutoIDField
 		} else {
 			rec.ID = HashID(rec.Raw)
 			return nil
 		}
 	}
-	raw, ok := rec.Fields[field]
+	raw, ok := rec.field(field)
 	if !ok || string(raw) == "null" {
 		return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q is missing", field)}
 	}
 	var v any
 	switch raw[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q: %v", field, err)}
+		s, ok := rawjson.String(raw) // validated when the line was read
+		if !ok {
+			return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q: not a JSON string", field)}
 		}
-		v = s
+		v = strings.Clone(s) // a view of the buffer, with views
 	case '{', '[', 't', 'f':
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return &LineError{File: r.path, Line: rec.Line, Reason: fmt.Sprintf("id field %q: %v", field, err)}
 		}
 	default:
-		v = json.Number(raw) // validated when the line was read
+		v = json.Number(string(raw)) // validated when the line was read
 	}
 	var id string
 	switch t := v.(type) {

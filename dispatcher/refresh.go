@@ -73,7 +73,7 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 		switch {
 		case last == nil:
 			res.New++
-		case last.RecordSum == sum, last.RecordSum == "" && last.Reason != string(retry.ReasonBadInput):
+		case last.RecordSum != "" && broker.SameRecord(last.RecordSum, rec.Raw), last.RecordSum == "" && last.Reason != string(retry.ReasonBadInput):
 			// (A result of an earlier jetpool keeps no sum: kept.)
 			res.Unchanged++
 			return nil

@@ -41,6 +41,14 @@ func (p *Permit) Done(resp provider.Response, err error) {
 		l.localCooldown = eff.CooldownUntil
 	}
 	win, publish := l.windowToPublish(now, o.Signal, eff)
+	prev, prevAt := l.published, l.publishedAt
+	if publish {
+		// Taken as published now, not once the write is back: the calls
+		// that end while it is on its way would each publish it too (at
+		// zero latency, hundreds of compare-and-sets that conflict, a
+		// sixth of a worker's CPU).
+		l.published, l.publishedAt = win, now
+	}
 	l.notifyLocked()
 	l.mu.Unlock()
 
@@ -73,14 +81,16 @@ func (p *Permit) Done(resp provider.Response, err error) {
 		return true
 	})
 	if uerr != nil {
+		if publish { // not published after all: the next call's Done tries again
+			l.mu.Lock()
+			if l.published == win && l.publishedAt.Equal(now) {
+				l.published, l.publishedAt = prev, prevAt
+			}
+			l.mu.Unlock()
+		}
 		// The local cooldown, if any, still holds this process back until it ends.
 		l.r.log.Warn().Err(uerr).Str("provider", l.name).Msg("rate-limit state not updated")
 		return
-	}
-	if publish {
-		l.mu.Lock()
-		l.published, l.publishedAt = win, now
-		l.mu.Unlock()
 	}
 	l.observe(st) // the shared state holds the cooldown now: the local one ends there
 }

@@ -699,3 +699,46 @@ func TestContentionKeepsTheBudget(t *testing.T) {
 		t.Fatal("the second call did not get the released slot")
 	}
 }
+
+// gatedStore holds the first Update until release is closed, and counts
+// every Update.
+type gatedStore struct {
+	Store
+	calls   atomic.Int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedStore) Update(ctx context.Context, key string, fn func(*State) bool) (State, error) {
+	if g.calls.Add(1) == 1 {
+		close(g.entered)
+		<-g.release
+	}
+	return g.Store.Update(ctx, key, fn)
+}
+
+// A window is published once, not by every call that ends while its write
+// is on its way: at zero latency hundreds end in that time, and each wrote
+// the same window (compare-and-sets that conflicted and retried).
+func TestWindowPublishedOnceWhileItsWriteIsOut(t *testing.T) {
+	t.Parallel()
+	store := &gatedStore{Store: NewMemStore(), entered: make(chan struct{}), release: make(chan struct{})}
+	l := newTestRegistry(t, store, newFakeClock(), func(c *Config) { c.AdaptiveInitial, c.AdaptiveRamp = 100, -1 }).
+		For(provider.Config{Name: "p"})
+	ps := acquire(t, l, 100)
+	done := make(chan struct{})
+	go func() { ps[0].Done(provider.Response{}, nil); close(done) }()
+	<-store.entered // the first success publishes the grown window
+	for _, p := range ps[1:] {
+		p.Done(provider.Response{}, nil)
+	}
+	require.EqualValues(t, 1, store.calls.Load(), "the 99 calls that ended meanwhile wrote nothing")
+	close(store.release)
+	<-done
+	states, err := store.List(context.Background())
+	require.NoError(t, err)
+	require.Len(t, states, 1)
+	for _, st := range states {
+		require.Contains(t, st.Windows, l.r.cfg.Holder, "the window was written")
+	}
+}

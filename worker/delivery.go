@@ -2,7 +2,6 @@ package worker
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -142,7 +141,7 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 		d.next = wf.Actions[idx+1].Name
 	}
 	h := msg.Headers()
-	d.replays, _ = strconv.Atoi(h.Get(broker.HeaderReplays))
+	d.replays = headerInt(h.Get(broker.HeaderReplays))
 	d.mode = h.Get(broker.HeaderMode)
 	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0 && !jr.replicated.Load()
 	return d, nil

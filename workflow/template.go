@@ -224,7 +224,7 @@ func compilePrompt(name, text string) (*compiledPrompt, error) {
 		return nil, err
 	}
 	refs := templateRefs(t) // before instrument adds its own commands
-	cp := &compiledPrompt{tmpl: t, fields: refFields(refs), refs: refs}
+	cp := &compiledPrompt{tmpl: t, fields: refFields(refs), refs: refs, plain: plainParts(t)}
 	instrument(t)
 	cp.renderers.New = func() any {
 		c, err := cp.tmpl.Clone()
@@ -238,8 +238,50 @@ func compilePrompt(name, text string) (*compiledPrompt, error) {
 	return cp, nil
 }
 
-// execute renders cp over data within the bounds above.
+// plainPart is a piece of a prompt made only of text and top-level fields
+// ("Summarize: {{ .text }}"): its text, or the field it prints.
+type plainPart struct {
+	text, field string
+}
+
+// plainParts is t as plain parts, nil when t is anything more (a pipeline,
+// a function, a nested field, a control structure, another template).
+func plainParts(t *template.Template) []plainPart {
+	if len(t.Templates()) != 1 || t.Tree == nil || t.Root == nil {
+		return nil
+	}
+	var parts []plainPart
+	for _, n := range t.Root.Nodes {
+		switch n := n.(type) {
+		case *parse.TextNode:
+			parts = append(parts, plainPart{text: string(n.Text)})
+		case *parse.ActionNode:
+			p := n.Pipe
+			if p == nil || len(p.Decl) > 0 || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
+				return nil
+			}
+			f, ok := p.Cmds[0].Args[0].(*parse.FieldNode)
+			if !ok || len(f.Ident) != 1 {
+				return nil
+			}
+			parts = append(parts, plainPart{field: f.Ident[0]})
+		default:
+			return nil
+		}
+	}
+	return parts
+}
+
+// execute renders cp over data within the bounds above. A plain prompt
+// whose fields are all strings is put together directly (what
+// text/template would write, without its reflection: it ran for every
+// record); anything else runs the template.
 func (cp *compiledPrompt) execute(data map[string]any) (string, error) {
+	if cp.plain != nil {
+		if s, ok := cp.plainString(data); ok {
+			return s, nil
+		}
+	}
 	r := cp.renderers.Get().(*renderer)
 	defer cp.renderers.Put(r)
 	*r.b = budget{}
@@ -248,6 +290,37 @@ func (cp *compiledPrompt) execute(data map[string]any) (string, error) {
 		return "", err
 	}
 	return w.String(), nil
+}
+
+// plainString renders a plain prompt when every field it prints is a
+// string within MaxPromptBytes; ok false leaves it to the template (which
+// formats other values and says what is wrong).
+func (cp *compiledPrompt) plainString(data map[string]any) (string, bool) {
+	n := 0
+	for _, p := range cp.plain {
+		if p.field == "" {
+			n += len(p.text)
+			continue
+		}
+		v, ok := data[p.field].(string)
+		if !ok {
+			return "", false
+		}
+		n += len(v)
+	}
+	if n > MaxPromptBytes {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, p := range cp.plain {
+		if p.field == "" {
+			b.WriteString(p.text)
+		} else {
+			b.WriteString(data[p.field].(string))
+		}
+	}
+	return b.String(), true
 }
 
 // instrument makes every {{range}} of t charge its body's cost for each

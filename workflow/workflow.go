@@ -223,4 +223,7 @@ type compiledPrompt struct {
 	renderers sync.Pool
 	refs      []Ref
 	line      int // the line of the workflow file the template's first line is on (0: unknown)
+	// plain is the template as text and top-level fields when it is no more
+	// than that (plainParts), for a render without text/template.
+	plain []plainPart
 }

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -789,4 +790,43 @@ actions:
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{"type": "object", "required": []any{"a"}}, w.Actions[0].Expect.Schema)
 	require.Equal(t, "s.yaml", w.Actions[0].Expect.SchemaFile)
+}
+
+// A prompt of text and top-level fields is put together without
+// text/template when its fields are strings, and what it writes is what the
+// template writes; any other value, a missing field or one past
+// MaxPromptBytes goes through the template as before.
+func TestRenderPlainPrompt(t *testing.T) {
+	t.Parallel()
+	plain := &Action{Name: "p", Prompt: "Summarize {{ .text }} by {{.author}}:\n{{- .text -}} <end>"}
+	cp, err := plain.compiled()
+	require.NoError(t, err)
+	require.Len(t, cp.plain, 7, "text and top-level fields only")
+	for _, prompt := range []string{`{{ .a.b }}`, `{{ .a | printf "%q" }}`, `{{ if .a }}x{{ end }}`, `{{ $x := .a }}{{ $x }}`, `{{ json .a }}`, `{{ . }}`} {
+		cp, err := (&Action{Name: "n", Prompt: prompt}).compiled()
+		require.NoError(t, err)
+		require.Nil(t, cp.plain, prompt)
+	}
+	viaTemplate := func(data map[string]any) (string, error) {
+		cp, err := plain.compiled()
+		require.NoError(t, err)
+		cp.plain = nil
+		return (&Action{Name: "p", Prompt: plain.Prompt, prompt: cp}).Render(data)
+	}
+	for _, data := range []map[string]any{
+		{"text": "hello", "author": "Ann"},
+		{"text": "<é & \"q\">", "author": ""},
+		{"text": json.Number("12.50"), "author": "n"},
+		{"text": nil, "author": true},
+		{"text": map[string]any{"k": 1}, "author": []any{1, "x"}},
+	} {
+		want, werr := viaTemplate(data)
+		got, gerr := plain.Render(data)
+		require.Equal(t, werr, gerr)
+		require.Equal(t, want, got)
+	}
+	_, err = plain.Render(map[string]any{"text": "x"})
+	require.ErrorIs(t, err, ErrMissingField)
+	_, err = plain.Render(map[string]any{"text": strings.Repeat("y", MaxPromptBytes), "author": "a"})
+	require.ErrorIs(t, err, ErrPromptTooLarge)
 }

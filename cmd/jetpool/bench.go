@@ -16,7 +16,8 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			"and on a work-queue stream, where each ack removes its message, as in jetpool's) and vs a raw floor\n"+
 			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack) and a raw inline run\n"+
 			"(the floor plus jetpool's work on each record, on one goroutine), with the CPU each takes a message\n"+
-			"(with --work-process, jetpool's work in a worker process of its own too, over loopback TCP),\n"+
+			"(with --work-process, jetpool's work in a worker process of its own too, over loopback TCP; with\n"+
+			"--external, every throughput round again against a nats-server process of its own, over loopback TCP),\n"+
 			"efficiency under 100 ms of simulated latency (adaptive concurrency; limits: {adaptive: false}; and\n"+
 			"the pool in a worker process of its own, as deployed), retry overhead with 10% transient faults, and\n"+
 			"(with --big N) peak RSS of a dispatcher and a worker process on an N-record job and the time\n"+
@@ -33,8 +34,13 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.Sync, "sync", "", "embedded server fsync policy for the run (default: $JETPOOL_SYNC_INTERVAL)")
 	fs.StringVar(&o.Dir, "dir", "", "work dir (default: a temp dir, removed after)")
 	fs.IntVar(&o.Repeat, "repeat", 1, "rounds of the throughput measures (raw engine, then jetpool, in turn) and of each latency run: figures are medians, with the range")
+	fs.BoolVar(&o.External, "external", false, "also run each throughput round against a nats-server process of its own (a store of its own, synced as --sync), over loopback TCP, as users deploy one")
+	fs.StringVar(&o.NatsServer, "nats-server", "", "path of the nats-server binary for --external (default: nats-server on PATH or in $GOPATH/bin)")
+	fs.StringVar(&o.RoundOn, "round-on", "", "run one throughput round against the server at this URL and print its figures as JSON (how --external runs each of its rounds, in a process of its own)")
+	fs.IntVar(&o.ServerPID, "server-pid", 0, "with --round-on: the server's process, whose CPU counts in the figures")
+	fs.IntVar(&o.Round, "round", 0, "with --round-on: the round's number (its job names)")
 	fs.BoolVar(&o.WorkProcess, "work-process", false, "also run the zero-latency work with the pool in a worker process of its own, over loopback TCP as the nats CLI connects (off by default: its jobs add to the server's state, which the later rows run on)")
-	fs.StringVar(&o.CPUProfile, "cpuprofile-work", "", "write a CPU profile of the zero-latency work run (pool and embedded server) to this file")
+	fs.StringVar(&o.CPUProfile, "cpuprofile-work", "", "write a CPU profile of the zero-latency work run (pool and embedded server) to this file; with --external, that of the run on the external server (the pool alone) to FILE.external")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -57,6 +63,17 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	}
 	o.HeapProfile = os.Getenv("JETPOOL_MEMPROFILE")
 	o.Progress = e.stderr
+	if _, set := os.LookupEnv("GOGC"); !set {
+		o.WorkerGOGC = WorkerGOGC
+	}
+	if o.RoundOn != "" {
+		out, err := bench.RunRound(ctx, e.cfg, o)
+		if err != nil {
+			return err
+		}
+		_, err = e.stdout.Write(append(out, '\n'))
+		return err
+	}
 	rows, err := bench.Run(ctx, e.cfg, o)
 	if err != nil {
 		return err

@@ -10,7 +10,9 @@
 //     installed, else nats.go's equivalent loops; the raw floor (bare nats.go
 //     doing jetpool's storage work) and the raw inline run (the floor plus
 //     jetpool's work on each record, on one goroutine); jetpool's dispatch,
-//     zero-latency work (pool.go), and dispatch and work overlapped;
+//     zero-latency work (pool.go), and dispatch and work overlapped; with
+//     Options.External, each round runs again against a nats-server process
+//     of its own (server.go), as users deploy one;
 //   - efficiency under 100 ms of simulated latency at each concurrency
 //     (latency.go): adaptive, `limits: {adaptive: false}`, and the pool in a
 //     worker process of its own;
@@ -70,8 +72,25 @@ type Options struct {
 	// WorkProcess adds the zero-latency work with the pool in a worker
 	// process of its own, over loopback TCP.
 	WorkProcess bool
+	// External runs every throughput round against a nats-server process
+	// of its own too (NatsServer: empty, nats-server on PATH or in
+	// $GOPATH/bin), on a store of its own, syncing as the embedded server.
+	External   bool
+	NatsServer string
+	// RoundOn, ServerPID and Round make a child of an external round
+	// (RunRound): the server's URL, its process (for the CPU figures) and
+	// the round's number (for its job names).
+	RoundOn   string
+	ServerPID int
+	Round     int
+	// WorkerGOGC, when set, is the GC target the child of an external round
+	// runs jetpool's measures at, as a `jetpool worker` process would (the
+	// raw ones run at the process's own, as a plain program would).
+	WorkerGOGC int
 	// CPUProfile, when set, is the file of a CPU profile of the first
-	// zero-latency work run; HeapProfile of a heap profile taken after it.
+	// zero-latency work run (and, with External, CPUProfile+".external" of
+	// the first on the external server: this process is then only the
+	// client); HeapProfile of a heap profile taken after it.
 	CPUProfile, HeapProfile string
 	// Self is the jetpool binary the child processes run (`worker --job`,
 	// `dispatch`, `status`): needed by the latency runs, WorkProcess and Big.
@@ -106,13 +125,14 @@ func WriteTable(w io.Writer, rows []Row) {
 	}
 }
 
-// harness is one bench run: its embedded server, its dispatcher, and the
-// rows measured so far.
+// harness is one bench run: its embedded server (and its dispatcher), the
+// external server of the throughput rounds (Options.External), and the rows
+// measured so far.
 type harness struct {
 	o    Options
+	cfg  broker.Config
 	out  io.Writer // o.Progress
-	b    *broker.Broker
-	d    *dispatcher.Dispatcher
+	emb  *server
 	log  zerolog.Logger
 	dir  string
 	cli  string // the nats CLI, or "" (nats.go's loops instead)
@@ -147,7 +167,8 @@ func Run(ctx context.Context, cfg broker.Config, o Options) ([]Row, error) {
 	if err := b.Ensure(ctx); err != nil {
 		return nil, err
 	}
-	h := &harness{o: o, out: o.Progress, b: b, d: &dispatcher.Dispatcher{B: b, Log: log}, log: log, dir: dir}
+	emb := &server{b: b, d: &dispatcher.Dispatcher{B: b, Log: log}, url: b.Server().ClientURL()}
+	h := &harness{o: o, cfg: cfg, out: o.Progress, emb: emb, log: log, dir: dir}
 	fmt.Fprintf(h.out, "jetpool bench: %d records of %d B, %s, %d CPUs, fsync %s, GOGC %d\n",
 		o.Records, o.Size, runtime.Version(), runtime.NumCPU(), cfg.SyncInterval, gcPercent())
 	if err := h.throughput(ctx); err != nil {

@@ -24,8 +24,10 @@ import (
 func TestRunSmoke(t *testing.T) {
 	dir := t.TempDir()
 	var progress strings.Builder
+	// The external rows need the nats-server binary, which CI installs.
+	external := os.Getenv("CI") != "" || findNatsServer("") != ""
 	rows, err := Run(t.Context(), testenv.Config(t, testenv.Options{}), Options{Records: 300, Concurrency: 16,
-		LatencyConcurrency: []int{2}, LatencyRecords: 2, RetryRecords: 30, Repeat: 2, WorkProcess: true, Dir: dir,
+		LatencyConcurrency: []int{2}, LatencyRecords: 2, RetryRecords: 30, Repeat: 2, WorkProcess: true, External: external, Dir: dir,
 		Self: jetpoolBin, Progress: &progress})
 	require.NoError(t, err, progress.String())
 	var table strings.Builder
@@ -42,8 +44,23 @@ func TestRunSmoke(t *testing.T) {
 		"| 100 ms latency, concurrency 2 (4 records), sustained, limits: {adaptive: false} |",
 		"| 100 ms latency, concurrency 2 (4 records), sustained, worker process of its own |",
 		"| retry: 10% transient faults, extra calls |",
+		"| raw work loop: plain nats.go, 16 goroutines: pull, publish the result and wait for its ack, ack |",
 	} {
 		require.Contains(t, stdout, row)
+	}
+	require.Regexp(t, `\| jetpool dispatch \(validate pass \+ publish\) \|[^\n]* of nats.go async pub \+ Nats-Msg-Id \|`, stdout)
+	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]* of the raw work loop; CPU `, stdout)
+	if external {
+		for _, row := range []string{
+			"| raw work loop: plain nats.go, 16 goroutines: pull, publish the result and wait for its ack, ack — external nats-server (loopback TCP) |",
+			"| jetpool dispatch (validate pass + publish) — external nats-server (loopback TCP) |",
+			"| jetpool work, 0 ms latency, concurrency 16 — external nats-server (loopback TCP) |",
+			"| jetpool work, 0 ms latency, concurrency 16, worker process of its own (loopback TCP, as the nats CLI) — external nats-server (loopback TCP) |",
+		} {
+			require.Contains(t, stdout, row)
+		}
+		require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 — external [^|]*\| [0-9]+/s [^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message`, stdout,
+			"the CPU counts the external server's process")
 	}
 	require.True(t, strings.HasPrefix(stdout, "| measure | value | note |\n|---|---|---|\n"), stdout)
 	require.Contains(t, stdout, "of the raw floor")
@@ -120,8 +137,21 @@ func TestChildWorkerExit(t *testing.T) {
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{})
 	t.Setenv("JETPOOL_ACK_WAIT", "soon") // the child's config does not load
 	var stderr strings.Builder
-	h := &harness{o: Options{Self: jetpoolBin}, out: &stderr, b: b, log: testenv.Logger(t)}
-	_, err = h.childWork(context.Background(), res.Job.ID, 2, 3)
+	s := &server{b: b, url: b.Server().ClientURL()}
+	h := &harness{o: Options{Self: jetpoolBin}, out: &stderr, emb: s, log: testenv.Logger(t)}
+	_, err = h.childWork(context.Background(), s, res.Job.ID, 2, 3)
 	require.ErrorContains(t, err, "worker child exited with job "+res.Job.ID+" at 0 of 3 records")
 	require.Contains(t, stderr.String(), "ACK_WAIT", "the child said why")
+}
+
+// An external round's figures survive the trip from its child process.
+func TestRoundJSON(t *testing.T) {
+	t.Parallel()
+	in := round{rawPub: 1, goPub: 2, floor: 3, loop: 4, dispatch: 5, work: 6, workChild: 7, e2e: 8,
+		floorCPU: cpuUse{perMsg: 31 * time.Microsecond, cores: 1.5}, workCPU: cpuUse{perMsg: 64 * time.Microsecond, cores: 1.8}}
+	data, err := in.MarshalJSON()
+	require.NoError(t, err)
+	var out round
+	require.NoError(t, out.UnmarshalJSON(data))
+	require.Equal(t, in, out)
 }

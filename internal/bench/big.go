@@ -25,7 +25,7 @@ func (h *harness) bigJob(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	disp := h.selfCommand(ctx, "dispatch", filepath.Join(h.dir, "big.yaml"), "--input", in, "--job", "bench-big", "--no-preflight")
+	disp := h.selfCommand(ctx, h.emb, "dispatch", filepath.Join(h.dir, "big.yaml"), "--input", in, "--job", "bench-big", "--no-preflight")
 	disp.Stdout = nil
 	if err := disp.Start(); err != nil {
 		return fmt.Errorf("dispatch child: %w", err)
@@ -37,13 +37,13 @@ func (h *harness) bigJob(ctx context.Context) error {
 	dt := time.Since(start)
 	h.add(fmt.Sprintf("big job: dispatch %d records (child process)", n), rate(float64(n)/dt.Seconds()),
 		"peak RSS "+dispHWM())
-	wk := h.selfCommand(ctx, "worker", "--concurrency", strconv.Itoa(h.o.Concurrency), "--job", "bench-big")
+	wk := h.selfCommand(ctx, h.emb, "worker", "--concurrency", strconv.Itoa(h.o.Concurrency), "--job", "bench-big")
 	if err := wk.Start(); err != nil {
 		return err
 	}
 	wkHWM := watchHWM(wk.Process.Pid)
 	start = time.Now()
-	werr := h.waitJob(ctx, "bench-big")
+	werr := h.waitJob(ctx, h.emb, "bench-big")
 	wt := time.Since(start)
 	peak := wkHWM()
 	_ = wk.Process.Signal(syscall.SIGTERM)
@@ -53,7 +53,7 @@ func (h *harness) bigJob(ctx context.Context) error {
 	}
 	h.add(fmt.Sprintf("big job: work %d records (child worker)", n), rate(float64(n)/wt.Seconds()), "peak RSS "+peak)
 	for range 3 {
-		st := h.selfCommand(ctx, "status", "bench-big", "--json")
+		st := h.selfCommand(ctx, h.emb, "status", "bench-big", "--json")
 		start = time.Now()
 		if err := st.Run(); err != nil {
 			return fmt.Errorf("status child: %w", err)

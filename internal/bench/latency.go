@@ -61,14 +61,14 @@ func (h *harness) latencyRun(ctx context.Context, c, n int, in string, mode late
 	var steady, whole, us, cores []float64
 	for r := range h.o.Repeat {
 		job := fmt.Sprintf("bench-%s-%d", name, r)
-		if _, err := h.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+		if _, err := h.emb.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
 			return err
 		}
 		var run workRun
 		if mode.child {
-			run, err = h.childWork(ctx, job, c, n)
+			run, err = h.childWork(ctx, h.emb, job, c, n)
 		} else {
-			run, err = h.work(ctx, job, c, n)
+			run, err = h.work(ctx, h.emb, job, c, n)
 		}
 		if err != nil {
 			return err
@@ -100,17 +100,17 @@ func (h *harness) retryOverhead(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := h.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: "bench-retry"}); err != nil {
+	if _, err := h.emb.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: "bench-retry"}); err != nil {
 		return err
 	}
-	if _, err := h.work(ctx, "bench-retry", 64, n); err != nil {
+	if _, err := h.work(ctx, h.emb, "bench-retry", 64, n); err != nil {
 		return err
 	}
-	j, _, err := h.b.GetJob(ctx, "bench-retry")
+	j, _, err := h.emb.b.GetJob(ctx, "bench-retry")
 	if err != nil {
 		return err
 	}
-	calls, failed, err := callsAndFailed(ctx, h.b, j)
+	calls, failed, err := callsAndFailed(ctx, h.emb.b, j)
 	if err != nil {
 		return err
 	}

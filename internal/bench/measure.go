@@ -8,15 +8,22 @@ import (
 	"time"
 )
 
-// cpuTime is the CPU this process and its waited-for children (the nats
-// CLI) have used: the embedded server's side of a run counts with the
-// client's, whichever process the client is.
-func cpuTime() time.Duration {
+// cpuTime is the CPU this process, its waited-for children (the nats
+// CLI) and the running processes pids (an external server) have used: the
+// server's side of a run counts with the client's, whichever process each
+// is.
+func cpuTime(pids ...int) time.Duration {
 	var self, kids syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
 	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
-	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
+	c := tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
+	for _, pid := range pids {
+		if pid > 0 {
+			c += procCPU(pid)
+		}
+	}
+	return c
 }
 
 // cpuUse is the CPU a measure took: per message, and as cores busy.
@@ -25,11 +32,12 @@ type cpuUse struct {
 	cores  float64
 }
 
-// meterCPU starts metering; the returned func ends it for n messages.
-func meterCPU() func(n int) cpuUse {
-	c0, t0 := cpuTime(), time.Now()
+// meterCPU starts metering (cpuTime of pids); the returned func ends it
+// for n messages.
+func meterCPU(pids ...int) func(n int) cpuUse {
+	c0, t0 := cpuTime(pids...), time.Now()
 	return func(n int) cpuUse {
-		c, t := cpuTime()-c0, time.Since(t0)
+		c, t := cpuTime(pids...)-c0, time.Since(t0)
 		return cpuUse{perMsg: c / time.Duration(max(n, 1)), cores: c.Seconds() / t.Seconds()}
 	}
 }

@@ -52,9 +52,10 @@ func (w *window) rate() float64 {
 	return float64(w.n80-w.n20) / w.t80.Sub(w.t20).Seconds()
 }
 
-// startPool starts a pool serving only job; stop stops it (10 s to drain).
-func (h *harness) startPool(ctx context.Context, job string, conc int) (*worker.Pool, func(), error) {
-	pool := worker.New(h.b, worker.Config{Concurrency: conc, Log: h.log, Jobs: []string{job}})
+// startPool starts a pool on s serving only job; stop stops it (10 s to
+// drain).
+func (h *harness) startPool(ctx context.Context, s *server, job string, conc int) (*worker.Pool, func(), error) {
+	pool := worker.New(s.b, worker.Config{Concurrency: conc, Log: h.log, Jobs: []string{job}})
 	if err := pool.Start(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -66,17 +67,17 @@ func (h *harness) startPool(ctx context.Context, job string, conc int) (*worker.
 	}, nil
 }
 
-// waitJob waits until job is finished, polling often so that the timings
-// are not rounded up to a progress bar's tick.
-func (h *harness) waitJob(ctx context.Context, job string) error {
-	_, err := jobstatus.Wait(ctx, h.b, job, 20*time.Millisecond, nil, zerolog.Nop())
+// waitJob waits until job is finished on s, polling often so that the
+// timings are not rounded up to a progress bar's tick.
+func (h *harness) waitJob(ctx context.Context, s *server, job string) error {
+	_, err := jobstatus.Wait(ctx, s.b, job, 20*time.Millisecond, nil, zerolog.Nop())
 	return err
 }
 
-// work runs a pool on job until it is finished and returns the times.
-func (h *harness) work(ctx context.Context, job string, conc, records int) (workRun, error) {
-	start, cpu := time.Now(), meterCPU()
-	pool, stopPool, err := h.startPool(ctx, job, conc)
+// work runs a pool on job (on s) until it is finished and returns the times.
+func (h *harness) work(ctx context.Context, s *server, job string, conc, records int) (workRun, error) {
+	start, cpu := time.Now(), s.meter()
+	pool, stopPool, err := h.startPool(ctx, s, job, conc)
 	if err != nil {
 		return workRun{}, err
 	}
@@ -100,7 +101,7 @@ func (h *harness) work(ctx context.Context, job string, conc, records int) (work
 			}
 		}
 	}()
-	err = h.waitJob(ctx, job)
+	err = h.waitJob(ctx, s, job)
 	total, used := time.Since(start), cpu(records)
 	close(stop)
 	<-sampled
@@ -115,13 +116,13 @@ func (h *harness) work(ctx context.Context, job string, conc, records int) (work
 // finished. The rates are read from the job's counts (two consumer-info
 // requests every 10 ms); the CPU counts the worker process and this one
 // (the server).
-func (h *harness) childWork(ctx context.Context, job string, conc, records int) (workRun, error) {
-	j, _, err := h.b.GetJob(ctx, job)
+func (h *harness) childWork(ctx context.Context, s *server, job string, conc, records int) (workRun, error) {
+	j, _, err := s.b.GetJob(ctx, job)
 	if err != nil {
 		return workRun{}, err
 	}
-	start, cpu := time.Now(), meterCPU()
-	wk := h.selfCommand(ctx, "worker", "--concurrency", strconv.Itoa(conc), "--job", job)
+	start, cpu := time.Now(), s.meter()
+	wk := h.selfCommand(ctx, s, "worker", "--concurrency", strconv.Itoa(conc), "--job", job)
 	if err := wk.Start(); err != nil {
 		return workRun{}, fmt.Errorf("worker child: %w", err)
 	}
@@ -135,7 +136,7 @@ func (h *harness) childWork(ctx context.Context, job string, conc, records int) 
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		c, err := h.b.JobCounts(ctx, j, false)
+		c, err := s.b.JobCounts(ctx, j, false)
 		if err != nil {
 			stop()
 			return workRun{}, err
@@ -160,12 +161,11 @@ func (h *harness) childWork(ctx context.Context, job string, conc, records int) 
 	return workRun{total: total, cpu: used, steady: win.rate()}, nil
 }
 
-// selfCommand is the jetpool binary (Options.Self) run as a child on the
-// bench's server: quiet, and not profiling; its stderr is the bench's
-// progress.
-func (h *harness) selfCommand(ctx context.Context, args ...string) *exec.Cmd {
+// selfCommand is the jetpool binary (Options.Self) run as a child on s:
+// quiet, and not profiling; its stderr is the bench's progress.
+func (h *harness) selfCommand(ctx context.Context, s *server, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, h.o.Self, args...)
-	c.Env = append(os.Environ(), "JETPOOL_NATS_URL="+h.b.Server().ClientURL(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")
+	c.Env = append(os.Environ(), "JETPOOL_NATS_URL="+s.url, "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=")
 	c.Stderr = h.out
 	return c
 }

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,15 +27,19 @@ import (
 
 // findNatsCLI is the nats CLI of the raw baselines: p when set, else nats on
 // PATH or in $GOPATH/bin, else "" (nats.go's loops instead).
-func findNatsCLI(p string) string {
+func findNatsCLI(p string) string { return findTool(p, "nats") }
+
+// findTool is p when set, else the named binary on PATH or in
+// $GOPATH/bin, else "".
+func findTool(p, name string) string {
 	if p != "" {
 		return p
 	}
-	if p, err := exec.LookPath("nats"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
 	if gp, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-		p := filepath.Join(strings.TrimSpace(string(gp)), "bin", "nats")
+		p := filepath.Join(strings.TrimSpace(string(gp)), "bin", name)
 		if _, err := os.Stat(p); err == nil {
 			return p
 		}
@@ -192,8 +197,8 @@ var rawPullOpts = []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(500), jet
 //
 // With inline set, the messages are work envelopes and each result is what
 // jetpool computes for a record (inlineWork), on nats.go's consume goroutine.
-func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int, inline *inlineWork) (float64, cpuUse, error) {
-	fl := &floor{b: b, inline: inline, which: "floor", queue: make(chan floorPending, 4096)}
+func rawFloor(ctx context.Context, w io.Writer, s *server, n, size int, inline *inlineWork) (float64, cpuUse, error) {
+	fl := &floor{b: s.b, inline: inline, which: "floor", queue: make(chan floorPending, 4096)}
 	if inline != nil {
 		fl.which = "inline"
 	}
@@ -202,7 +207,7 @@ func rawFloor(ctx context.Context, w io.Writer, b *broker.Broker, n, size int, i
 	if err != nil {
 		return 0, cpuUse{}, err
 	}
-	start, cpu := time.Now(), meterCPU()
+	start, cpu := time.Now(), s.meter()
 	cc, err := c.Consume(func(m jetstream.Msg) { fl.handle(ctx, m) }, rawPullOpts...)
 	if err != nil {
 		return 0, cpuUse{}, err
@@ -378,4 +383,74 @@ func (iw *inlineWork) result(ctx context.Context, data []byte) ([]byte, error) {
 	return json.Marshal(&broker.Result{ID: env.ID, Status: broker.StatusOK, Output: resp.Text, Action: iw.a.Name, Job: "inline",
 		Provider: iw.a.Provider, Model: resp.Model, Finished: time.Now().UTC(),
 		Usage: broker.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}})
+}
+
+// rawLoop is the plain nats.go program a user would write for jetpool's
+// storage work, at the pool's concurrency: conc goroutines, each taking a
+// work message from a work-queue stream (one Consume feeds them), publishing
+// its result and waiting for the store's ack (js.PublishMsg), then acking
+// the work message. It does no work on the record: jetpool's zero-latency
+// work is measured against it.
+func rawLoop(ctx context.Context, s *server, n, size, conc int) (float64, cpuUse, error) {
+	fl := &floor{b: s.b, which: "loop"}
+	c, err := fl.streams(ctx, n, size)
+	defer fl.cleanup(ctx)
+	if err != nil {
+		return 0, cpuUse{}, err
+	}
+	msgs := make(chan jetstream.Msg, conc)
+	var done, failed atomic.Int64
+	finished := make(chan struct{})
+	var wg sync.WaitGroup
+	start, cpu := time.Now(), s.meter()
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range msgs {
+				r := nats.NewMsg("benchres.l" + strconv.Itoa(w) + "-" + strconv.FormatUint(seqOf(m), 10))
+				r.Data = floorResult
+				if _, err := s.b.JS.PublishMsg(ctx, r); err != nil {
+					failed.Add(1) // not acked: redelivered after AckWait
+					continue
+				}
+				_ = m.Ack()
+				if done.Add(1) == int64(n) {
+					close(finished)
+				}
+			}
+		}()
+	}
+	cc, err := c.Consume(func(m jetstream.Msg) { msgs <- m }, rawPullOpts...)
+	if err != nil {
+		close(msgs)
+		wg.Wait()
+		return 0, cpuUse{}, err
+	}
+	defer func() { cc.Stop(); close(msgs); wg.Wait() }()
+	last, stalled := int64(0), time.Duration(0)
+	for {
+		select {
+		case <-finished:
+			return float64(n) / time.Since(start).Seconds(), cpu(n), nil
+		case <-ctx.Done():
+			return 0, cpuUse{}, ctx.Err()
+		case <-time.After(time.Second):
+			if d := done.Load(); d != last {
+				last, stalled = d, 0
+				continue
+			}
+			if stalled += time.Second; stalled >= time.Minute {
+				return 0, cpuUse{}, fmt.Errorf("raw loop: stalled after %d of %d messages (%d results not stored)", last, n, failed.Load())
+			}
+		}
+	}
+}
+
+// seqOf is a work message's stream sequence (0 when unknown).
+func seqOf(m jetstream.Msg) uint64 {
+	if md, err := m.Metadata(); err == nil {
+		return md.Sequence.Stream
+	}
+	return 0
 }

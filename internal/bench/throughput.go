@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -18,10 +20,10 @@ import (
 // round is one round of the throughput measures, in records (or messages)
 // per second.
 type round struct {
-	rawPub, rawConsume, rawConsumeWQ, goPub, goConsume, floor, inline float64
-	dispatch, work, workChild, both, e2e                              float64
+	rawPub, rawConsume, rawConsumeWQ, goPub, goConsume, floor, loop, inline float64
+	dispatch, work, workChild, both, e2e                                    float64
 	// CPU of the consume-side measures (process and children).
-	rawConsumeCPU, rawConsumeWQCPU, floorCPU, inlineCPU, workCPU, workChildCPU cpuUse
+	rawConsumeCPU, rawConsumeWQCPU, floorCPU, loopCPU, inlineCPU, workCPU, workChildCPU cpuUse
 }
 
 // ratio is a baseline a measure is compared with, by name.
@@ -54,7 +56,8 @@ func (rs rounds) cpuNote(get func(round) cpuUse) string {
 
 // throughput runs the raw engine and then jetpool, Repeat times in turn, so
 // that each ratio compares figures taken minutes apart at most, and adds
-// their rows.
+// their rows: on the embedded server and, with Options.External, on a
+// nats-server process of its own, in turn in each round.
 func (h *harness) throughput(ctx context.Context) error {
 	in := filepath.Join(h.dir, "records.jsonl")
 	if err := writeRecords(in, h.o.Records, h.o.Size); err != nil {
@@ -68,55 +71,81 @@ func (h *harness) throughput(ctx context.Context) error {
 	if h.cli == "" {
 		fmt.Fprintln(h.out, "  (nats CLI not found: raw baselines use the equivalent nats.go loops)")
 	}
-	var rs rounds
+	servers := []*server{h.emb}
+	if h.o.External {
+		bin := findNatsServer(h.o.NatsServer)
+		if bin == "" {
+			return errors.New("--external: no nats-server on PATH or in $GOPATH/bin (go install github.com/nats-io/nats-server/v2@v2.15.2, or --nats-server PATH)")
+		}
+		ext, stop, err := h.startExternal(ctx, h.cfg, bin, h.cfg.SyncInterval)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		servers = append(servers, ext)
+	}
+	rs := make([]rounds, len(servers))
 	for r := range h.o.Repeat {
 		if h.o.Repeat > 1 {
 			fmt.Fprintf(h.out, " round %d of %d\n", r+1, h.o.Repeat)
 		}
-		rd, err := h.round(ctx, wf, in, r)
-		if err != nil {
-			return err
+		for i, s := range servers {
+			var rd round
+			var err error
+			if s == h.emb {
+				rd, err = h.round(ctx, s, wf, in, r)
+			} else {
+				rd, err = h.externalRound(ctx, s, r)
+			}
+			if err != nil {
+				return err
+			}
+			rs[i] = append(rs[i], rd)
 		}
-		rs = append(rs, rd)
 	}
-	h.throughputRows(rs)
+	for i, s := range servers {
+		h.throughputRows(s, rs[i])
+	}
 	return nil
 }
 
-// throughputRows adds a row for each throughput measure.
-func (h *harness) throughputRows(rs rounds) {
+// throughputRows adds a row for each throughput measure on s.
+func (h *harness) throughputRows(s *server, rs rounds) {
 	rawPub := func(rd round) float64 { return rd.rawPub }
 	rawConsume := func(rd round) float64 { return rd.rawConsume }
 	rawConsumeWQ := func(rd round) float64 { return rd.rawConsumeWQ }
 	floor := func(rd round) float64 { return rd.floor }
 	if h.cli != "" {
-		h.addStat(rs, "raw: nats bench js pub async --dedup", rawPub, "msgs/s", nil)
-		h.addStat(rs, "raw: nats bench js consume (explicit ack)", rawConsume, "msgs/s", func(rd round) cpuUse { return rd.rawConsumeCPU })
-		h.addStat(rs, "raw: nats bench js consume, work-queue stream (explicit ack; each ack removes its message, as in jetpool's work stream)",
+		h.addStat(rs, s.row("raw: nats bench js pub async --dedup"), rawPub, "msgs/s", nil)
+		h.addStat(rs, s.row("raw: nats bench js consume (explicit ack)"), rawConsume, "msgs/s", func(rd round) cpuUse { return rd.rawConsumeCPU })
+		h.addStat(rs, s.row("raw: nats bench js consume, work-queue stream (explicit ack; each ack removes its message, as in jetpool's work stream)"),
 			rawConsumeWQ, "msgs/s", func(rd round) cpuUse { return rd.rawConsumeWQCPU })
 	} else {
-		h.addStat(rs, "raw: nats.go pull consume + ack, work-queue stream", rawConsumeWQ, "msgs/s", nil)
+		h.addStat(rs, s.row("raw: nats.go pull consume + ack, work-queue stream"), rawConsumeWQ, "msgs/s", nil)
 	}
-	h.addStat(rs, "raw: nats.go PublishMsgAsync + Nats-Msg-Id", func(rd round) float64 { return rd.goPub }, "msgs/s", nil)
-	h.addStat(rs, "raw: nats.go pull consume + ack", func(rd round) float64 { return rd.goConsume }, "msgs/s", nil)
-	h.addStat(rs, "raw floor: nats.go work-queue pull + result publish + ack", floor, "msgs/s: jetpool's storage work without jetpool",
+	h.addStat(rs, s.row("raw: nats.go PublishMsgAsync + Nats-Msg-Id"), func(rd round) float64 { return rd.goPub }, "msgs/s", nil)
+	h.addStat(rs, s.row("raw: nats.go pull consume + ack"), func(rd round) float64 { return rd.goConsume }, "msgs/s", nil)
+	h.addStat(rs, s.row("raw floor: nats.go work-queue pull + result publish + ack"), floor, "msgs/s: jetpool's storage work without jetpool",
 		func(rd round) cpuUse { return rd.floorCPU })
-	h.addStat(rs, "raw inline: the floor + jetpool's work on a record (envelope, template, call, result JSON), one goroutine",
+	loop := func(rd round) float64 { return rd.loop }
+	h.addStat(rs, s.row(fmt.Sprintf("raw work loop: plain nats.go, %d goroutines: pull, publish the result and wait for its ack, ack", h.o.Concurrency)), loop,
+		"msgs/s: the program a user would write for jetpool's storage work", func(rd round) cpuUse { return rd.loopCPU })
+	h.addStat(rs, s.row("raw inline: the floor + jetpool's work on a record (envelope, template, call, result JSON), one goroutine"),
 		func(rd round) float64 { return rd.inline }, "msgs/s: jetpool without its machinery",
 		func(rd round) cpuUse { return rd.inlineCPU }, ratio{"raw consume", rawConsume})
-	h.addStat(rs, "jetpool dispatch (validate pass + publish)", func(rd round) float64 { return rd.dispatch }, "", nil,
-		ratio{"raw pub", rawPub})
+	h.addStat(rs, s.row("jetpool dispatch (validate pass + publish)"), func(rd round) float64 { return rd.dispatch }, "", nil,
+		ratio{"raw pub", rawPub}, ratio{"nats.go async pub + Nats-Msg-Id", func(rd round) float64 { return rd.goPub }})
 	// Zero-latency work, against each consume-side baseline.
-	workRatios := []ratio{{"raw consume", rawConsume}, {"raw work-queue consume", rawConsumeWQ}, {"the raw floor", floor}}
-	h.addStat(rs, fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", h.o.Concurrency), func(rd round) float64 { return rd.work }, "",
+	workRatios := []ratio{{"raw consume", rawConsume}, {"raw work-queue consume", rawConsumeWQ}, {"the raw floor", floor}, {"the raw work loop", loop}}
+	h.addStat(rs, s.row(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", h.o.Concurrency)), func(rd round) float64 { return rd.work }, "",
 		func(rd round) cpuUse { return rd.workCPU }, workRatios...)
 	if h.o.WorkProcess {
-		h.addStat(rs, fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", h.o.Concurrency),
+		h.addStat(rs, s.row(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", h.o.Concurrency)),
 			func(rd round) float64 { return rd.workChild }, "",
 			func(rd round) cpuUse { return rd.workChildCPU }, workRatios...)
 	}
-	h.addStat(rs, "jetpool dispatch, then work", func(rd round) float64 { return rd.both }, "records/s, one after the other", nil)
-	h.addStat(rs, "jetpool dispatch + work + result + ack, overlapped", func(rd round) float64 { return rd.e2e }, "", nil,
+	h.addStat(rs, s.row("jetpool dispatch, then work"), func(rd round) float64 { return rd.both }, "records/s, one after the other", nil)
+	h.addStat(rs, s.row("jetpool dispatch + work + result + ack, overlapped"), func(rd round) float64 { return rd.e2e }, "", nil,
 		ratio{"raw consume", rawConsume},
 		ratio{"raw pub then consume", func(rd round) float64 { return 1 / (1/rd.rawPub + 1/rd.rawConsume) }})
 }
@@ -133,46 +162,52 @@ func (h *harness) addStat(rs rounds, name string, get func(round) float64, note 
 	h.add(name, spread(rs.values(get), rate), strings.TrimPrefix(note+rs.cpuNote(cpu), ", "))
 }
 
-// round measures the raw engine and then jetpool, once. Round r uses its own
-// jobs; only round 0 is profiled (Options.CPUProfile, HeapProfile).
-func (h *harness) round(ctx context.Context, wf *workflow.Workflow, in string, r int) (round, error) {
+// round measures the raw engine and then jetpool on s, once. Round r uses
+// its own jobs; only round 0 is profiled (Options.CPUProfile, HeapProfile).
+func (h *harness) round(ctx context.Context, s *server, wf *workflow.Workflow, in string, r int) (round, error) {
 	var rd round
-	if err := h.rawRound(ctx, &rd, wf); err != nil {
+	if err := h.rawRound(ctx, s, &rd, wf); err != nil {
 		return rd, err
 	}
-	if err := h.jetpoolRound(ctx, &rd, wf, in, r); err != nil {
+	if h.o.WorkerGOGC > 0 && h.o.RoundOn != "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(h.o.WorkerGOGC))
+	}
+	if err := h.jetpoolRound(ctx, s, &rd, wf, in, r); err != nil {
 		return rd, err
 	}
-	h.printRound(rd)
+	h.printRound(s, rd)
 	return rd, nil
 }
 
 // rawRound measures the raw engine: the nats CLI's pub and consume (when it
 // is installed), nats.go's loops, the raw floor and the raw inline run.
-func (h *harness) rawRound(ctx context.Context, rd *round, wf *workflow.Workflow) error {
+func (h *harness) rawRound(ctx context.Context, s *server, rd *round, wf *workflow.Workflow) error {
 	n, size := h.o.Records, h.o.Size
 	var err error
 	if h.cli != "" {
-		if err := h.natsCLIRound(ctx, rd); err != nil {
+		if err := h.natsCLIRound(ctx, s, rd); err != nil {
 			return err
 		}
 	}
-	if rd.goPub, rd.goConsume, err = rawGo(ctx, h.b, n, size, jetstream.LimitsPolicy); err != nil {
+	if rd.goPub, rd.goConsume, err = rawGo(ctx, s.b, n, size, jetstream.LimitsPolicy); err != nil {
 		return err
 	}
 	if h.cli == "" {
-		if _, rd.rawConsumeWQ, err = rawGo(ctx, h.b, n, size, jetstream.WorkQueuePolicy); err != nil {
+		if _, rd.rawConsumeWQ, err = rawGo(ctx, s.b, n, size, jetstream.WorkQueuePolicy); err != nil {
 			return err
 		}
 	}
-	if rd.floor, rd.floorCPU, err = rawFloor(ctx, h.out, h.b, n, size, nil); err != nil {
+	if rd.floor, rd.floorCPU, err = rawFloor(ctx, h.out, s, n, size, nil); err != nil {
+		return err
+	}
+	if rd.loop, rd.loopCPU, err = rawLoop(ctx, s, n, size, h.o.Concurrency); err != nil {
 		return err
 	}
 	iw, err := newInlineWork(wf)
 	if err != nil {
 		return err
 	}
-	if rd.inline, rd.inlineCPU, err = rawFloor(ctx, h.out, h.b, n, size, iw); err != nil {
+	if rd.inline, rd.inlineCPU, err = rawFloor(ctx, h.out, s, n, size, iw); err != nil {
 		return err
 	}
 	if h.cli == "" {
@@ -183,8 +218,8 @@ func (h *harness) rawRound(ctx context.Context, rd *round, wf *workflow.Workflow
 
 // natsCLIRound runs `nats bench js pub async --dedup`, then `js consume` on
 // the stream it made, then `js consume` on a work-queue stream.
-func (h *harness) natsCLIRound(ctx context.Context, rd *round) error {
-	b, n, url := h.b, h.o.Records, h.b.Server().ClientURL()
+func (h *harness) natsCLIRound(ctx context.Context, s *server, rd *round) error {
+	b, n, url := s.b, h.o.Records, s.url
 	msgs := strconv.Itoa(n)
 	var err error
 	fresh := func() error { _ = b.JS.DeleteStream(ctx, "BENCHPUB"); return nil } // nats bench makes it afresh
@@ -193,7 +228,7 @@ func (h *harness) natsCLIRound(ctx context.Context, rd *round) error {
 	if err != nil {
 		return err
 	}
-	m := meterCPU()
+	m := s.meter()
 	rd.rawConsume, err = natsBench(ctx, h.out, h.cli, url, n, nil, "consume", "", "", "--msgs", msgs, "--stream", "BENCHPUB")
 	if err != nil {
 		return err
@@ -210,7 +245,7 @@ func (h *harness) natsCLIRound(ctx context.Context, rd *round) error {
 			return err
 		}
 		err := publishRaw(ctx, b, "bench.wqpub", "wqpub-", n, h.o.Size, nil)
-		m = meterCPU()
+		m = s.meter()
 		return err
 	}
 	rd.rawConsumeWQ, err = natsBench(ctx, h.out, h.cli, url, n, refill, "consume", "", "", "--msgs", msgs, "--stream", "BENCHWQPUB")
@@ -224,11 +259,11 @@ func (h *harness) natsCLIRound(ctx context.Context, rd *round) error {
 
 // jetpoolRound measures jetpool: dispatch, zero-latency work, the two
 // overlapped, and (WorkProcess) the work in a worker process of its own.
-func (h *harness) jetpoolRound(ctx context.Context, rd *round, wf *workflow.Workflow, in string, r int) error {
+func (h *harness) jetpoolRound(ctx context.Context, s *server, rd *round, wf *workflow.Workflow, in string, r int) error {
 	n := h.o.Records
 	job := fmt.Sprintf("bench-zero-%d", r)
 	start := time.Now()
-	res, err := h.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job})
+	res, err := s.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job})
 	if err != nil {
 		return err
 	}
@@ -241,7 +276,7 @@ func (h *harness) jetpoolRound(ctx context.Context, rd *round, wf *workflow.Work
 			return fmt.Errorf("--cpuprofile-work: %w", err)
 		}
 	}
-	run, err := h.work(ctx, job, h.o.Concurrency, n)
+	run, err := h.work(ctx, s, job, h.o.Concurrency, n)
 	rd.workCPU = run.cpu
 	stopProfile()
 	if r == 0 {
@@ -255,7 +290,7 @@ func (h *harness) jetpoolRound(ctx context.Context, rd *round, wf *workflow.Work
 
 	// End to end as `jetpool run` does it: the pool works while the
 	// dispatcher publishes, timed from the first record read to the last ack.
-	if rd.e2e, err = h.overlapped(ctx, wf, in, fmt.Sprintf("bench-e2e-%d", r)); err != nil {
+	if rd.e2e, err = h.overlapped(ctx, s, wf, in, fmt.Sprintf("bench-e2e-%d", r)); err != nil {
 		return err
 	}
 
@@ -266,10 +301,10 @@ func (h *harness) jetpoolRound(ctx context.Context, rd *round, wf *workflow.Work
 	// run on the store as they did.
 	if h.o.WorkProcess {
 		job = fmt.Sprintf("bench-zero-child-%d", r)
-		if _, err := h.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+		if _, err := s.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
 			return err
 		}
-		childRun, err := h.childWork(ctx, job, h.o.Concurrency, n)
+		childRun, err := h.childWork(ctx, s, job, h.o.Concurrency, n)
 		if err != nil {
 			return err
 		}
@@ -278,15 +313,18 @@ func (h *harness) jetpoolRound(ctx context.Context, rd *round, wf *workflow.Work
 	return nil
 }
 
-// printRound prints a round's figures as it ends.
-func (h *harness) printRound(rd round) {
+// printRound prints a round's figures on s as it ends.
+func (h *harness) printRound(s *server, rd round) {
 	childRate, childCPU := "", ""
 	if h.o.WorkProcess {
 		childRate = fmt.Sprintf(" (worker process %.0f)", rd.workChild)
 		childCPU = fmt.Sprintf(", worker process %v (%.2f)", rd.workChildCPU.perMsg, rd.workChildCPU.cores)
 	}
-	fmt.Fprintf(h.out, "   raw pub %.0f, raw consume %.0f (work-queue %.0f), floor %.0f, inline %.0f; dispatch %.0f, work %.0f%s, overlapped %.0f\n",
-		rd.rawPub, rd.rawConsume, rd.rawConsumeWQ, rd.floor, rd.inline, rd.dispatch, rd.work, childRate, rd.e2e)
+	if s.name != "" {
+		fmt.Fprintf(h.out, "   %s:\n", s.name)
+	}
+	fmt.Fprintf(h.out, "   raw pub %.0f (nats.go %.0f), raw consume %.0f (work-queue %.0f), floor %.0f, loop %.0f, inline %.0f; dispatch %.0f, work %.0f%s, overlapped %.0f\n",
+		rd.rawPub, rd.goPub, rd.rawConsume, rd.rawConsumeWQ, rd.floor, rd.loop, rd.inline, rd.dispatch, rd.work, childRate, rd.e2e)
 	fmt.Fprintf(h.out, "   CPU per message (cores busy): raw consume %v (%.2f), work-queue %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f)%s\n",
 		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.rawConsumeWQCPU.perMsg, rd.rawConsumeWQCPU.cores,
 		rd.floorCPU.perMsg, rd.floorCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
@@ -296,17 +334,17 @@ func (h *harness) printRound(rd round) {
 // overlapped runs a pool on a new job while it is dispatched (as `jetpool
 // run` does) and returns records/s from the dispatch's start to the job
 // finished.
-func (h *harness) overlapped(ctx context.Context, wf *workflow.Workflow, in, job string) (float64, error) {
-	_, stop, err := h.startPool(ctx, job, h.o.Concurrency)
+func (h *harness) overlapped(ctx context.Context, s *server, wf *workflow.Workflow, in, job string) (float64, error) {
+	_, stop, err := h.startPool(ctx, s, job, h.o.Concurrency)
 	if err != nil {
 		return 0, err
 	}
 	defer stop()
 	start := time.Now()
-	if _, err := h.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+	if _, err := s.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
 		return 0, err
 	}
-	if err := h.waitJob(ctx, job); err != nil {
+	if err := h.waitJob(ctx, s, job); err != nil {
 		return 0, err
 	}
 	return float64(h.o.Records) / time.Since(start).Seconds(), nil

@@ -28,6 +28,9 @@ import (
 type Options struct {
 	AckWait time.Duration // default 5s
 	DataDir string        // default t.TempDir()
+	// SyncInterval is the embedded server's fsync policy (default 1s;
+	// "always" turns the dispatcher's atomic batches on).
+	SyncInterval string
 }
 
 // Broker starts an embedded nats-server (loopback, random port, temp store)
@@ -55,8 +58,11 @@ func Config(t testing.TB, o Options) broker.Config {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
+	if o.SyncInterval == "" {
+		o.SyncInterval = "1s"
+	}
 	return broker.Config{DataDir: o.DataDir, Replicas: 1, LogLevel: "warn", Concurrency: 16,
-		SyncInterval: "1s", AckWait: o.AckWait, MaxAckPending: 20000, DedupeWindow: time.Hour}
+		SyncInterval: o.SyncInterval, AckWait: o.AckWait, MaxAckPending: 20000, DedupeWindow: time.Hour}
 }
 
 // Connect opens a second connection to b's server (as another process would).
