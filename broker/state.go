@@ -47,6 +47,9 @@ type RecordState struct {
 	// Answer is a paid answer whose result a worker could not store before
 	// it had to stop: the next delivery stores it instead of calling again.
 	Answer *Result `json:"answer,omitempty"`
+	// TwinWaited: the record waited once for a twin delivery after an
+	// outage held its lookup (worker/handle.go); it does not wait again.
+	TwinWaited bool `json:"twin_waited,omitempty"`
 }
 
 // StateKey is the JETPOOL_ATTEMPTS key of a record's action.

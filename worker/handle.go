@@ -144,7 +144,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 		}
 		held = held || heldState
 	}
-	if held && last == nil {
+	if held && last == nil && (d.state == nil || !d.state.TwinWaited) {
 		// The outage that held this lookup may also have made JetStream
 		// deliver the record twice (a work consumer's leader lost before it
 		// passed a delivery on delivers it again as new), and its twin may
@@ -153,7 +153,11 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 		// budget: that delivery looks again (TestChaosLeaderLoss paid a
 		// record again 1 ms after its twin's call, both lookups held by
 		// the same election).
-		return outcome{kind: outcomePark, state: d.nextState(nil), delay: twinWait + rand.N(twinWait)}, true
+		// Once: a store that keeps failing now and then (a node catching up
+		// for minutes) would otherwise park the record for ever.
+		st := d.nextState(nil)
+		st.TwinWaited = true
+		return outcome{kind: outcomePark, state: st, delay: twinWait + rand.N(twinWait)}, true
 	}
 	return outcome{}, false
 }
