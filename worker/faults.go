@@ -2,6 +2,7 @@ package worker
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -27,11 +28,21 @@ type StorageFault struct {
 type faults struct {
 	mu  sync.Mutex
 	cur map[string]*StorageFault // by Write
+	// last is when a write last failed or a fault ended (unix ns): see
+	// recent.
+	last atomic.Int64
+}
+
+// recent reports whether a write failed, or a fault ended, within the last
+// d: the store was in trouble a moment ago.
+func (f *faults) recent(now time.Time, d time.Duration) bool {
+	return now.UnixNano()-f.last.Load() < d.Nanoseconds()
 }
 
 func (f *faults) fail(what, stream string, err error, log zerolog.Logger) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.last.Store(time.Now().UnixNano())
 	if f.cur == nil {
 		f.cur = map[string]*StorageFault{}
 	}
@@ -54,6 +65,7 @@ func (f *faults) ok(what string, log zerolog.Logger) {
 		return
 	}
 	delete(f.cur, what)
+	f.last.Store(time.Now().UnixNano())
 	log.Info().Str("write", what).Str("stream", sf.Stream).Int("failures", sf.Failures).
 		Dur("for", time.Since(sf.Since).Round(time.Millisecond)).Msgf("%s writes to %s land again", what, sf.Stream)
 }

@@ -144,15 +144,17 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 		}
 		held = held || heldState
 	}
+	held = held || p.done.faults.recent(p.cfg.Clock.Now(), twinWindow)
 	if held && last == nil && (d.state == nil || !d.state.TwinWaited) {
-		// The outage that held this lookup may also have made JetStream
-		// deliver the record twice (a work consumer's leader lost before it
-		// passed a delivery on delivers it again as new), and its twin may
-		// be at the same point, about to call. Back once the twin has had
-		// time to store its answer, spending nothing of the record's
-		// budget: that delivery looks again (TestChaosLeaderLoss paid a
-		// record again 1 ms after its twin's call, both lookups held by
-		// the same election).
+		// The outage that held this lookup, or that this pool met a moment
+		// ago, may also have made JetStream deliver the record twice (a
+		// work consumer's leader lost before it passed a delivery on
+		// delivers it again as new), and its twin may be at the same point,
+		// about to call, or holding its answer unstored. Back once the
+		// twin has had time to store its answer, spending nothing of the
+		// record's budget: that delivery looks again (TestChaosLeaderLoss
+		// paid records again 1 ms after a twin's call, and the instant a
+		// twin's held write landed).
 		// Once: a store that keeps failing now and then (a node catching up
 		// for minutes) would otherwise park the record for ever.
 		st := d.nextState(nil)
@@ -164,7 +166,12 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 
 // twinWait is the least a record whose lookup an outage held waits before
 // it looks again (handle.go, lookUp); up to twice that, at random.
-const twinWait = 2 * time.Second
+// twinWindow is how long after a storage fault its pool's lookups count
+// as held.
+const (
+	twinWait   = 2 * time.Second
+	twinWindow = 10 * time.Second
+)
 
 // untilAnswered runs a lookup until it answers, with backoff, while ctx
 // lasts; the store's failures are reported as faults. held: it failed at
