@@ -151,3 +151,25 @@ func TestAwaitPublishEndsSoonAfterAReconnect(t *testing.T) {
 	err = broker.AwaitPublish(context.Background(), silentFuture{m}, time.Now().Add(-broker.ResultAckTimeout+50*time.Millisecond), rc)
 	require.ErrorContains(t, err, "no ack from the store within")
 }
+
+// Of two deliveries that claim a record's call, one wins; a claim lapses
+// after its ttl, and one of an earlier replay generation does not stand.
+func TestClaim(t *testing.T) {
+	b := testenv.Broker(t)
+	ctx := context.Background()
+	ok, err := b.Claim(ctx, "j", "a", "r1", 0, "w1/1", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok, "the first claim wins")
+	ok, err = b.Claim(ctx, "j", "a", "r1", 0, "w2/7", time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok, "a twin's claim loses")
+	ok, err = b.Claim(ctx, "j", "a", "r1", 0, "w2/8", time.Nanosecond)
+	require.NoError(t, err)
+	require.True(t, ok, "a lapsed claim is taken over")
+	ok, err = b.Claim(ctx, "j", "a", "r1", 1, "w3/1", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok, "a claim of an earlier replay does not stand")
+	ok, err = b.Claim(ctx, "j", "a", "r2", 0, "w2/7", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok, "another record's claim is its own")
+}

@@ -105,3 +105,51 @@ func (b *Broker) ClearState(ctx context.Context, job, action, record string) err
 	}
 	return kv.Purge(ctx, StateKey(job, action, record))
 }
+
+// claim is a worker's right to call the model for a record's action,
+// for a while (Claim).
+type claim struct {
+	Holder  string    `json:"holder"`
+	Replays int       `json:"replays"`
+	At      time.Time `json:"at"`
+}
+
+// Claim takes the right to call the model for a record's action, for
+// holder (unique to the delivery), unless another holder's claim of the same
+// replay generation younger than ttl stands: ok false then. A worker takes
+// one only after a storage fault, when JetStream may have delivered the
+// record twice and its twin may be calling (worker/handle.go): of two twins
+// that both find no result, one calls. Compare-and-set on the bucket's
+// leader; a claim needs no release: it lapses after ttl, and the winner's
+// result, once stored, is found before any claim is asked for.
+func (b *Broker) Claim(ctx context.Context, job, action, record string, replays int, holder string, ttl time.Duration) (ok bool, _ error) {
+	kv, err := b.KV(ctx, BucketAttempts)
+	if err != nil {
+		return false, err
+	}
+	key := StateKey(job, action, record) + ".claim"
+	data, err := json.Marshal(claim{Holder: holder, Replays: replays, At: time.Now()})
+	if err != nil {
+		return false, err
+	}
+	m, err := b.kvLast(ctx, BucketAttempts, key)
+	if err != nil {
+		return false, fmt.Errorf("claim of %s/%s/%s: %w", job, action, record, err)
+	}
+	if m == nil {
+		_, err = kv.Create(ctx, key, data)
+	} else {
+		var c claim
+		if json.Unmarshal(m.Data, &c) == nil && c.Replays == replays && c.Holder != holder && time.Since(c.At) < ttl {
+			return false, nil
+		}
+		_, err = kv.Update(ctx, key, data, m.Sequence)
+	}
+	switch {
+	case err == nil:
+		return true, nil
+	case IsConflict(err):
+		return false, nil // another holder took it a moment ago
+	}
+	return false, fmt.Errorf("claim of %s/%s/%s: %w", job, action, record, err)
+}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -145,23 +146,44 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 		held = held || heldState
 	}
 	held = held || p.done.faults.recent(p.cfg.Clock.Now(), twinWindow)
-	if held && last == nil && (d.state == nil || !d.state.TwinWaited) {
-		// The outage that held this lookup, or that this pool met a moment
-		// ago, may also have made JetStream deliver the record twice (a
-		// work consumer's leader lost before it passed a delivery on
-		// delivers it again as new), and its twin may be at the same point,
-		// about to call, or holding its answer unstored. Back once the
-		// twin has had time to store its answer, spending nothing of the
-		// record's budget: that delivery looks again (TestChaosLeaderLoss
-		// paid records again 1 ms after a twin's call, and the instant a
-		// twin's held write landed).
-		// Once: a store that keeps failing now and then (a node catching up
-		// for minutes) would otherwise park the record for ever.
-		st := d.nextState(nil)
-		st.TwinWaited = true
-		return outcome{kind: outcomePark, state: st, delay: twinWait + rand.N(twinWait)}, true
+	if held && last == nil {
+		if o, wait := jr.twin(ctx, d); wait {
+			return o, true
+		}
 	}
 	return outcome{}, false
+}
+
+// twin decides for a record that found no result while the store was in
+// trouble — its lookup held, or its pool met a storage fault a moment ago —
+// whether it waits. The outage may also have made JetStream deliver the
+// record twice (a work consumer's leader lost before it passed a delivery
+// on delivers it again as new), and its twin may be at the same point,
+// about to call, or holding its answer unstored (TestChaosLeaderLoss paid
+// records again 1 ms after a twin's call, and the instant a twin's held
+// write landed). So the record is parked once for a few seconds, spending
+// nothing of its budget, and looks again; if the store is still in trouble
+// then, it claims the call (broker.Claim): of two twins one calls, the
+// other waits again. A claim the store cannot answer does not stop the
+// call.
+func (jr *jobRunner) twin(ctx context.Context, d *delivery) (o outcome, wait bool) {
+	park := func(st *broker.RecordState) outcome {
+		return outcome{kind: outcomePark, state: st, delay: twinWait + rand.N(twinWait)}
+	}
+	if d.state == nil || !d.state.TwinWaited {
+		st := d.nextState(nil)
+		st.TwinWaited = true
+		return park(st), true
+	}
+	p := jr.p
+	cctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	holder := fmt.Sprintf("%s/%p", p.id, d) // unique to this delivery
+	ok, err := p.b.Claim(cctx, d.job, d.action.Name, d.env.ID, d.replays, holder, 2*cmp.Or(p.b.Cfg.AckWait, broker.AckWaitDefault))
+	if err != nil || ok {
+		return outcome{}, false
+	}
+	return park(d.nextState(nil)), true
 }
 
 // twinWait is the least a record whose lookup an outage held waits before
