@@ -77,6 +77,12 @@ func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 	select {
 	case <-time.After(m.latency):
 	case <-r.Context().Done():
+		// The client went away mid-call (its process was killed): no
+		// answer went out, so this is no paid answer (status 0).
+		m.mu.Lock()
+		m.calls[id][n-1].end = time.Now()
+		m.mu.Unlock()
+		return
 	}
 	rp := providertest.Reply{Status: 200, Body: providertest.OpenAIChat("chaos-1", fmt.Sprintf(m.answer, id), 10, 3000/4)}
 	if m.script != nil {
