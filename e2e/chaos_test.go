@@ -80,11 +80,13 @@ func TestChaosLeaderLoss(t *testing.T) {
 
 	targets := []string{broker.StreamResults, broker.StreamWork, broker.StreamDLQ,
 		"KV_" + broker.BucketAttempts, "KV_" + broker.BucketJobState}
+	var killed []time.Time
 	for i, stream := range targets {
 		at := int64((i + 1) * n / (len(targets) + 2))
 		testenv.Eventually(t, 90*time.Second, func() bool { return doneSoFar(admin, res.Job.ID) >= at }, "%d records done", at)
 		leader := c.leader(admin, stream)
 		c.kill(leader)
+		killed = append(killed, time.Now())
 		t.Logf("killed %s, the leader of %s, with %d records done", c.nodes[leader].name, stream, doneSoFar(admin, res.Job.ID))
 		// The job goes on without it; then it comes back and catches up.
 		testenv.Eventually(t, 60*time.Second, func() bool { return doneSoFar(admin, res.Job.ID) >= at+50 }, "progress without %s", c.nodes[leader].name)
@@ -92,7 +94,9 @@ func TestChaosLeaderLoss(t *testing.T) {
 		c.current(admin, stream)
 	}
 	j, _ := waitFinished(t, admin, res.Job.ID, 120*time.Second)
-	t.Log(checkPromise(t, admin, j, m, promise{n: n, bound: callBound(wf)}))
+	// A twin delivery after a node's loss may still pay a record again
+	// (docs/durability.md, Known gaps): reported, and bounded at 1 %.
+	t.Log(checkPromise(t, admin, j, m, promise{n: n, bound: callBound(wf), serverKills: killed, serverWindow: 10 * time.Second, serverRepeats: n / 100}))
 }
 
 // Freeze the node leading the results stream for 20 s (SIGSTOP): its

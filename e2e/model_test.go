@@ -146,12 +146,22 @@ type promise struct {
 	n     int
 	kills []time.Time // when worker processes were killed
 	bound int         // calls a record may make at most, over every action
+	// serverKills are when nats-server nodes were killed. A node lost just
+	// after its consumer delivered a record, before it passed the delivery
+	// on, makes JetStream deliver the record again as new, and a twin can
+	// then pay again (docs/durability.md, Known gaps): such repeats — a
+	// server killed within serverWindow before the success's call, or
+	// between it and the repeat — are counted and reported apart, at most
+	// serverRepeats of them.
+	serverKills   []time.Time
+	serverWindow  time.Duration
+	serverRepeats int
 }
 
 func checkPromise(t testing.TB, b *broker.Broker, job *broker.Job, m *model, p promise) string {
 	t.Helper()
 	res := checkResults(t, b, job, p.n) // exactly one final result a record
-	paidTwice, excused, concurrent, maxCalls := 0, 0, 0, 0
+	paidTwice, excused, concurrent, maxCalls, twins := 0, 0, 0, 0, 0
 	for id := range res {
 		calls := 0
 		for _, action := range job.Actions {
@@ -174,6 +184,12 @@ func checkPromise(t testing.TB, b *broker.Broker, job *broker.Job, m *model, p p
 					excused++
 					continue
 				}
+				if slices.ContainsFunc(p.serverKills, func(k time.Time) bool { return !k.Before(c.start.Add(-p.serverWindow)) && !k.After(next) }) {
+					twins++
+					t.Logf("%s/%s: called again at %s after a call that succeeded at %s, a nats-server killed meanwhile (a twin delivery: the known gap)",
+						action, id, next.Format(time.TimeOnly+".000"), c.end.Format(time.TimeOnly+".000"))
+					continue
+				}
 				paidTwice++
 				t.Errorf("%s/%s: called again at %s after a call that succeeded at %s (no worker was killed between)",
 					action, id, next.Format(time.TimeOnly+".000"), c.end.Format(time.TimeOnly+".000"))
@@ -182,8 +198,9 @@ func checkPromise(t testing.TB, b *broker.Broker, job *broker.Job, m *model, p p
 		maxCalls = max(maxCalls, calls)
 		require.LessOrEqual(t, calls, p.bound, "%s: %d calls, over the bound of %d", id, calls, p.bound)
 	}
-	return fmt.Sprintf("%d records, %d calls (at most %d a record, bound %d), %d paid again after a success, %d after a worker was killed mid-call, %d called twice at once",
-		p.n, m.total(), maxCalls, p.bound, paidTwice, excused, concurrent)
+	require.LessOrEqual(t, twins, p.serverRepeats, "records paid again by twin deliveries after a nats-server kill")
+	return fmt.Sprintf("%d records, %d calls (at most %d a record, bound %d), %d paid again after a success, %d after a worker was killed mid-call, %d twin deliveries after a nats-server kill, %d called twice at once",
+		p.n, m.total(), maxCalls, p.bound, paidTwice, excused, twins, concurrent)
 }
 
 // callBound is validate's worst case of a record over every action of wf.
