@@ -151,15 +151,7 @@ func TestChaosFullStore(t *testing.T) {
 
 	m := newModel(t, 5*time.Millisecond)
 	m.answer = strings.Repeat("x", 3000) + " answer of %s" // 3 KB answers
-	dir := t.TempDir()
-	wfPath := filepath.Join(dir, "wf.yaml")
-	require.NoError(t, os.WriteFile(wfPath, []byte(fmt.Sprintf(`providers:
-  chaos: {kind: openai, base_url: %s/v1, api_key_env: CHAOS_API_KEY}
-defaults: {provider: chaos, model: chaos-1}
-actions:
-  - name: answer
-    prompt: "ACTION answer: {{ .text }}"
-`, m.URL)), 0o600))
+	dir, wfPath := modelWorkflowFile(t, m)
 	out := filepath.Join(dir, "results.jsonl")
 	env := workerEnv(c.url(0), 10*time.Second, "CHAOS_API_KEY", "k")
 	run := start(t, env, "run", wfPath, "--input", testenv.Records(t, n), "--output", out, "--no-progress", "--concurrency", "16")
@@ -241,15 +233,7 @@ func TestChaosRetryKilled(t *testing.T) {
 		}
 		return providertest.Reply{}, false
 	}
-	dir := t.TempDir()
-	wfPath := filepath.Join(dir, "wf.yaml")
-	require.NoError(t, os.WriteFile(wfPath, []byte(fmt.Sprintf(`providers:
-  chaos: {kind: openai, base_url: %s/v1, api_key_env: CHAOS_API_KEY}
-defaults: {provider: chaos, model: chaos-1}
-actions:
-  - name: answer
-    prompt: "ACTION answer: {{ .text }}"
-`, m.URL)), 0o600))
+	dir, wfPath := modelWorkflowFile(t, m)
 	env := map[string]string{"JETPOOL_DATA_DIR": filepath.Join(dir, "data"), "JETPOOL_ACK_WAIT": "3s", "CHAOS_API_KEY": "k",
 		"JETPOOL_LOG_LEVEL": "warn"}
 	r := jetpool(t, env, "run", wfPath, "--input", testenv.Records(t, n), "--no-progress", "--job", "replayed")
@@ -394,4 +378,19 @@ func TestLookupReadsTheLeader(t *testing.T) {
 	}
 	t.Logf("after the thaw, %d of %d direct gets through the thawed replica found nothing; lookups from the leader missed %d (%d asked again after an error)", direct, n, missed, errs)
 	require.Zero(t, missed)
+}
+
+// modelWorkflowFile writes, in a new temp dir, a one-action workflow
+// calling m, for the jetpool commands a test runs.
+func modelWorkflowFile(t *testing.T, m *model) (dir, path string) {
+	dir = t.TempDir()
+	path = filepath.Join(dir, "wf.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`providers:
+  chaos: {kind: openai, base_url: %s/v1, api_key_env: CHAOS_API_KEY}
+defaults: {provider: chaos, model: chaos-1}
+actions:
+  - name: answer
+    prompt: "ACTION answer: {{ .text }}"
+`, m.URL)), 0o600))
+	return dir, path
 }

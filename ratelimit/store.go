@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/retry"
 )
 
 // Store holds the shared States, one per key, with compare-and-set.
@@ -85,7 +86,7 @@ func (s *KVStore) Update(ctx context.Context, key string, fn func(*State) bool) 
 		// Another writer won: a short random pause spreads the next tries
 		// of writers that lost together (on R3 each try is a round trip to
 		// the bucket's leader, and a read may come from a follower behind it).
-		if err := sleepCtx(ctx, contentionPause()/10); err != nil {
+		if err := (retry.SystemClock{}).Sleep(ctx, contentionPause()/10); err != nil {
 			return State{}, err
 		}
 	}
@@ -96,17 +97,6 @@ func (s *KVStore) Update(ctx context.Context, key string, fn func(*State) bool) 
 // compare-and-set race.
 func contentionPause() time.Duration {
 	return 5*time.Millisecond + rand.N(20*time.Millisecond)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // Watch implements Store.
