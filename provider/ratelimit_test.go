@@ -25,7 +25,12 @@ func TestRateLimitHeaders(t *testing.T) {
 		"X-Ratelimit-Remaining-Tokens", "150000", "X-Ratelimit-Reset-Tokens", "6m0s")
 	openai := retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 500, Remaining: 499, Reset: 120 * time.Millisecond},
 		Tokens: retry.Bucket{Known: true, Limit: 200000, Remaining: 150000, Reset: 6 * time.Minute}}
-	reset := time.Now().Add(30 * time.Second).UTC().Format(time.RFC3339)
+	// Anthropic's reset is a moment, to the second: the bucket's Reset is
+	// the time left until it when the answer is read (checked below between
+	// the time left before and after the call, not against a fixed 30 s a
+	// loaded machine may be seconds late for).
+	resetAt := time.Now().Add(30 * time.Second).UTC().Truncate(time.Second)
+	reset := resetAt.Format(time.RFC3339)
 	anthropicHeaders := h("Anthropic-Ratelimit-Requests-Limit", "50", "Anthropic-Ratelimit-Requests-Remaining", "0",
 		"Anthropic-Ratelimit-Requests-Reset", reset,
 		"Anthropic-Ratelimit-Input-Tokens-Limit", "40000", "Anthropic-Ratelimit-Input-Tokens-Remaining", "39000",
@@ -36,6 +41,8 @@ func TestRateLimitHeaders(t *testing.T) {
 		serve http.Handler
 		err   bool
 		want  retry.RateLimit
+		// resetAt, when set, is the moment the request bucket resets.
+		resetAt time.Time
 	}{
 		{name: "openai success", kind: provider.KindOpenAI,
 			serve: providertest.Reply{Status: 200, Header: openaiHeaders, Body: providertest.OpenAIChat("m", "hi", 3, 1)}, want: openai},
@@ -52,8 +59,8 @@ func TestRateLimitHeaders(t *testing.T) {
 			want:  openai},
 		{name: "anthropic success: the emptiest token bucket", kind: provider.KindAnthropic,
 			serve: providertest.Reply{Status: 200, Header: anthropicHeaders, Body: providertest.AnthropicMessage("m", "hi", 3, 1)},
-			want: retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 50, Remaining: 0, Reset: 30 * time.Second},
-				Tokens: retry.Bucket{Known: true, Limit: 8000, Remaining: 120}}},
+			want: retry.RateLimit{Requests: retry.Bucket{Known: true, Limit: 50, Remaining: 0},
+				Tokens: retry.Bucket{Known: true, Limit: 8000, Remaining: 120}}, resetAt: resetAt},
 		{name: "no headers, nothing known", kind: provider.KindOpenAI,
 			serve: providertest.Reply{Status: 200, Body: providertest.OpenAIChat("m", "hi", 3, 1)}},
 		{name: "unreadable values are ignored", kind: provider.KindOpenAI,
@@ -63,8 +70,10 @@ func TestRateLimitHeaders(t *testing.T) {
 			t.Parallel()
 			srv := providertest.NewServer(t, c.serve)
 			p := providertest.New(t, providertest.Config(c.kind, srv))
+			before := time.Until(c.resetAt)
 			resp, err := p.Call(context.Background(), provider.Request{Model: "m", Stream: c.serve != nil && isSSE(c.serve),
 				Messages: []provider.Message{{Role: "user", Content: "hi"}}})
+			after := time.Until(c.resetAt)
 			got := resp.RateLimit
 			if c.err {
 				require.Error(t, err)
@@ -75,7 +84,12 @@ func TestRateLimitHeaders(t *testing.T) {
 			require.Equal(t, c.want.Requests.Known, got.Requests.Known)
 			require.Equal(t, c.want.Requests.Limit, got.Requests.Limit)
 			require.Equal(t, c.want.Requests.Remaining, got.Requests.Remaining)
-			require.InDelta(t, c.want.Requests.Reset, got.Requests.Reset, float64(2*time.Second))
+			if c.resetAt.IsZero() {
+				require.Equal(t, c.want.Requests.Reset, got.Requests.Reset)
+			} else {
+				require.GreaterOrEqual(t, got.Requests.Reset, after, "time left until the reset, read after the call began")
+				require.LessOrEqual(t, got.Requests.Reset, before, "time left until the reset, read before the call ended")
+			}
 			require.Equal(t, c.want.Tokens.Known, got.Tokens.Known)
 			require.Equal(t, c.want.Tokens.Limit, got.Tokens.Limit)
 			require.Equal(t, c.want.Tokens.Remaining, got.Tokens.Remaining)

@@ -41,6 +41,8 @@ type CostGate struct {
 
 	mu       sync.Mutex
 	pending  float64     // spent here, not yet in the job entry
+	storing  float64     // taken from pending by a Flush under way, not yet in the job seen here
+	stored   float64     // the most spend a job entry stored by this gate's flushes held (a job's spend only grows; a watch may deliver an older entry late)
 	timer    *time.Timer // armed while pending > 0
 	closed   bool        // Close: no more timers
 	flushing sync.Mutex  // one flush at a time
@@ -64,7 +66,7 @@ func (g *CostGate) Allow() *retry.Error {
 		return nil
 	}
 	g.mu.Lock()
-	spent := j.Cost + g.pending
+	spent := max(j.Cost, g.stored) + g.pending + g.storing
 	g.mu.Unlock()
 	if spent < j.MaxCost {
 		return nil
@@ -88,6 +90,11 @@ func (g *CostGate) Spend(dollars float64) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.addLocked(dollars)
+}
+
+// addLocked adds dollars to what is pending, and arms the flush; g.mu is held.
+func (g *CostGate) addLocked(dollars float64) {
 	g.pending += dollars
 	if g.timer == nil && !g.closed {
 		g.timer = time.AfterFunc(CostFlushEvery, func() { g.Flush(context.Background()) })
@@ -109,8 +116,10 @@ func (g *CostGate) Flush(ctx context.Context) {
 	g.flushing.Lock()
 	defer g.flushing.Unlock()
 	g.mu.Lock()
+	// What is being stored still counts here until the job entry that
+	// holds it is seen: else a call allowed meanwhile would see neither.
 	delta := g.pending
-	g.pending = 0
+	g.pending, g.storing = 0, delta
 	if g.timer != nil {
 		g.timer.Stop()
 		g.timer = nil
@@ -133,10 +142,18 @@ func (g *CostGate) Flush(ctx context.Context) {
 	})
 	if err != nil {
 		jr.p.log.Warn().Str("job", jr.id).Err(err).Msg("job cost not stored; kept for the next flush")
-		g.Spend(delta)
+		g.mu.Lock()
+		g.storing = 0
+		if delta > 0 {
+			g.addLocked(delta)
+		}
+		g.mu.Unlock()
 		return
 	}
 	jr.setJob(j)
+	g.mu.Lock()
+	g.storing, g.stored = 0, max(g.stored, j.Cost)
+	g.mu.Unlock()
 }
 
 // costOf is what usage cost at action a's price (nil: unknown price).
