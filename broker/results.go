@@ -465,6 +465,13 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 			return 0, 0, fmt.Errorf("count results of job %s: %w", j.ID, err)
 		}
 		n[i] = c.CachedInfo().NumPending
+		if !b.onCurrentMember(ctx, StreamResults, c.CachedInfo()) {
+			// Its leader's copy is behind (a node catching up): counted
+			// afresh on a current member instead.
+			if n[i], err = b.countFiltered(ctx, StreamResults, cc.FilterSubjects...); err != nil {
+				return 0, 0, err
+			}
+		}
 	}
 	return n[0], n[1], nil
 }
@@ -472,21 +479,31 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 // countFiltered counts the messages of stream matching any of filters at
 // one instant: an ephemeral consumer's pending count, computed by the server
 // by walking the matching subjects.
+//
+// The consumer counts on the member it is placed on: one that is behind (a
+// node catching up) is left for another (broker/current.go).
 func (b *Broker) countFiltered(ctx context.Context, stream string, filters ...string) (uint64, error) {
-	c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		FilterSubjects:    filters,
-		AckPolicy:         jetstream.AckNonePolicy,
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: 10 * time.Second,
-		MemoryStorage:     true,
-		Replicas:          1,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("count %s %v: %w", stream, filters, err)
+	var n uint64
+	for try := 0; try < placeTries; try++ {
+		c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
+			FilterSubjects:    filters,
+			AckPolicy:         jetstream.AckNonePolicy,
+			DeliverPolicy:     jetstream.DeliverAllPolicy,
+			InactiveThreshold: 10 * time.Second,
+			MemoryStorage:     true,
+			Replicas:          1,
+		})
+		if err != nil {
+			return 0, fmt.Errorf("count %s %v: %w", stream, filters, err)
+		}
+		info := c.CachedInfo()
+		_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name)
+		n = info.NumPending
+		if b.onCurrentMember(ctx, stream, info) {
+			break
+		}
 	}
-	info := c.CachedInfo()
-	_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name)
-	return info.NumPending, nil
+	return n, nil
 }
 
 // failureOutcomes are the outcome tokens of failed results: every reason,
