@@ -39,6 +39,11 @@ func (f *faults) recent(now time.Time, d time.Duration) bool {
 	return now.UnixNano()-f.last.Load() < d.Nanoseconds()
 }
 
+// elected is a leader election of the work stream or one of its consumers
+// (broker.WatchElections): not a failed write, but the moment after it is
+// one in which a record may be delivered twice, so it counts as recent.
+func (f *faults) elected(now time.Time) { f.last.Store(now.UnixNano()) }
+
 func (f *faults) fail(what, stream string, err error, log zerolog.Logger) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -449,13 +449,7 @@ func TestHeldLookupWaitsForATwin(t *testing.T) {
 	const n = 4
 	ctx := context.Background()
 	b := testenv.Broker(t, testenv.Options{AckWait: time.Second})
-	wf := testenv.Workflow(t, `
-providers:
-  sim: {kind: sim, sim: {latency: 1ms}}
-defaults: {provider: sim, model: sim-1}
-actions:
-  - {name: a, prompt: "{{ .text }}"}
-`)
+	wf := testenv.Workflow(t, oneSimAction)
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{})
 	var mu sync.Mutex
 	died := map[string]bool{}
@@ -472,11 +466,61 @@ actions:
 	require.NoError(t, b.JS.DeleteStream(ctx, broker.StreamResults)) // the redeliveries' lookups are held
 	testenv.Eventually(t, 30*time.Second, func() bool { return len(pool.Faults()) > 0 }, "lookups held")
 	require.NoError(t, b.Ensure(ctx))
-	job, p := testenv.WaitFinished(t, b, res.Job.ID, 60*time.Second)
+	requireEachOKOnce(t, b, res.Job.ID, counter, n, 60*time.Second)
+	require.GreaterOrEqual(t, pool.Snapshot().Handled, int64(3*n), "lost, parked after the held lookup, then called")
+}
+
+// oneSimAction is a workflow of one action on a 1 ms sim.
+const oneSimAction = `
+providers:
+  sim: {kind: sim, sim: {latency: 1ms}}
+defaults: {provider: sim, model: sim-1}
+actions:
+  - {name: a, prompt: "{{ .text }}"}
+`
+
+// requireEachOKOnce waits for job's n records r1…rn to finish, and
+// requires each ok, with one result, called once.
+func requireEachOKOnce(t *testing.T, b *broker.Broker, job string, counter *testenv.Counter, n int, timeout time.Duration) {
+	t.Helper()
+	j, p := testenv.WaitFinished(t, b, job, timeout)
 	require.EqualValues(t, n, p.OK)
-	require.Len(t, testenv.Results(t, b, job), n)
+	require.Len(t, testenv.Results(t, b, j), n)
 	for i := 1; i <= n; i++ {
 		require.Equal(t, 1, counter.Calls(fmt.Sprintf("r%d", i)), "r%d called once", i)
 	}
-	require.GreaterOrEqual(t, pool.Snapshot().Handled, int64(3*n), "lost, parked after the held lookup, then called")
+}
+
+// A leader election of the work stream or of a job's consumer that has
+// delivered records may deliver one of them again, as new, while its twin
+// is being called (docs/durability.md, Twin deliveries): for a moment after
+// one, a record without a result waits for a possible twin before it calls.
+// A consumer's first election — it was just made and delivered nothing —
+// is not one.
+func TestElectionMakesRecordsWaitForATwin(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, oneSimAction)
+	counter := testenv.NewCounter()
+	pool := testenv.Pool(t, b, worker.Config{Concurrency: 4, NewProvider: counter.New})
+	// The job's consumer, made before its dispatch (which then does not
+	// mark its records as first runs: they look for a result, as on a
+	// cluster, where every record does).
+	_, err := b.EnsureConsumer(ctx, "elect", 3)
+	require.NoError(t, err)
+	// Its election, having delivered nothing; then one of a consumer the
+	// server does not know (its info unanswered: counted, to be safe): in
+	// order, on one subscription.
+	for _, c := range []string{broker.ConsumerName("elect"), "jetpool-gone"} {
+		require.NoError(t, b.NC.Publish(broker.ElectionSubjects[0][:len(broker.ElectionSubjects[0])-1]+c, []byte(`{}`)))
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return pool.Snapshot().Elections >= 1 }, "the election heard")
+	require.EqualValues(t, 1, pool.Snapshot().Elections, "a fresh consumer's election is not a risk")
+
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{JobID: "elect"})
+	requireEachOKOnce(t, b, res.Job.ID, counter, n, 30*time.Second)
+	require.GreaterOrEqual(t, pool.Snapshot().Handled, int64(2*n), "each record parked once for a possible twin, then called")
+	require.EqualValues(t, 1, pool.Snapshot().Elections)
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,9 +125,13 @@ type Pool struct {
 	loops    sync.WaitGroup // fetch loops and the watcher
 	inflight sync.WaitGroup
 	ctlSub   *nats.Subscription
-	serve    serveState // jobs this worker cannot serve (serve.go)
-	limits   *ratelimit.Registry
-	ownLim   bool // limits made by Start, closed by Stop
+	// unwatchElections ends the watch of the work stream's leader
+	// elections (worker/faults.go elected).
+	unwatchElections func()
+	elections        atomic.Int64 // Stats.Elections
+	serve            serveState   // jobs this worker cannot serve (serve.go)
+	limits           *ratelimit.Registry
+	ownLim           bool // limits made by Start, closed by Stop
 
 	calls    atomic.Int64
 	handled  atomic.Int64
@@ -265,6 +270,26 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	return p
 }
 
+// onElection hears of a new leader of the work stream or of one of its
+// consumers (broker.WatchElections), on the subscription's goroutine (one
+// at a time, in order). A consumer's first election, when it is made and
+// has delivered nothing, cannot deliver a record twice; any other, or one
+// whose consumer does not answer, makes the moment after it a fault's
+// (worker/handle.go twin).
+func (p *Pool) onElection(subject string) {
+	if consumer, ok := strings.CutPrefix(subject, "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED."+broker.StreamWork+"."); ok {
+		ctx, cancel := context.WithTimeout(p.runCtx, 3*time.Second)
+		c, err := p.b.JS.Consumer(ctx, broker.StreamWork, consumer)
+		cancel()
+		if err == nil && c.CachedInfo().Delivered.Consumer == 0 {
+			return
+		}
+	}
+	p.done.faults.elected(p.cfg.Clock.Now())
+	p.elections.Add(1)
+	p.log.Info().Str("advisory", subject).Msg("a work stream leader was elected: for a moment, records without a result wait for a possible twin before they call")
+}
+
 // Calls is the number of model calls this pool has made.
 func (p *Pool) Calls() int64 { return p.calls.Load() }
 
@@ -348,6 +373,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	p.ctlSub, err = p.b.NC.Subscribe(broker.SubjectControl, p.answerStats)
 	if err != nil {
 		p.log.Warn().Err(err).Msg("stats responder not started")
+	}
+	if p.unwatchElections, err = p.b.WatchElections(p.onElection); err != nil {
+		p.log.Warn().Err(err).Msg("not watching the work stream's leader elections")
 	}
 	p.loops.Add(1)
 	go func() {
@@ -452,6 +480,9 @@ func (p *Pool) Stop(ctx context.Context) error {
 	}
 	p.stopped = true
 	p.mu.Unlock()
+	if p.unwatchElections != nil {
+		p.unwatchElections()
+	}
 	if p.ctlSub != nil {
 		_ = p.ctlSub.Unsubscribe()
 	}
@@ -505,8 +536,12 @@ type Stats struct {
 	Handled   int64            `json:"handled"`
 	// Held is the records whose writes the store refused, held and tried
 	// again; Faults says which writes fail and why.
-	Held   int            `json:"held,omitempty"`
-	Faults []StorageFault `json:"storage_faults,omitempty"`
+	Held int `json:"held,omitempty"`
+	// Elections is the leader elections of the work stream or its
+	// consumers this worker heard of that could deliver a record twice
+	// (worker/faults.go elected).
+	Elections int64          `json:"elections,omitempty"`
+	Faults    []StorageFault `json:"storage_faults,omitempty"`
 	// Unservable is the running jobs this worker will not serve, with why
 	// (worker/serve.go).
 	Unservable map[string]string `json:"unservable,omitempty"`
@@ -515,7 +550,7 @@ type Stats struct {
 // Snapshot returns the pool's stats.
 func (p *Pool) Snapshot() Stats {
 	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
-		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Held: p.done.heldCount(), Faults: p.done.faults.list(),
+		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Held: p.done.heldCount(), Elections: p.elections.Load(), Faults: p.done.faults.list(),
 		Unservable: p.serve.snapshot()}
 	p.mu.Lock()
 	for id, jr := range p.jobs {
