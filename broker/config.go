@@ -83,8 +83,8 @@ type Config struct {
 	// cap new messages are refused, never old ones dropped.
 	ResultsMaxBytes ByteSize `envconfig:"JETPOOL_RESULTS_MAX_BYTES"`
 	DLQMaxBytes     ByteSize `envconfig:"JETPOOL_DLQ_MAX_BYTES"`
-	// Compression of the results and DLQ streams: "s2" (CompressionDefault) or "none".
-	Compression string `envconfig:"JETPOOL_COMPRESSION" default:"s2"`
+	// Compression of the results and DLQ streams: "none" (CompressionDefault) or "s2".
+	Compression string `envconfig:"JETPOOL_COMPRESSION" default:"none"`
 }
 
 // Defaults of Config, as documented in the README.

@@ -81,7 +81,7 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 		TLSCert: file("cert"), TLSKey: file("key"), TLSCA: file("ca"),
 		Replicas: 3, LogLevel: "debug", LogFormat: "console", Concurrency: 7, MetricsAddr: "127.0.0.1:9090",
 		SyncInterval: "always", BatchWrites: "off", AckWait: 45 * time.Second, MaxAckPending: 500, DedupeWindow: 10 * time.Minute,
-		JobRetention: 48 * time.Hour, ConsumerGrace: 10 * time.Minute, ResultsMaxBytes: 1 << 30, DLQMaxBytes: 1 << 20, Compression: "none",
+		JobRetention: 48 * time.Hour, ConsumerGrace: 10 * time.Minute, ResultsMaxBytes: 1 << 30, DLQMaxBytes: 1 << 20, Compression: "s2",
 		WorkerName: "w1",
 	}
 	set := map[string]string{
@@ -90,7 +90,7 @@ func TestLoadConfigReadsEveryVariable(t *testing.T) {
 		"TLSCA": want.TLSCA, "Replicas": "3", "LogLevel": "debug", "LogFormat": "console", "Concurrency": "7",
 		"MetricsAddr": want.MetricsAddr, "SyncInterval": "always", "BatchWrites": "off", "AckWait": "45s", "MaxAckPending": "500",
 		"DedupeWindow": "10m", "JobRetention": "48h", "ConsumerGrace": "10m", "ResultsMaxBytes": "1GiB", "DLQMaxBytes": "1MiB",
-		"Compression": "none", "WorkerName": "w1",
+		"Compression": "s2", "WorkerName": "w1",
 	}
 	for field, name := range envNames(t) {
 		v, ok := set[field]

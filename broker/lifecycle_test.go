@@ -287,7 +287,7 @@ func TestEnsureUpdatesOldStreams(t *testing.T) {
 	}
 	for _, name := range []string{broker.StreamDLQ, broker.StreamResults} {
 		c := info(name)
-		assert.Equal(t, jetstream.S2Compression, c.Compression, name)
+		assert.Equal(t, jetstream.NoCompression, c.Compression, name) // the default: broker.CompressionDefault
 		assert.Equal(t, jetstream.DiscardNew, c.Discard, name)
 	}
 	assert.EqualValues(t, 1<<30, info(broker.StreamResults).MaxBytes, "the operator's cap stays")
@@ -304,12 +304,12 @@ func TestEnsureUpdatesOldStreams(t *testing.T) {
 	assert.Equal(t, before, info(broker.StreamResults))
 
 	// Settings given are applied.
-	cfg.ResultsMaxBytes, cfg.DLQMaxBytes, cfg.Compression = -1, 64<<20, "none"
+	cfg.ResultsMaxBytes, cfg.DLQMaxBytes, cfg.Compression = -1, 64<<20, "s2"
 	b2 := reconfigured(t, b, cfg)
 	require.NoError(t, b2.Ensure(ctx))
 	assert.EqualValues(t, -1, info(broker.StreamResults).MaxBytes)
 	assert.EqualValues(t, 64<<20, info(broker.StreamDLQ).MaxBytes)
-	assert.Equal(t, jetstream.NoCompression, info(broker.StreamResults).Compression)
+	assert.Equal(t, jetstream.S2Compression, info(broker.StreamResults).Compression)
 	assert.EqualValues(t, 2, count(t, b, broker.StreamResults, broker.ResultFilter("j", "", "")))
 }
 
@@ -380,7 +380,7 @@ func TestLifecycleConfig(t *testing.T) {
 // The lifecycle settings are read from their JETPOOL_ names.
 func TestLifecycleFromEnvironment(t *testing.T) {
 	for k, v := range map[string]string{"JETPOOL_JOB_RETENTION": "48h", "JETPOOL_CONSUMER_GRACE": "10m",
-		"JETPOOL_RESULTS_MAX_BYTES": "20GB", "JETPOOL_DLQ_MAX_BYTES": "512MiB", "JETPOOL_COMPRESSION": "none"} {
+		"JETPOOL_RESULTS_MAX_BYTES": "20GB", "JETPOOL_DLQ_MAX_BYTES": "512MiB", "JETPOOL_COMPRESSION": "s2"} {
 		t.Setenv(k, v)
 	}
 	c, err := broker.LoadConfig()
@@ -389,7 +389,7 @@ func TestLifecycleFromEnvironment(t *testing.T) {
 	assert.Equal(t, 10*time.Minute, c.ConsumerGrace)
 	assert.Equal(t, broker.ByteSize(20e9), c.ResultsMaxBytes)
 	assert.Equal(t, broker.ByteSize(512<<20), c.DLQMaxBytes)
-	assert.Equal(t, "none", c.Compression)
+	assert.Equal(t, "s2", c.Compression)
 
 	for _, k := range []string{"JETPOOL_JOB_RETENTION", "JETPOOL_CONSUMER_GRACE", "JETPOOL_RESULTS_MAX_BYTES", "JETPOOL_DLQ_MAX_BYTES", "JETPOOL_COMPRESSION"} {
 		require.NoError(t, os.Unsetenv(k)) // t.Setenv above restores it

@@ -43,17 +43,18 @@ func TestWorkerKeepsOlderStreams(t *testing.T) {
 		require.NoError(t, err)
 		return st.CachedInfo().Config.Compression
 	}
-	op := as("operator", func(c *broker.Config) { c.Compression = "none" })
+	op := as("operator", nil) // the default: no compression
 	require.NoError(t, op.Ensure(ctx))
 	require.Equal(t, jetstream.NoCompression, compression(op))
 
-	w := as("worker", nil) // wants s2, may not update streams
+	s2 := func(c *broker.Config) { c.Compression = "s2" }
+	w := as("worker", s2) // wants s2, may not update streams
 	start := time.Now()
 	require.NoError(t, w.Ensure(ctx), "a worker on an older store starts")
 	t.Logf("worker Ensure with two refused updates: %s", time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, jetstream.NoCompression, compression(w))
 	require.NoError(t, w.WriteResult(ctx, &broker.Result{ID: "r1", Job: "j", Action: "a", Status: broker.StatusOK}))
 
-	require.NoError(t, as("operator", nil).Ensure(ctx))
+	require.NoError(t, as("operator", s2).Ensure(ctx))
 	assert.Equal(t, jetstream.S2Compression, compression(op), "the operator's Ensure updates it")
 }

@@ -114,7 +114,7 @@ Environment (process configuration):
   JETPOOL_CONSUMER_GRACE a finished job's work consumer goes this long after it finished (default 1h)
   JETPOOL_RESULTS_MAX_BYTES, JETPOOL_DLQ_MAX_BYTES
                          caps of the results and DLQ streams (default none): new messages are refused, old kept
-  JETPOOL_COMPRESSION    s2 (default) or none: compression of the results and DLQ streams
+  JETPOOL_COMPRESSION    none (default) or s2: compression of the results and DLQ streams
   JETPOOL_CPUPROFILE, JETPOOL_MEMPROFILE
                          write a CPU profile of the command / a heap profile of a stopping worker
   Only JETPOOL_ names are read: NATS_URL (the nats CLI's) and other bare names are ignored.
