@@ -117,20 +117,30 @@ func workerEnv(url string, ackWait time.Duration, extra ...string) map[string]st
 // waitFinished is testenv.WaitFinished for a broker that may lose its server
 // meanwhile: an error of one poll (a request that times out while the
 // cluster elects a new leader) is retried until timeout, not fatal.
-func waitFinished(t testing.TB, b *broker.Broker, job string, timeout time.Duration) (*broker.Job, broker.Progress) {
+func waitFinished(t testing.TB, b *broker.Broker, job string, timeout time.Duration, explain ...func(*broker.Job) string) (*broker.Job, broker.Progress) {
 	t.Helper()
+	var j *broker.Job
 	deadline := time.Now().Add(timeout)
 	var lastErr error
 	var last broker.Progress
 	for time.Now().Before(deadline) {
-		j, p, err := progress(b, job)
-		if err == nil && p.Finished(j) {
-			return j, p
+		jj, p, err := progress(b, job)
+		if err == nil && p.Finished(jj) {
+			return jj, p
+		}
+		if jj != nil {
+			j = jj
 		}
 		lastErr, last = err, p
 		testenv.Tick()
 	}
-	t.Fatalf("job %s not finished after %s: %+v (last error: %v)", job, timeout, last, lastErr)
+	why := ""
+	for _, e := range explain {
+		if j != nil {
+			why += e(j)
+		}
+	}
+	t.Fatalf("job %s not finished after %s: %+v (last error: %v)%s", job, timeout, last, lastErr, why)
 	return nil, last
 }
 

@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +30,9 @@ import (
 type model struct {
 	*httptest.Server
 	latency time.Duration
+	// slow, when set, is the latency instead (setSlow: a test keeps a job
+	// going while it waits for something else).
+	slow atomic.Int64
 	// script, when set, may answer the nth call (1-based) of key (action/record)
 	// otherwise than with a 200; ok false: a 200.
 	script func(key string, n int) (providertest.Reply, bool)
@@ -51,6 +57,9 @@ func newModel(t testing.TB, latency time.Duration) *model {
 	return m
 }
 
+// setSlow makes every call take d from now (0: the model's latency again).
+func (m *model) setSlow(d time.Duration) { m.slow.Store(int64(d)) }
+
 func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/v1/models" {
 		_, _ = w.Write([]byte(providertest.OpenAIModels("chaos-1")))
@@ -74,8 +83,12 @@ func (m *model) serve(w http.ResponseWriter, r *http.Request) {
 	n := len(m.calls[id]) + 1
 	m.calls[id] = append(m.calls[id], modelCall{start: start})
 	m.mu.Unlock()
+	latency := m.latency
+	if d := m.slow.Load(); d > 0 {
+		latency = time.Duration(d)
+	}
 	select {
-	case <-time.After(m.latency):
+	case <-time.After(latency):
 	case <-r.Context().Done():
 		// The client went away mid-call (its process was killed): no
 		// answer went out, so this is no paid answer (status 0).
@@ -210,4 +223,66 @@ func callBound(wf *workflow.Workflow) int {
 		n += a.Bound(wf.Providers[a.Provider]).Calls
 	}
 	return n
+}
+
+// explainMissing says, when a job does not finish, where its missing
+// records are: which have no final result, what the model saw of each, and
+// what the work stream and its consumers still hold.
+func explainMissing(b *broker.Broker, job *broker.Job, m *model, n int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var sb strings.Builder
+	have := map[string]bool{}
+	last := job.Actions[len(job.Actions)-1]
+	err := b.EachResult(ctx, job.ID, func(r *broker.Result) error {
+		if r.Status == broker.StatusFailed || r.Action == last {
+			have[r.ID] = true
+		}
+		return nil
+	})
+	fmt.Fprintf(&sb, "\n%d final results read (err %v)", len(have), err)
+	var missing []string
+	for i := 1; i <= n; i++ {
+		if id := fmt.Sprintf("r%d", i); !have[id] {
+			missing = append(missing, id)
+		}
+	}
+	fmt.Fprintf(&sb, "; missing %d: %v", len(missing), missing)
+	for _, id := range missing[:min(len(missing), 30)] {
+		for _, a := range job.Actions {
+			var cs []string
+			for _, c := range m.callsOf(a + "/" + id) {
+				cs = append(cs, fmt.Sprintf("%d@%s-%s", c.status, c.start.Format("15:04:05.000"), c.end.Format("15:04:05.000")))
+			}
+			fmt.Fprintf(&sb, "\n  %s/%s calls: %v", a, id, cs)
+		}
+	}
+	for _, name := range []string{broker.StreamWork, broker.StreamResults, broker.StreamDLQ} {
+		s, err := b.JS.Stream(ctx, name)
+		if err != nil {
+			fmt.Fprintf(&sb, "\nstream %s: %v", name, err)
+			continue
+		}
+		info := s.CachedInfo()
+		fmt.Fprintf(&sb, "\nstream %s: msgs %d first %d last %d leader %s", name, info.State.Msgs, info.State.FirstSeq, info.State.LastSeq, info.Cluster.Leader)
+		if name != broker.StreamWork {
+			continue
+		}
+		cl := s.ListConsumers(ctx)
+		for ci := range cl.Info() {
+			fmt.Fprintf(&sb, "\n  consumer %s: pending %d ack-pending %d redelivered %d delivered %d/%d ackfloor %d/%d leader %s",
+				ci.Name, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.Delivered.Consumer, ci.Delivered.Stream,
+				ci.AckFloor.Consumer, ci.AckFloor.Stream, ci.Cluster.Leader)
+		}
+		var ids []string
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0 && len(ids) < 40; seq++ {
+			msg, err := s.GetMsg(ctx, seq)
+			if err != nil {
+				continue
+			}
+			ids = append(ids, fmt.Sprintf("%d:%s", seq, msg.Header.Get(broker.HeaderRecord)))
+		}
+		fmt.Fprintf(&sb, "\n  work messages still stored: %v", ids)
+	}
+	return sb.String()
 }

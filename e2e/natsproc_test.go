@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +34,8 @@ type natsNode struct {
 	name   string
 	conf   string
 	port   int
+	http   int    // monitoring: /healthz
+	log    string // the server's log, kept by E2E_LOG_DIR when the test fails
 	cmd    *exec.Cmd
 	done   chan struct{}
 	frozen bool
@@ -59,14 +63,14 @@ func startNATSCluster(t testing.TB, o natsOpts) *natsCluster {
 		n = 3
 	}
 	c := &natsCluster{t: t, bin: tool(t, "nats-server")}
-	ports := freePorts(t, 2*n)
+	ports := freePorts(t, 3*n)
 	var routes []string
 	for i := range n {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
 	}
 	dir := t.TempDir()
 	for i := range n {
-		nd := &natsNode{name: fmt.Sprintf("n%d", i+1), port: ports[i]}
+		nd := &natsNode{name: fmt.Sprintf("n%d", i+1), port: ports[i], http: ports[2*n+i]}
 		store := filepath.Join(dir, nd.name)
 		js := fmt.Sprintf("store_dir: %q", store)
 		if o.SyncAlways {
@@ -75,11 +79,12 @@ func startNATSCluster(t testing.TB, o natsOpts) *natsCluster {
 		if o.MaxStore > 0 {
 			js += fmt.Sprintf("\n  max_file_store: %d", o.MaxStore)
 		}
-		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\nmax_payload: 8MB\njetstream {\n  %s\n}\n", nd.name, nd.port, js)
+		conf := fmt.Sprintf("server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\nmax_payload: 8MB\njetstream {\n  %s\n}\n", nd.name, nd.port, nd.http, js)
 		if n > 1 {
 			conf += fmt.Sprintf("cluster {\n  name: jetpool-chaos\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", ports[n+i], strings.Join(routes, ", "))
 		}
 		nd.conf = filepath.Join(dir, nd.name+".conf")
+		nd.log = filepath.Join(dir, nd.name+".log")
 		require.NoError(t, os.WriteFile(nd.conf, []byte(conf), 0o600))
 		c.nodes = append(c.nodes, nd)
 		c.start(i)
@@ -87,6 +92,13 @@ func startNATSCluster(t testing.TB, o natsOpts) *natsCluster {
 	t.Cleanup(func() {
 		for i := range c.nodes {
 			c.kill(i)
+		}
+		if logs := os.Getenv("E2E_LOG_DIR"); logs != "" && t.Failed() {
+			for _, nd := range c.nodes {
+				if b, err := os.ReadFile(nd.log); err == nil {
+					_ = os.WriteFile(filepath.Join(logs, strings.ReplaceAll(t.Name(), "/", "_")+"-nats-"+nd.name+".log"), b, 0o644)
+				}
+			}
 		}
 	})
 	return c
@@ -97,8 +109,11 @@ func (c *natsCluster) start(i int) {
 	c.t.Helper()
 	nd := c.nodes[i]
 	nd.cmd = exec.Command(c.bin, "-c", nd.conf)
-	nd.cmd.Stdout, nd.cmd.Stderr = nil, nil
+	logf, err := os.OpenFile(nd.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	require.NoError(c.t, err)
+	nd.cmd.Stdout, nd.cmd.Stderr = logf, logf
 	require.NoError(c.t, nd.cmd.Start(), "start %s", nd.name)
+	logf.Close() // the child has its own
 	nd.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(nd.cmd, nd.done)
 	nd.frozen = false
@@ -179,6 +194,35 @@ func (c *natsCluster) leader(b *broker.Broker, stream string) int {
 		return leader >= 0
 	}, "stream %s has a leader", stream)
 	return leader
+}
+
+// healthy waits until node i's /healthz says ok: every stream and consumer
+// it holds a replica of has caught up. An operator's rolling restart waits
+// for it before the next node (deploy/README.md); a kill before it can
+// leave a stream without a quorum of current replicas.
+func (c *natsCluster) healthy(i int) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	client := &http.Client{Timeout: 3 * time.Second}
+	var last string
+	deadline := time.Now().Add(90 * time.Second)
+	ok := func() bool {
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.http))
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		return resp.StatusCode == http.StatusOK
+	}
+	for !ok() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s not healthy (/healthz) within 90s: last said %s", nd.name, last)
+		}
+		testenv.Tick()
+	}
 }
 
 // current waits until every replica of stream is current again (a node
