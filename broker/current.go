@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -9,36 +10,58 @@ import (
 // A consumer of one replica (the ephemeral ones that count and read) is
 // placed by the servers on any member of its stream, at random
 // (nats-server createGroupForConsumer), and it counts and delivers what
-// that member's copy holds. A member just restarted can be catching up for
-// a minute (TestChaosLeaderLoss: "stream catching up" on /healthz for 90 s
-// after a SIGKILL), and a count or an export read there is behind: a job
-// looks unfinished, an export misses records. So such a consumer is used
-// only on the stream's leader or on a member the leader reports current;
-// else it is made again, elsewhere (placeTries times).
+// that member's copy holds. A member just restarted or thawed can be
+// catching up for a while — and the leader may already report it
+// "current" then: that is its raft log, not its stream's catch-up
+// (TestLookupReadsTheLeader read 0 of 300 results through one) — and a
+// count or an export read there is behind: a job looks unfinished, an
+// export misses records. So such a consumer is used only on the stream's
+// leader: else it is made again (placeTries times; with three members,
+// one in 3^8 is left where it is, and the read's end is checked against
+// the leader: ReadStream).
 const placeTries = 8
 
-// onCurrentMember reports whether the consumer ci describes is hosted by a
-// member of stream whose copy is current: the leader, or a replica the
-// leader reports current (a few entries behind at most, as any follower
-// under load: the next count has them). A single server, or a stream the
-// leader of which does not answer, counts as current (nothing better to
-// read from).
+// onLeader reports whether the consumer ci describes is hosted by the
+// stream's leader (a single server's always is). A leader that cannot be
+// asked is not known to host it.
+func (b *Broker) onLeader(ctx context.Context, stream string, ci *jetstream.ConsumerInfo) bool {
+	on, _, err := b.placement(ctx, stream, ci)
+	return err == nil && on
+}
+
+// onCurrentMember is the weaker test for a job's durable counters, which
+// are not made again for a count: the leader, or a replica the leader
+// reports current (its raft log caught up; its stream may still be
+// catching up, so a count there can be behind for as long as that takes,
+// and is right after). A counter elsewhere is counted afresh on the leader.
 func (b *Broker) onCurrentMember(ctx context.Context, stream string, ci *jetstream.ConsumerInfo) bool {
+	on, replica, err := b.placement(ctx, stream, ci)
+	return err == nil && (on || (replica != nil && replica.Current && !replica.Offline))
+}
+
+// placement says where ci's consumer is: on the stream's leader, or else on
+// replica (nil: not a member the leader lists).
+func (b *Broker) placement(ctx context.Context, stream string, ci *jetstream.ConsumerInfo) (onLeader bool, replica *jetstream.PeerInfo, err error) {
 	if ci == nil || ci.Cluster == nil || ci.Cluster.Leader == "" {
-		return true
+		return true, nil, nil // not clustered
 	}
-	s, err := b.JS.Stream(ctx, stream)
-	if err != nil {
-		return true
+	var info *jetstream.StreamInfo
+	if _, err := untilAnswered(ctx, noRespondersWait, 20*time.Millisecond, time.Second, notReady, func() {}, func() error {
+		s, err := b.JS.Stream(ctx, stream) // answered by the stream's leader
+		if err == nil {
+			info = s.CachedInfo()
+		}
+		return err
+	}); err != nil {
+		return false, nil, err
 	}
-	info := s.CachedInfo()
-	if info.Cluster == nil || info.Cluster.Leader == "" || info.Cluster.Leader == ci.Cluster.Leader {
-		return true
+	if info.Cluster == nil || info.Cluster.Leader == ci.Cluster.Leader {
+		return true, nil, nil
 	}
 	for _, r := range info.Cluster.Replicas {
 		if r.Name == ci.Cluster.Leader {
-			return r.Current && !r.Offline
+			return false, r, nil
 		}
 	}
-	return false
+	return false, nil, nil
 }

@@ -42,6 +42,28 @@ func (b *Broker) leaderLast(ctx context.Context, stream, subject string) (*jetst
 	return parseMsgGet(stream, resp.Data)
 }
 
+// leaderNext reads, from the stream's leader, the first message on subject
+// (wildcards allowed) at or after sequence seq; nil when there is none.
+func (b *Broker) leaderNext(ctx context.Context, stream, subject string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, leaderGetTimeout)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{seq, subject})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := b.NC.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	return parseMsgGet(stream, resp.Data)
+}
+
 // JetStream's error codes for "no message found", "stream not found" and
 // "JetStream system temporarily unavailable" (a node back from a freeze,
 // not caught up yet).

@@ -19,13 +19,55 @@ import (
 // last message read, on a new consumer (readStallsMax times).
 func (b *Broker) ReadStream(ctx context.Context, stream string, filter []string, fn func(jetstream.Msg) (stop bool, err error)) error {
 	var from uint64 // the next stream sequence to read; 0: from the start
+	// What the leader holds as the read starts: a read that ends before
+	// its last message on filter is checked (readAll).
+	var last uint64
+	if _, err := untilAnswered(ctx, readStartWait, 50*time.Millisecond, time.Second, notReady, func() {}, func() error {
+		st, err := b.JS.Stream(ctx, stream)
+		if err == nil {
+			last = st.CachedInfo().State.LastSeq
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("read %s: %w", stream, err)
+	}
 	for stalls := 0; ; stalls++ {
-		next, err := b.readFrom(ctx, stream, filter, from, fn)
+		next, stopped, err := b.readFrom(ctx, stream, filter, from, fn)
+		if err == nil && !stopped {
+			// The consumer had no more; the leader may have (a consumer
+			// made again mid-read lands on any member, one behind too).
+			err = b.readAll(ctx, stream, filter, max(next, from, 1), last)
+		}
 		if !errors.Is(err, errStalled) || stalls >= readStallsMax || ctx.Err() != nil {
 			return err
 		}
 		from = next
 	}
+}
+
+// readAll returns errStalled when the stream's leader holds a message on
+// filter between sequences next and last, which a read that ended before
+// next missed.
+func (b *Broker) readAll(ctx context.Context, stream string, filter []string, next, last uint64) error {
+	if next > last {
+		return nil
+	}
+	if len(filter) == 0 {
+		filter = []string{">"}
+	}
+	for _, f := range filter {
+		var m *jetstream.RawStreamMsg
+		if _, err := askLeader(ctx, stream, func() (err error) {
+			m, err = b.leaderNext(ctx, stream, f, next)
+			return err
+		}); err != nil {
+			return fmt.Errorf("%w: the leader of %s did not say whether the read is whole: %w", errStalled, stream, err)
+		}
+		if m != nil && m.Sequence <= last {
+			return fmt.Errorf("%w: the leader of %s holds %s at sequence %d, which the read ended before", errStalled, stream, f, m.Sequence)
+		}
+	}
+	return nil
 }
 
 // readStall is how long ReadStream waits for the next of the messages it
@@ -42,8 +84,8 @@ var (
 var errStalled = errors.New("the read stalled")
 
 // readFrom is ReadStream from stream sequence from (0: the first): it
-// returns the sequence to go on from when the read stalls.
-func (b *Broker) readFrom(ctx context.Context, stream string, filter []string, from uint64, fn func(jetstream.Msg) (bool, error)) (uint64, error) {
+// returns the sequence to go on from, and whether fn stopped the read.
+func (b *Broker) readFrom(ctx context.Context, stream string, filter []string, from uint64, fn func(jetstream.Msg) (bool, error)) (next uint64, stopped bool, err error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filter}
 	if from > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
@@ -61,21 +103,21 @@ func (b *Broker) readFrom(ctx context.Context, stream string, filter []string, f
 			return err
 		})
 		if err != nil {
-			return from, err
+			return from, false, err
 		}
 		// On a member whose copy is behind, the read would end short
-		// (broker/current.go): made again, elsewhere.
-		if try >= placeTries || b.onCurrentMember(ctx, stream, info) {
+		// (broker/current.go): made again, on the leader.
+		if try >= placeTries || b.onLeader(ctx, stream, info) {
 			break
 		}
 		_ = b.JS.DeleteConsumer(ctx, stream, info.Name)
 	}
 	if info.NumPending == 0 {
-		return from, nil
+		return from, false, nil
 	}
 	it, err := c.Messages(jetstream.PullMaxMessages(500))
 	if err != nil {
-		return from, err
+		return from, false, err
 	}
 	defer it.Stop()
 	for n := uint64(0); n < info.NumPending; n++ {
@@ -85,23 +127,23 @@ func (b *Broker) readFrom(ctx context.Context, stream string, filter []string, f
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
-			return from, ctx.Err()
+			return from, false, ctx.Err()
 		case errors.Is(err, context.DeadlineExceeded):
-			return from, fmt.Errorf("%w after %d of %d messages of %s (none for %s)", errStalled, n, info.NumPending, stream, readStall)
+			return from, false, fmt.Errorf("%w after %d of %d messages of %s (none for %s)", errStalled, n, info.NumPending, stream, readStall)
 		default:
-			return from, err
+			return from, false, err
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return from, err
+			return from, false, err
 		}
 		if stop, err := fn(msg); err != nil || stop {
-			return from, err
+			return from, stop, err
 		}
 		from = meta.Sequence.Stream + 1
 		if meta.NumPending == 0 {
 			break
 		}
 	}
-	return from, nil
+	return from, false, nil
 }

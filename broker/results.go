@@ -467,7 +467,7 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 		n[i] = c.CachedInfo().NumPending
 		if !b.onCurrentMember(ctx, StreamResults, c.CachedInfo()) {
 			// Its leader's copy is behind (a node catching up): counted
-			// afresh on a current member instead.
+			// afresh on the stream's leader instead.
 			if n[i], err = b.countFiltered(ctx, StreamResults, cc.FilterSubjects...); err != nil {
 				return 0, 0, err
 			}
@@ -480,10 +480,9 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 // one instant: an ephemeral consumer's pending count, computed by the server
 // by walking the matching subjects.
 //
-// The consumer counts on the member it is placed on: one that is behind (a
-// node catching up) is left for another (broker/current.go).
+// The consumer counts on the member it is placed on, which may be behind:
+// only the leader's count is taken (broker/current.go).
 func (b *Broker) countFiltered(ctx context.Context, stream string, filters ...string) (uint64, error) {
-	var n uint64
 	for try := 0; try < placeTries; try++ {
 		c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 			FilterSubjects:    filters,
@@ -498,12 +497,11 @@ func (b *Broker) countFiltered(ctx context.Context, stream string, filters ...st
 		}
 		info := c.CachedInfo()
 		_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name)
-		n = info.NumPending
-		if b.onCurrentMember(ctx, stream, info) {
-			break
+		if b.onLeader(ctx, stream, info) {
+			return info.NumPending, nil
 		}
 	}
-	return n, nil
+	return 0, fmt.Errorf("count %s %v: no count could be placed on the stream's leader in %d tries", stream, filters, placeTries)
 }
 
 // failureOutcomes are the outcome tokens of failed results: every reason,

@@ -358,23 +358,28 @@ func (b *Broker) Count(ctx context.Context, stream, filter string) (uint64, erro
 // noRespondersWait before that is an error.
 func (b *Broker) LastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
 	var m *jetstream.RawStreamMsg
-	noAnswer := func(err error) bool {
-		// a get that timed out while ctx has time left went to a node that
-		// could not answer (reconnecting, just thawed): asked again too.
-		return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errUnavailable) ||
-			(ctx.Err() == nil && unanswered(err))
-	}
-	gaveUp, err := untilAnswered(ctx, noRespondersWait, 20*time.Millisecond, noRespondersWait, noAnswer,
-		func() { noResponders(stream) },
-		func() (err error) {
-			m, err = b.leaderLast(ctx, stream, subject)
-			return err
-		})
+	gaveUp, err := askLeader(ctx, stream, func() (err error) {
+		m, err = b.leaderLast(ctx, stream, subject)
+		return err
+	})
 	if gaveUp {
 		return nil, fmt.Errorf("no server answered a lookup in stream %s for %s (the stream is not placed, or has no member up): %w",
 			stream, noRespondersWait, err)
 	}
 	return m, err
+}
+
+// askLeader calls get, a request to stream's leader, until it is answered:
+// one nobody answers, or that timed out while ctx has time left (it went to
+// a node that could not answer: reconnecting, just thawed), or that the
+// stream cannot answer yet, is asked again, for up to noRespondersWait.
+func askLeader(ctx context.Context, stream string, get func() error) (gaveUp bool, err error) {
+	noAnswer := func(err error) bool {
+		return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, errUnavailable) ||
+			(ctx.Err() == nil && unanswered(err))
+	}
+	return untilAnswered(ctx, noRespondersWait, 20*time.Millisecond, noRespondersWait, noAnswer,
+		func() { noResponders(stream) }, get)
 }
 
 // untilAnswered calls try until it returns nil or an error that is an
