@@ -24,36 +24,29 @@ const leaderGetTimeout = 5 * time.Second
 // record twice when a thawed replica answered its lookup. nil when the
 // subject has no message.
 func (b *Broker) leaderLast(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, leaderGetTimeout)
-		defer cancel()
-	}
-	req, err := json.Marshal(struct {
-		LastFor string `json:"last_by_subj"`
-	}{subject})
-	if err != nil {
-		return nil, err
-	}
-	resp, err := b.NC.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return nil, err
-	}
-	return parseMsgGet(stream, resp.Data)
+	return b.leaderGet(ctx, stream, msgGetRequest{LastFor: subject})
 }
 
 // leaderNext reads, from the stream's leader, the first message on subject
 // (wildcards allowed) at or after sequence seq; nil when there is none.
 func (b *Broker) leaderNext(ctx context.Context, stream, subject string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	return b.leaderGet(ctx, stream, msgGetRequest{Seq: seq, NextFor: subject})
+}
+
+// msgGetRequest is a $JS.API.STREAM.MSG.GET request.
+type msgGetRequest struct {
+	Seq     uint64 `json:"seq,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+}
+
+func (b *Broker) leaderGet(ctx context.Context, stream string, r msgGetRequest) (*jetstream.RawStreamMsg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, leaderGetTimeout)
 		defer cancel()
 	}
-	req, err := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		NextFor string `json:"next_by_subj"`
-	}{seq, subject})
+	req, err := json.Marshal(r)
 	if err != nil {
 		return nil, err
 	}
