@@ -225,14 +225,31 @@ func (b *Broker) PutJob(ctx context.Context, j *Job) error {
 	if err != nil {
 		return err
 	}
-	if _, err = kv.Put(ctx, j.ID, data); err != nil {
+	if err := putAnswered(ctx, kv, j.ID, data); err != nil {
 		return err
 	}
 	data, err = json.Marshal(j.state())
 	if err != nil {
 		return err
 	}
-	_, err = states.Put(ctx, j.ID, data)
+	return putAnswered(ctx, states, j.ID, data)
+}
+
+// putWait bounds how long putAnswered asks again a put nobody answered.
+var putWait = 15 * time.Second
+
+// putAnswered puts key, asking again while the bucket's stream does not
+// answer (a cluster formed a moment ago is still electing its leader: CI
+// met "nats: no response from stream" at a job's first put). A put of the
+// same value twice is harmless.
+func putAnswered(ctx context.Context, kv jetstream.KeyValue, key string, data []byte) error {
+	noAnswer := func(err error) bool {
+		return Unanswered(err) || notReady(err)
+	}
+	_, err := untilAnswered(ctx, putWait, 50*time.Millisecond, time.Second, noAnswer, func() {}, func() error {
+		_, err := kv.Put(ctx, key, data)
+		return err
+	})
 	return err
 }
 
