@@ -164,8 +164,8 @@ type promise struct {
 	// on, makes JetStream deliver the record again as new, and a twin can
 	// then pay again (docs/durability.md, Known gaps): such repeats — a
 	// server killed within serverWindow before the success's call, or
-	// between it and the repeat — are counted and reported apart, at most
-	// serverRepeats of them.
+	// between it and the repeat — are counted and reported apart, and fail
+	// when more than serverRepeats (0 unless a test allows some).
 	serverKills   []time.Time
 	serverWindow  time.Duration
 	serverRepeats int
