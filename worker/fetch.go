@@ -176,7 +176,7 @@ func (jr *jobRunner) pull(ctx context.Context, cons jetstream.Consumer, g grant,
 		every := jr.heartbeatEvery()
 		for msg := range batch.Messages() {
 			got++
-			p.inflight.Add(1)
+			p.pulled.Add(1)
 			p.beats.hold(msg, every, time.Now())
 			t := task{jr: jr, msg: msg}
 			if slotted < g.slots {

@@ -59,7 +59,7 @@ func (jr *jobRunner) handed() { jr.storing.Add(1) }
 
 func (jr *jobRunner) finished() {
 	jr.storing.Add(-1)
-	jr.p.inflight.Done()
+	jr.p.pulled.Done()
 }
 
 // before is every step before the session: each returns settled with the

@@ -114,17 +114,17 @@ type Pool struct {
 	sem        chan struct{}
 	id         string
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	jobs     map[string]*jobRunner
-	runCtx   context.Context    // fetch loops
-	stopRun  context.CancelFunc // stops fetching
-	hctx     context.Context    // handlers: cancelled when Stop's deadline passes
-	stopH    context.CancelFunc
-	loops    sync.WaitGroup // fetch loops and the watcher
-	inflight sync.WaitGroup
-	ctlSub   *nats.Subscription
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	jobs    map[string]*jobRunner
+	runCtx  context.Context    // fetch loops
+	stopRun context.CancelFunc // stops fetching
+	hctx    context.Context    // handlers: cancelled when Stop's deadline passes
+	stopH   context.CancelFunc
+	loops   sync.WaitGroup // fetch loops and the watcher
+	pulled  sync.WaitGroup // messages pulled and not yet let go (started or read ahead): Stop waits for them
+	ctlSub  *nats.Subscription
 	// unwatchElections ends the watch of the work stream's leader
 	// elections (worker/faults.go elected).
 	unwatchElections func()
@@ -222,7 +222,7 @@ func (p *Pool) handleTask(t task) {
 	defer func() {
 		release()
 		if !handedOver {
-			p.inflight.Done()
+			p.pulled.Done()
 		}
 	}()
 	handedOver = t.jr.handle(p.hctx, t.msg, release)
@@ -494,7 +494,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	}
 	p.loops.Wait()
 	done := make(chan struct{})
-	go func() { p.inflight.Wait(); close(done) }()
+	go func() { p.pulled.Wait(); close(done) }()
 	var err error
 	select {
 	case <-done:
@@ -596,7 +596,7 @@ func (p *Pool) aheadTarget() int {
 // when the pool stops) at once, its state counting the delivery as handed
 // back, so that it is not taken for one lost with a process.
 func (p *Pool) handBackUnstarted(t task) {
-	defer p.inflight.Done()
+	defer p.pulled.Done()
 	defer p.beats.release(t.msg)
 	if d, err := t.jr.parse(t.msg); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), parkOnStopFor)
