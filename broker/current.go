@@ -21,11 +21,40 @@ import (
 // the leader: ReadStream).
 const placeTries = 8
 
+// leaderView is the stream's leader's info, asked once for one count or
+// one read (a stream info request, answered by the leader), when first
+// needed: a single server's consumers never need it.
+type leaderView struct {
+	b      *Broker
+	stream string
+	info   *jetstream.StreamInfo
+	err    error
+}
+
+func (b *Broker) leaderView(stream string) *leaderView { return &leaderView{b: b, stream: stream} }
+
+// get is the leader's info, asked again while the stream cannot answer.
+func (v *leaderView) get(ctx context.Context, wait time.Duration) (*jetstream.StreamInfo, error) {
+	if v.info == nil && v.err == nil {
+		_, v.err = untilAnswered(ctx, wait, 20*time.Millisecond, time.Second, notReady, func() {}, func() error {
+			s, err := v.b.JS.Stream(ctx, v.stream)
+			if err == nil {
+				v.info = s.CachedInfo()
+			}
+			return err
+		})
+	}
+	return v.info, v.err
+}
+
+// forget drops the info: the leader may have moved (a read that stalled).
+func (v *leaderView) forget() { v.info, v.err = nil, nil }
+
 // onLeader reports whether the consumer ci describes is hosted by the
 // stream's leader (a single server's always is). A leader that cannot be
 // asked is not known to host it.
-func (b *Broker) onLeader(ctx context.Context, stream string, ci *jetstream.ConsumerInfo) bool {
-	on, _, err := b.placement(ctx, stream, ci)
+func (v *leaderView) onLeader(ctx context.Context, ci *jetstream.ConsumerInfo) bool {
+	on, _, err := v.placement(ctx, ci)
 	return err == nil && on
 }
 
@@ -34,25 +63,19 @@ func (b *Broker) onLeader(ctx context.Context, stream string, ci *jetstream.Cons
 // reports current (its raft log caught up; its stream may still be
 // catching up, so a count there can be behind for as long as that takes,
 // and is right after). A counter elsewhere is counted afresh on the leader.
-func (b *Broker) onCurrentMember(ctx context.Context, stream string, ci *jetstream.ConsumerInfo) bool {
-	on, replica, err := b.placement(ctx, stream, ci)
+func (v *leaderView) onCurrentMember(ctx context.Context, ci *jetstream.ConsumerInfo) bool {
+	on, replica, err := v.placement(ctx, ci)
 	return err == nil && (on || (replica != nil && replica.Current && !replica.Offline))
 }
 
 // placement says where ci's consumer is: on the stream's leader, or else on
 // replica (nil: not a member the leader lists).
-func (b *Broker) placement(ctx context.Context, stream string, ci *jetstream.ConsumerInfo) (onLeader bool, replica *jetstream.PeerInfo, err error) {
+func (v *leaderView) placement(ctx context.Context, ci *jetstream.ConsumerInfo) (onLeader bool, replica *jetstream.PeerInfo, err error) {
 	if ci == nil || ci.Cluster == nil || ci.Cluster.Leader == "" {
 		return true, nil, nil // not clustered
 	}
-	var info *jetstream.StreamInfo
-	if _, err := untilAnswered(ctx, noRespondersWait, 20*time.Millisecond, time.Second, notReady, func() {}, func() error {
-		s, err := b.JS.Stream(ctx, stream) // answered by the stream's leader
-		if err == nil {
-			info = s.CachedInfo()
-		}
-		return err
-	}); err != nil {
+	info, err := v.get(ctx, noRespondersWait)
+	if err != nil {
 		return false, nil, err
 	}
 	if info.Cluster == nil || info.Cluster.Leader == ci.Cluster.Leader {

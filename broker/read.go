@@ -21,18 +21,14 @@ func (b *Broker) ReadStream(ctx context.Context, stream string, filter []string,
 	var from uint64 // the next stream sequence to read; 0: from the start
 	// What the leader holds as the read starts: a read that ends before
 	// its last message on filter is checked (readAll).
-	var last uint64
-	if _, err := untilAnswered(ctx, readStartWait, 50*time.Millisecond, time.Second, notReady, func() {}, func() error {
-		st, err := b.JS.Stream(ctx, stream)
-		if err == nil {
-			last = st.CachedInfo().State.LastSeq
-		}
-		return err
-	}); err != nil {
+	leader := b.leaderView(stream)
+	info, err := leader.get(ctx, readStartWait)
+	if err != nil {
 		return fmt.Errorf("read %s: %w", stream, err)
 	}
+	last := info.State.LastSeq
 	for stalls := 0; ; stalls++ {
-		next, stopped, err := b.readFrom(ctx, stream, filter, from, fn)
+		next, stopped, err := b.readFrom(ctx, leader, filter, from, fn)
 		if err == nil && !stopped {
 			// The consumer had no more; the leader may have (a consumer
 			// made again mid-read lands on any member, one behind too).
@@ -42,6 +38,7 @@ func (b *Broker) ReadStream(ctx context.Context, stream string, filter []string,
 			return err
 		}
 		from = next
+		leader.forget()
 	}
 }
 
@@ -85,7 +82,8 @@ var errStalled = errors.New("the read stalled")
 
 // readFrom is ReadStream from stream sequence from (0: the first): it
 // returns the sequence to go on from, and whether fn stopped the read.
-func (b *Broker) readFrom(ctx context.Context, stream string, filter []string, from uint64, fn func(jetstream.Msg) (bool, error)) (next uint64, stopped bool, err error) {
+func (b *Broker) readFrom(ctx context.Context, leader *leaderView, filter []string, from uint64, fn func(jetstream.Msg) (bool, error)) (next uint64, stopped bool, err error) {
+	stream := leader.stream
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filter}
 	if from > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
@@ -107,7 +105,7 @@ func (b *Broker) readFrom(ctx context.Context, stream string, filter []string, f
 		}
 		// On a member whose copy is behind, the read would end short
 		// (broker/current.go): made again, on the leader.
-		if try >= placeTries || b.onLeader(ctx, stream, info) {
+		if try >= placeTries || leader.onLeader(ctx, info) {
 			break
 		}
 		_ = b.JS.DeleteConsumer(ctx, stream, info.Name)

@@ -456,6 +456,7 @@ func (b *Broker) EnsureCounters(ctx context.Context, j *Job) error {
 
 func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err error) {
 	var n [2]uint64
+	leader := b.leaderView(StreamResults)
 	for i, cc := range counterConfigs(j) {
 		c, err := b.JS.Consumer(ctx, StreamResults, cc.Durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -465,10 +466,10 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 			return 0, 0, fmt.Errorf("count results of job %s: %w", j.ID, err)
 		}
 		n[i] = c.CachedInfo().NumPending
-		if !b.onCurrentMember(ctx, StreamResults, c.CachedInfo()) {
+		if !leader.onCurrentMember(ctx, c.CachedInfo()) {
 			// Its leader's copy is behind (a node catching up): counted
 			// afresh on the stream's leader instead.
-			if n[i], err = b.countFiltered(ctx, StreamResults, cc.FilterSubjects...); err != nil {
+			if n[i], err = b.countOnLeader(ctx, leader, cc.FilterSubjects...); err != nil {
 				return 0, 0, err
 			}
 		}
@@ -483,6 +484,11 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 // The consumer counts on the member it is placed on, which may be behind:
 // only the leader's count is taken (broker/current.go).
 func (b *Broker) countFiltered(ctx context.Context, stream string, filters ...string) (uint64, error) {
+	return b.countOnLeader(ctx, b.leaderView(stream), filters...)
+}
+
+func (b *Broker) countOnLeader(ctx context.Context, leader *leaderView, filters ...string) (uint64, error) {
+	stream := leader.stream
 	for try := 0; try < placeTries; try++ {
 		c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 			FilterSubjects:    filters,
@@ -497,7 +503,7 @@ func (b *Broker) countFiltered(ctx context.Context, stream string, filters ...st
 		}
 		info := c.CachedInfo()
 		_ = b.JS.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name)
-		if b.onLeader(ctx, stream, info) {
+		if leader.onLeader(ctx, info) {
 			return info.NumPending, nil
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,14 +269,13 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	return p
 }
 
-// onElection hears of a new leader of the work stream or of one of its
-// consumers (broker.WatchElections), on the subscription's goroutine (one
-// at a time, in order). A consumer's first election, when it is made and
-// has delivered nothing, cannot deliver a record twice; any other, or one
-// whose consumer does not answer, makes the moment after it a fault's
-// (worker/handle.go twin).
-func (p *Pool) onElection(subject string) {
-	if consumer, ok := strings.CutPrefix(subject, "$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED."+broker.StreamWork+"."); ok {
+// onElection hears of a new leader of the work stream (consumer "") or of
+// one of its consumers (broker.WatchElections). A consumer's first
+// election, when it is made and has delivered nothing, cannot deliver a
+// record twice; any other, or one whose consumer does not answer, makes the
+// moment after it a fault's (worker/handle.go twin).
+func (p *Pool) onElection(consumer string) {
+	if consumer != "" {
 		ctx, cancel := context.WithTimeout(p.runCtx, 3*time.Second)
 		c, err := p.b.JS.Consumer(ctx, broker.StreamWork, consumer)
 		cancel()
@@ -287,7 +285,8 @@ func (p *Pool) onElection(subject string) {
 	}
 	p.done.faults.elected(p.cfg.Clock.Now())
 	p.elections.Add(1)
-	p.log.Info().Str("advisory", subject).Msg("a work stream leader was elected: for a moment, records without a result wait for a possible twin before they call")
+	p.log.Info().Str("stream", broker.StreamWork).Str("consumer", consumer).
+		Msg("a work stream leader was elected: for a moment, records without a result wait for a possible twin before they call")
 }
 
 // Calls is the number of model calls this pool has made.
