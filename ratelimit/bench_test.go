@@ -153,7 +153,7 @@ actions:
 			for _, p := range ps {
 				for _, l := range p.Limits().Limiters() {
 					st := l.Status()
-					line = append(line, fmt.Sprintf("%.1f/%d cool %.1fs", st.Limit, st.InFlight, st.Cooldown.Seconds()))
+					line = append(line, fmt.Sprintf("%.1f/%d pace %.1f cool %.1fs", st.Limit, st.InFlight, st.Pace, st.Cooldown.Seconds()))
 				}
 			}
 			t.Logf("%5.1fs served %d: %s", time.Since(start).Seconds(), srv.Stats().Served, strings.Join(line, " | "))

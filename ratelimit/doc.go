@@ -20,6 +20,9 @@
 // answers, slow start, then additive growth; congestion (429s that are not
 // one-off, overloads, rate-limit headers saying a bucket is empty) cuts it in
 // every process, faults (5xx, dropped streams) only trim it when they rise.
+// A provider that congests is also paced: the rate it took between two
+// congestion events (learnedPace) spaces this process's calls, a little
+// under it, probed upward slowly.
 //
 // # Waits and attempts
 //

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jetpool/jetpool/provider"
@@ -131,6 +132,7 @@ func (l *Limiter) learn(p *Permit, o *outcome, usage provider.Usage, now time.Ti
 		latency := now.Sub(p.started)
 		l.aimd.Success(p.inflightAt, latency, usage.InputTokens+usage.OutputTokens, o.RateLimit, now)
 		l.served.add(now, latency)
+		l.pace.success(p.started, now)
 	case sigFault:
 		l.aimd.answer(now)
 		// Faults say little about capacity one by one; a share above the
@@ -143,6 +145,7 @@ func (l *Limiter) learn(p *Permit, o *outcome, usage provider.Usage, now time.Ti
 		// Congestion cuts with the shared cooldown it sets (observe);
 		// until then it stops the initial ramp where the calls are.
 		l.aimd.Refused(now, max(l.peak, l.inflight+1))
+		l.pace.refused(p.started, now)
 	default:
 		l.aimd.answer(now)
 	}
@@ -176,9 +179,10 @@ func (l *Limiter) windowToPublish(now time.Time, sig signal, eff effect) (Window
 	if l.aimd == nil || sig == sigNone {
 		return Window{}, false
 	}
-	w := Window{N: l.aimd.Limit(now), Change: l.aimd.Last(), Expires: now.Add(l.r.cfg.LeaseTTL)}
+	w := Window{N: l.aimd.Limit(now), Change: l.aimd.Last(), Pace: math.Round(l.pace.rate*10) / 10, Expires: now.Add(l.r.cfg.LeaseTTL)}
 	switch {
-	case w.Change != l.published.Change:
+	case w.Change != l.published.Change, paceMoved(l.published.Pace, w.Pace),
+		w.Pace != l.published.Pace && (eff.writes() || now.Sub(l.publishedAt) >= publishEvery):
 		return w, true
 	case w.N != l.published.N && (eff.writes() || now.Sub(l.publishedAt) >= publishEvery):
 		return w, true
@@ -186,6 +190,13 @@ func (l *Limiter) windowToPublish(now time.Time, sig signal, eff effect) (Window
 		return w, true // still alive: before it lapses
 	}
 	return w, false
+}
+
+// paceMoved reports whether a learned share moved enough to be published
+// at once (the other processes book at the sum of the shares): learned,
+// dropped, or by more than a tenth.
+func paceMoved(from, to float64) bool {
+	return (from == 0) != (to == 0) || math.Abs(to-from) > from/10
 }
 
 // publish writes this process's window into s, dropping lapsed ones.

@@ -260,11 +260,12 @@ type Limiter struct {
 	// congestionSeen is the last shared congestion event (CongestedAt)
 	// that cut AIMD.
 	congestionSeen time.Time
-	served         servedRate // successes and latency, for AIMD cuts
-	recent         tally      // answers over CongestionWindowDefault: congestion or one-off 429s
-	run            int        // congestion answers in a row
-	health         tally      // answers over the breaker's window: the breaker, the fault trim
-	published      Window     // the window last written to the shared state
+	served         servedRate  // successes and latency, for AIMD cuts
+	pace           learnedPace // adaptive: the request rate learned at congestion
+	recent         tally       // answers over CongestionWindowDefault: congestion or one-off 429s
+	run            int         // congestion answers in a row
+	health         tally       // answers over the breaker's window: the breaker, the fault trim
+	published      Window      // the window last written to the shared state
 	publishedAt    time.Time
 	cappedLogged   bool // a capped Retry-After was logged
 
@@ -314,7 +315,10 @@ func (l *Limiter) observe(s State) {
 		// Congestion seen here or in another process (a new cooldown, an
 		// empty bucket): every process cuts, once per event.
 		l.congestionSeen = s.CongestedAt
-		l.aimd.Congestion(s.CongestedAt, now, max(l.peak, l.inflight), l.served.sustained(now), cmp.Or(s.Reason, "congestion"))
+		reason := cmp.Or(s.Reason, "congestion")
+		if l.aimd.Congestion(s.CongestedAt, now, max(l.peak, l.inflight), l.served.sustained(now), reason) {
+			l.pace.event(s.CongestedAt, reason)
+		}
 		l.peak = l.inflight
 	}
 	if s.Breaker.Closed() && prev != "" && prev != CircuitClosed {
@@ -537,6 +541,7 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 	now := l.now()
 	l.mu.Lock()
 	if probe || l.inflight < l.aimd.Limit(now) {
+		paced := !probe && l.pace.on()
 		l.inflight++
 		l.peak = max(l.peak, l.inflight)
 		if l.rampWaiting == 0 {
@@ -564,6 +569,9 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 				l.observe(st)
 			}
 		}
+		if paced {
+			return l.paced(ctx, start, p)
+		}
 		return p, false, nil
 	}
 	ch := l.changed
@@ -586,6 +594,96 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 		return nil, false, err
 	}
 	return nil, true, nil
+}
+
+// paced books p, admitted in the window, a slot in the learned pace's
+// shared schedule and holds it until then. A slot further than the hold
+// limit from the caller's start is not booked: the caller gets a
+// *WaitError and its record is parked. A cooldown that began meanwhile
+// sends the caller back to wait for it (again): a call the pace held must
+// not go into a provider that has just said it is full.
+func (l *Limiter) paced(ctx context.Context, start time.Time, p *Permit) (_ *Permit, again bool, _ error) {
+	giveBack := func() {
+		l.calls.Add(-1) // no call after all
+		p.release(ctx)
+	}
+	at, err := l.bookPace(ctx, start)
+	switch {
+	case errors.Is(err, ErrWait):
+		giveBack()
+		return nil, false, err
+	case err != nil && ctx.Err() != nil:
+		giveBack()
+		return nil, false, ctx.Err()
+	case err != nil:
+		// The shared store is contended or unreachable: pace this
+		// process alone, at its own share.
+		l.mu.Lock()
+		at = l.pace.reserve(l.now())
+		l.mu.Unlock()
+	}
+	if now := l.now(); at.After(now) {
+		l.mu.Lock()
+		l.pace.held(now)
+		l.mu.Unlock()
+		l.waited.Add(1)
+		if err := l.r.cfg.Clock.Sleep(ctx, at.Sub(now)); err != nil {
+			giveBack()
+			return nil, false, err
+		}
+	}
+	now := l.now()
+	if s, _ := l.view(); s.Cooling(now) {
+		giveBack()
+		return nil, true, nil
+	}
+	p.started = now
+	return p, false, nil
+}
+
+// bookPace books the next slot of the learned pace in the shared state:
+// one schedule at the sum of every live process's learned share (this
+// process's own share as it is now), so that a share left idle by one
+// process is the others', as with a configured rpm. It returns the slot
+// (ErrContention or the store's error when it could not be booked).
+func (l *Limiter) bookPace(ctx context.Context, start time.Time) (at time.Time, err error) {
+	select {
+	case l.fifo <- struct{}{}:
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+	defer func() { <-l.fifo }()
+	l.mu.Lock()
+	mine := l.pace.rate
+	l.mu.Unlock()
+	far, total := false, mine
+	st, err := l.r.store.Update(ctx, l.key, func(s *State) bool {
+		now := l.now()
+		at, far, total = now, false, mine
+		for h, w := range s.LiveWindows(now) {
+			if h != l.r.cfg.Holder {
+				total += w.Pace
+			}
+		}
+		if s.PaceTAT.After(at) {
+			at = s.PaceTAT
+		}
+		if at.Sub(start) > l.r.cfg.WaitMax {
+			far = true
+			return false
+		}
+		s.PaceTAT = at.Add(time.Duration(float64(time.Second) / total))
+		s.Provider, s.Limits, s.Updated = l.name, l.limits, now
+		return true
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	l.observe(st)
+	if far {
+		return time.Time{}, l.waitError(WaitSchedule, at, fmt.Sprintf("paced at %s (learned): the schedule is booked past the hold limit", paceText(total)))
+	}
+	return at, nil
 }
 
 // book reserves a slot in the shared schedule (and a concurrency lease),
@@ -817,6 +915,10 @@ type Status struct {
 	Cooldowns     int64         `json:"cooldowns"`       // shared cooldowns this process set
 	Waited        int64         `json:"waited"`          // times a caller had to wait
 	Change        Change        `json:"change,omitzero"` // the window's last decision
+	// Pace is the request rate learned at congestion (adaptive; 0: none),
+	// PaceChange when and why it was last set.
+	Pace       float64 `json:"pace,omitempty"`
+	PaceChange Change  `json:"pace_change,omitzero"`
 	// Reason is the last change of the shared cooldown or circuit, and why.
 	Reason string `json:"reason,omitempty"`
 }
@@ -834,14 +936,20 @@ func (st Status) Window() string {
 		return "no window (adaptive: false)"
 	}
 	n := max(int(st.Limit), 1)
+	var text string
 	switch {
 	case st.Change.At.IsZero():
-		return fmt.Sprintf("window %d", n)
+		text = fmt.Sprintf("window %d", n)
 	case st.Change.To == n:
-		return st.Change.String()
+		text = st.Change.String()
+	default:
+		text = fmt.Sprintf("window %d; last change %d → %d: %s at %s", n, st.Change.From, st.Change.To,
+			st.Change.Reason, st.Change.At.Format("15:04:05"))
 	}
-	return fmt.Sprintf("window %d; last change %d → %d: %s at %s", n, st.Change.From, st.Change.To,
-		st.Change.Reason, st.Change.At.Format("15:04:05"))
+	if st.Pace > 0 {
+		text += fmt.Sprintf("; paced at %s (set at %s)", paceText(st.Pace), st.PaceChange.At.Format("15:04:05"))
+	}
+	return text
 }
 
 // Status returns the limiter's status now.
@@ -856,6 +964,7 @@ func (l *Limiter) Status() Status {
 	switch {
 	case l.aimd != nil:
 		st.Mode, st.Limit, st.InFlight, st.Change = "adaptive", l.aimd.Value(), l.inflight, l.aimd.Last()
+		st.Pace, st.PaceChange = l.pace.rate, l.pace.change
 	case !l.limits.Budgeted():
 		st.Mode = "none" // adaptive: false
 	}

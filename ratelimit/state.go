@@ -21,6 +21,9 @@ type State struct {
 	// request and token budgets.
 	ReqTAT time.Time `json:"req_tat,omitzero"`
 	TokTAT time.Time `json:"tok_tat,omitzero"`
+	// PaceTAT is the next free slot of the learned pace (adaptive): one
+	// schedule for every process, at the sum of their learned shares.
+	PaceTAT time.Time `json:"pace_tat,omitzero"`
 
 	// Leases are the calls in flight, per process, for limits.concurrency.
 	Leases map[string]Lease `json:"leases,omitempty"`
@@ -55,6 +58,7 @@ type State struct {
 type Window struct {
 	N       int       `json:"n"`
 	Change  Change    `json:"change,omitzero"` // its last cut or change of mode, and why
+	Pace    float64   `json:"pace,omitempty"`  // the request rate it learned (calls/s; 0: none)
 	Expires time.Time `json:"expires"`         // a dead process's window lapses, as its leases do
 }
 

@@ -26,11 +26,17 @@ func (g grant) empty() bool { return g.slots == 0 && g.ahead == 0 }
 func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	var cons jetstream.Consumer
 	idle := false
+	bindWait := bindWaitMin
 	for ctx.Err() == nil {
 		if cons == nil {
 			if cons = jr.bind(ctx); cons == nil {
+				// A job is announced before its consumer is made: look
+				// again soon, then less often.
+				jr.pause(ctx, bindWait)
+				bindWait = min(bindWait*2, time.Second)
 				continue
 			}
+			bindWait = bindWaitMin
 		}
 		if jr.mustWait(ctx) {
 			continue
@@ -57,13 +63,18 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	}
 }
 
+// bindWaitMin is the first pause before a job's consumer is looked up
+// again: a job is announced a moment before its dispatcher makes the
+// consumer, and a worker that waited a whole second for it started every
+// job a second late (a twentieth of a 20 s job).
+const bindWaitMin = 20 * time.Millisecond
+
 // pause sleeps d or until ctx is done.
 func (jr *jobRunner) pause(ctx context.Context, d time.Duration) {
 	_ = (retry.SystemClock{}).Sleep(ctx, d)
 }
 
-// bind looks the job's consumer up (nil, after a pause, while it is not
-// there yet) and takes its settings: heartbeats follow the consumer's own
+// bind looks the job's consumer up (nil while it is not there yet) and takes its settings: heartbeats follow the consumer's own
 // AckWait (set by whoever dispatched the job), not this process's setting,
 // so that a worker configured with a longer AckWait does not let a long
 // call's delivery expire and be paid for twice.
@@ -74,7 +85,6 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 		if ctx.Err() == nil {
 			p.log.Debug().Str("job", jr.id).Err(err).Msg("job consumer not ready")
 		}
-		jr.pause(ctx, time.Second)
 		return nil
 	}
 	if aw := c.CachedInfo().Config.AckWait; aw > 0 {

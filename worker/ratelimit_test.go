@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -289,4 +290,39 @@ func TestTwoPoolsStayUnderLimit(t *testing.T) {
 	// 40 calls at 9.7/s after a burst of 9: at least 3 s.
 	require.Greater(t, elapsed, 3*time.Second)
 	t.Logf("two pools: %d calls in %s, max %d in flight", st.Calls(), elapsed.Round(time.Millisecond), st.MaxInFlight)
+}
+
+// Two pools on separate connections, with no limits configured, against a
+// provider allowing 20 requests/s (429 with Retry-After when its bucket is
+// empty): they learn its rate between two congestion events and book their
+// calls on one shared pace under it, so that after the first cohorts few
+// calls meet a 429, every record ends with one result, and no record pays
+// for more than its 429s and one success.
+func TestTwoPoolsLearnTheRate(t *testing.T) {
+	t.Parallel()
+	srv := ratelimittest.New(20, 100*time.Millisecond)
+	t.Cleanup(srv.Close)
+	b := testenv.Broker(t)
+	b2 := testenv.Connect(t, b)
+	wf := testenv.Workflow(t, limitWorkflow(t, srv.BaseURL(), "", `{max_attempts: 5}`))
+	const n = 300
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{})
+	p1 := testenv.Pool(t, b, worker.Config{Concurrency: 16})
+	p2 := testenv.Pool(t, b2, worker.Config{Concurrency: 16})
+	_, prog := testenv.WaitFinished(t, b, res.Job.ID, 2*time.Minute)
+	require.EqualValues(t, n, prog.OK)
+	require.Zero(t, prog.Failed)
+	st := srv.Stats()
+	require.Equal(t, n, st.Served, "one success a record")
+	var paced []string
+	for _, p := range []*worker.Pool{p1, p2} {
+		for _, l := range p.Limits().Limiters() {
+			if s := l.Status(); s.Pace > 0 {
+				paced = append(paced, s.Window())
+			}
+		}
+	}
+	require.NotEmpty(t, paced, "a pace was learned")
+	require.LessOrEqual(t, st.Limited, n/8, "429s: %d of %d calls", st.Limited, st.Calls())
+	t.Logf("two pools: %d calls, %d 429s; %s", st.Calls(), st.Limited, strings.Join(paced, " | "))
 }

@@ -54,7 +54,11 @@ func printLimits(ctx context.Context, e *env, b *broker.Broker) {
 		if ws := s.LiveWindows(now); len(ws) > 0 {
 			var ns []string
 			for _, w := range ws {
-				ns = append(ns, fmt.Sprint(w.N))
+				n := fmt.Sprint(w.N)
+				if w.Pace > 0 {
+					n += fmt.Sprintf(" @%.1f/s", w.Pace)
+				}
+				ns = append(ns, n)
 			}
 			sort.Strings(ns)
 			window = strings.Join(ns, ", ")
