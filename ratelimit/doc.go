@@ -21,8 +21,8 @@
 // one-off, overloads, rate-limit headers saying a bucket is empty) cuts it in
 // every process, faults (5xx, dropped streams) only trim it when they rise.
 // A provider that congests is also paced: the rate it took between two
-// congestion events (learnedPace) spaces this process's calls, a little
-// under it, probed upward slowly.
+// congestion events (learnedPace), a little under it, spaces the calls of
+// every process on one shared schedule, probed upward slowly.
 //
 // # Waits and attempts
 //

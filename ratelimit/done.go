@@ -181,10 +181,9 @@ func (l *Limiter) windowToPublish(now time.Time, sig signal, eff effect) (Window
 	}
 	w := Window{N: l.aimd.Limit(now), Change: l.aimd.Last(), Pace: math.Round(l.pace.rate*10) / 10, Expires: now.Add(l.r.cfg.LeaseTTL)}
 	switch {
-	case w.Change != l.published.Change, paceMoved(l.published.Pace, w.Pace),
-		w.Pace != l.published.Pace && (eff.writes() || now.Sub(l.publishedAt) >= publishEvery):
+	case w.Change != l.published.Change, paceMoved(l.published.Pace, w.Pace):
 		return w, true
-	case w.N != l.published.N && (eff.writes() || now.Sub(l.publishedAt) >= publishEvery):
+	case (w.N != l.published.N || w.Pace != l.published.Pace) && (eff.writes() || now.Sub(l.publishedAt) >= publishEvery):
 		return w, true
 	case now.Sub(l.publishedAt) >= l.r.cfg.LeaseTTL/2:
 		return w, true // still alive: before it lapses

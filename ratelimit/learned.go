@@ -15,7 +15,7 @@ const (
 	// LearnedProbeDefault is how fast the learned pace grows, as a share
 	// of itself a second, while it holds calls back: slow, because each
 	// probe past the provider's rate ends in a cohort of 429s. From 95 %
-	// of a provider's rate it passes it in about 5 s and then empties a
+	// of a provider's rate (after a cut) it passes it in about 5 s and then empties a
 	// bucket of one second's worth in about 14 s more: one congestion
 	// event every 20 s or so, instead of one every 4–6 s with the window
 	// alone (whose steps, one call at a time, are a quarter of the rate
@@ -41,7 +41,9 @@ const (
 // between them — those that started after the first event and before the
 // second, and succeeded — are what it refilled in that time, whatever its
 // burst and however long the cooldowns in between. Each process counts its
-// own calls, and the shares add up to the provider's rate. The calls that
+// own calls as its share and publishes it with its window; every process
+// books its calls on one shared schedule at the sum of the shares
+// (Limiter.bookPace). The calls that
 // started before the second event are known once they have ended, when the
 // first call started after it succeeds. The pace is then
 // LearnedBetaDefault of that rate, and grows by LearnedProbeDefault a

@@ -74,8 +74,8 @@ func (jr *jobRunner) pause(ctx context.Context, d time.Duration) {
 	_ = (retry.SystemClock{}).Sleep(ctx, d)
 }
 
-// bind looks the job's consumer up (nil while it is not there yet) and takes its settings: heartbeats follow the consumer's own
-// AckWait (set by whoever dispatched the job), not this process's setting,
+// bind looks the job's consumer up (nil while it is not there yet) and
+// takes its settings: heartbeats follow the consumer's own AckWait (set by whoever dispatched the job), not this process's setting,
 // so that a worker configured with a longer AckWait does not let a long
 // call's delivery expire and be paid for twice.
 func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {

@@ -144,12 +144,12 @@ func windowsText(s ratelimit.State, now time.Time) string {
 	for _, h := range holders {
 		w := live[h]
 		text := fmt.Sprintf("%d", w.N)
-		if w.Pace > 0 {
-			text += fmt.Sprintf(", paced at %.1f calls/s", w.Pace)
-		}
 		if !w.Change.At.IsZero() {
 			text = fmt.Sprintf("%d (last change %d → %d at %s: %s)", w.N, w.Change.From, w.Change.To,
 				w.Change.At.Local().Format("15:04:05"), w.Change.Reason)
+		}
+		if w.Pace > 0 {
+			text += fmt.Sprintf(", paced at %.1f calls/s", w.Pace)
 		}
 		parts = append(parts, text+" ["+h+"]")
 	}
