@@ -322,15 +322,29 @@ func (b *Broker) LastOutcome(ctx context.Context, job, action, record string) (*
 	return &r, m.Sequence, nil
 }
 
-// EachResult calls fn for every result of a job (ordered consumer; constant memory).
+// EachResult calls fn for every result of a job (ordered consumer; constant
+// memory), in stream order, on the caller's goroutine; the results are
+// decoded beside the read (decode.go).
 func (b *Broker) EachResult(ctx context.Context, job string, fn func(*Result) error) error {
-	err := b.ReadStream(ctx, StreamResults, []string{"jetpool.results." + job + ".>"}, func(msg jetstream.Msg) (bool, error) {
-		var r Result
-		if err := json.Unmarshal(msg.Data(), &r); err != nil {
-			return false, fmt.Errorf("result %s: %w", msg.Subject(), err)
-		}
-		return false, fn(&r)
-	})
+	rctx, cancel := context.WithCancel(ctx)
+	d := newOrderedDecoder()
+	read := make(chan error, 1)
+	go func() {
+		defer d.finish()
+		read <- b.ReadStream(rctx, StreamResults, []string{"jetpool.results." + job + ".>"}, func(msg jetstream.Msg) (bool, error) {
+			return false, d.add(rctx, msg.Subject(), msg.Data())
+		})
+	}()
+	defer func() {
+		// However each ended (fn's error or panic too): the read stops and
+		// nothing it started is left running.
+		cancel()
+		d.drain()
+	}()
+	err := d.each(fn)
+	if err == nil {
+		err = <-read // each ended with the queue: the read is over
+	}
 	if err != nil {
 		return fmt.Errorf("read the results of job %s: %w", job, err)
 	}

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"testing"
 	"time"
@@ -172,4 +173,39 @@ func TestClaim(t *testing.T) {
 	ok, err = b.Claim(ctx, "j", "a", "r2", 0, "w2/7", time.Minute)
 	require.NoError(t, err)
 	require.True(t, ok, "another record's claim is its own")
+}
+
+// EachResult hands a job's results on in stream order (they are decoded
+// on every core beside the read), and a stored result that does not decode
+// ends the read with an error naming its subject, after every result before
+// it.
+func TestEachResultInStreamOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	const n = 3000
+	for i := range n {
+		require.NoError(t, b.WriteResult(ctx, &broker.Result{ID: fmt.Sprintf("r%d", i), Job: "ord", Action: "a", Status: broker.StatusOK, Output: i}))
+	}
+	var got []string
+	require.NoError(t, b.EachResult(ctx, "ord", func(r *broker.Result) error {
+		got = append(got, r.ID)
+		return nil
+	}))
+	require.Len(t, got, n)
+	for i, id := range got {
+		require.Equal(t, fmt.Sprintf("r%d", i), id)
+	}
+
+	bad := broker.ResultSubject("ord", "a", broker.OutcomeOK, "torn")
+	_, err := b.JS.Publish(ctx, bad, []byte(`{"id":"torn","status":`))
+	require.NoError(t, err)
+	require.NoError(t, b.WriteResult(ctx, &broker.Result{ID: "after", Job: "ord", Action: "a", Status: broker.StatusOK}))
+	got = nil
+	err = b.EachResult(ctx, "ord", func(r *broker.Result) error {
+		got = append(got, r.ID)
+		return nil
+	})
+	require.ErrorContains(t, err, "read the results of job ord: result "+bad+": unexpected end of JSON input")
+	require.Len(t, got, n, "every result before the torn one, none after it")
 }

@@ -117,6 +117,7 @@ Environment (process configuration):
   JETPOOL_COMPRESSION    none (default) or s2: compression of the results and DLQ streams
   JETPOOL_CPUPROFILE, JETPOOL_MEMPROFILE
                          write a CPU profile of the command / a heap profile of a stopping worker
+                         (of run and retry: when every record has its result)
   Only JETPOOL_ names are read: NATS_URL (the nats CLI's) and other bare names are ignored.
 `
 

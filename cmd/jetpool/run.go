@@ -15,6 +15,7 @@ import (
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/jobstatus"
+	"github.com/jetpool/jetpool/internal/profile"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
@@ -281,6 +282,7 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 		return err
 	}
 	job, waitErr := waitJob(wctx, e, b, jobID, progress)
+	profile.WriteHeap(os.Getenv("JETPOOL_MEMPROFILE")) // the job's end: what the embedded server keeps of it
 	if waitErr == nil {
 		pool.JobDone(jobID) // nothing left to pull: the stop need not wait for the idle pull
 	}

@@ -288,8 +288,9 @@ func (h *harness) jetpoolRound(ctx context.Context, s *server, rd *round, wf *wo
 	rd.work = float64(n) / run.total.Seconds()
 	rd.both = float64(n) / (float64(n)/rd.dispatch + run.total.Seconds())
 
-	// End to end as `jetpool run` does it: the pool works while the
-	// dispatcher publishes, timed from the first record read to the last ack.
+	// End to end, with the pool working while the dispatcher publishes
+	// (`jetpool run` dispatches first, then works: the row "dispatch, then
+	// work"), timed from the first record read to the last ack.
 	if rd.e2e, err = h.overlapped(ctx, s, wf, in, fmt.Sprintf("bench-e2e-%d", r)); err != nil {
 		return err
 	}

@@ -1,8 +1,8 @@
 // Package profile writes the pprof profiles a jetpool process is asked for:
 // a CPU profile of a command ($JETPOOL_CPUPROFILE, or `jetpool bench
 // --cpuprofile-work` of its zero-latency run) and a heap profile
-// ($JETPOOL_MEMPROFILE, when a worker is told to stop or after the bench's
-// zero-latency run).
+// ($JETPOOL_MEMPROFILE, when a worker is told to stop, when `run` or `retry`
+// has every result of its job, or after the bench's zero-latency run).
 package profile
 
 import (
