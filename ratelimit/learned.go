@@ -15,8 +15,8 @@ const (
 	// LearnedProbeDefault is how fast the learned pace grows, as a share
 	// of itself a second, while it holds calls back: slow, because each
 	// probe past the provider's rate ends in a cohort of 429s. From 95 %
-	// of a provider's rate (after a cut) it passes it in about 5 s and then empties a
-	// bucket of one second's worth in about 14 s more: one congestion
+	// of a provider's rate (after a cut) it passes it in about 5 s and
+	// then empties a bucket of one second's worth in about 14 s more: one congestion
 	// event every 20 s or so, instead of one every 4–6 s with the window
 	// alone (whose steps, one call at a time, are a quarter of the rate
 	// when the provider sustains four).

@@ -75,8 +75,9 @@ func (jr *jobRunner) pause(ctx context.Context, d time.Duration) {
 }
 
 // bind looks the job's consumer up (nil while it is not there yet) and
-// takes its settings: heartbeats follow the consumer's own AckWait (set by whoever dispatched the job), not this process's setting,
-// so that a worker configured with a longer AckWait does not let a long
+// takes its settings: heartbeats follow the consumer's own AckWait (set by
+// whoever dispatched the job), not this process's setting, so that a
+// worker configured with a longer AckWait does not let a long
 // call's delivery expire and be paid for twice.
 func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 	p := jr.p
