@@ -109,6 +109,9 @@ func (b *Broker) readFrom(ctx context.Context, leader *leaderView, filter []stri
 			break
 		}
 		_ = b.JS.DeleteConsumer(ctx, stream, info.Name)
+		if err := placePause(ctx, try+1); err != nil {
+			return from, false, err
+		}
 	}
 	if info.NumPending == 0 {
 		return from, false, nil

@@ -503,7 +503,10 @@ func (b *Broker) countFiltered(ctx context.Context, stream string, filters ...st
 
 func (b *Broker) countOnLeader(ctx context.Context, leader *leaderView, filters ...string) (uint64, error) {
 	stream := leader.stream
-	for try := 0; try < placeTries; try++ {
+	for try := 1; try <= placeTries; try++ {
+		if err := placePause(ctx, try); err != nil {
+			return 0, fmt.Errorf("count %s %v: %w", stream, filters, err)
+		}
 		c, err := b.JS.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 			FilterSubjects:    filters,
 			AckPolicy:         jetstream.AckNonePolicy,

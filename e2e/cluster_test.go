@@ -218,6 +218,27 @@ func TestClusterFirstDeliveryLooksUp(t *testing.T) {
 	require.Equal(t, "paid once", checkResults(t, admin, j, 5)["r1"].Output)
 }
 
+// A count is taken on the results stream's leader only (broker/current.go),
+// and the servers place its consumer on a member at random: 300 counts in a
+// row on a healthy cluster all answer, each with every result. With eight
+// placements a count, about one in 26 failed ("no count could be placed on
+// the stream's leader"), and a status poll in a cluster test with it.
+func TestClusterCountsAnswer(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	admin := readyCluster(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range 20 {
+		require.NoError(t, admin.WriteResult(ctx, &broker.Result{ID: fmt.Sprintf("r%d", i), Status: broker.StatusOK, Action: "a", Job: "counted"}))
+	}
+	for k := range 300 {
+		n, err := admin.Count(ctx, broker.StreamResults, broker.ResultFilter("counted", "", ""))
+		require.NoError(t, err, "count %d", k)
+		require.EqualValues(t, 20, n, "count %d", k)
+	}
+}
+
 // Three nodes, R3 streams, two worker pools on separate connections; the node
 // that leads the work stream — and serves one pool's only URL — is shut down
 // mid-job. The job completes; every record has exactly one final result.
