@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/retry"
 )
 
 // A consumer of one replica (the ephemeral ones that count and read) is
@@ -32,14 +34,7 @@ func placePause(ctx context.Context, try int) error {
 	if try <= 2 {
 		return nil
 	}
-	t := time.NewTimer(time.Millisecond << min(try-3, 5))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return retry.SystemClock{}.Sleep(ctx, time.Millisecond<<min(try-3, 5))
 }
 
 // leaderView is the stream's leader's info, asked once for one count or
