@@ -219,6 +219,7 @@ func (b *Broker) DeleteJob(ctx context.Context, id string) (*DeleteReport, error
 		{StreamResults, "jetpool.results." + id + ".>", &rep.Results},
 		{StreamDLQ, "jetpool.dlq." + id + ".>", &rep.DeadLetter},
 		{"KV_" + BucketAttempts, "$KV." + BucketAttempts + "." + id + ".>", &rep.Attempts},
+		{"KV_" + BucketClaims, "$KV." + BucketClaims + "." + id + ".>", nil},
 		{"KV_" + BucketBatches, "$KV." + BucketBatches + ".batch." + id + ".>", &rep.Batches},
 		{"KV_" + BucketBatches, "$KV." + BucketBatches + ".rec." + id + ".>", &rep.Batches},
 		{StreamAdvisories, "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + StreamWork + "." + ConsumerName(id), nil},

@@ -17,6 +17,7 @@ const (
 	BucketAttempts   = "JETPOOL_ATTEMPTS"
 	BucketLimits     = "JETPOOL_LIMITS"
 	BucketBatches    = "JETPOOL_BATCHES"
+	BucketClaims     = "JETPOOL_CLAIMS"
 
 	// ConsumerMaxDeliveries is the durable consumer of the poison-pill catcher.
 	ConsumerMaxDeliveries = "jetpool-maxdeliveries"

@@ -154,25 +154,33 @@ func TestAwaitPublishEndsSoonAfterAReconnect(t *testing.T) {
 }
 
 // Of two deliveries that claim a record's call, one wins; a claim lapses
-// after its ttl, and one of an earlier replay generation does not stand.
+// after its ttl, a claim of an earlier replay generation does not stand,
+// and one of an earlier delivery stands only against a bidder that waited
+// for it already; a claim let go stands against nobody.
 func TestClaim(t *testing.T) {
 	b := testenv.Broker(t)
 	ctx := context.Background()
-	ok, err := b.Claim(ctx, "j", "a", "r1", 0, "w1/1", time.Minute)
+	bid := func(record string, replays int, holder string, n int, waited bool, ttl time.Duration) bool {
+		t.Helper()
+		_, ok, err := b.Claim(ctx, broker.Bid{Job: "j", Action: "a", Record: record, Replays: replays, Holder: holder, Delivery: n, Waited: waited, TTL: ttl})
+		require.NoError(t, err)
+		return ok
+	}
+	require.True(t, bid("r1", 0, "w1/1", 1, false, time.Minute), "the first claim wins")
+	require.False(t, bid("r1", 0, "w2/7", 1, false, time.Minute), "a twin's claim loses (the same delivery, as new)")
+	require.False(t, bid("r1", 0, "w2/7", 2, true, time.Minute), "a twin that waited for it waits again")
+	require.True(t, bid("r1", 0, "w2/8", 2, true, time.Nanosecond), "a lapsed claim is taken over")
+	require.True(t, bid("r1", 0, "w3/1", 3, false, time.Minute), "a later delivery takes an earlier one's claim over (it ended, or its process died)")
+	require.True(t, bid("r1", 1, "w3/2", 1, false, time.Minute), "a claim of an earlier replay does not stand")
+	require.True(t, bid("r2", 0, "w2/7", 1, false, time.Minute), "another record's claim is its own")
+
+	rev, ok, err := b.Claim(ctx, broker.Bid{Job: "j", Action: "a", Record: "r3", Holder: "w1/1", Delivery: 1, TTL: time.Minute})
 	require.NoError(t, err)
-	require.True(t, ok, "the first claim wins")
-	ok, err = b.Claim(ctx, "j", "a", "r1", 0, "w2/7", time.Minute)
-	require.NoError(t, err)
-	require.False(t, ok, "a twin's claim loses")
-	ok, err = b.Claim(ctx, "j", "a", "r1", 0, "w2/8", time.Nanosecond)
-	require.NoError(t, err)
-	require.True(t, ok, "a lapsed claim is taken over")
-	ok, err = b.Claim(ctx, "j", "a", "r1", 1, "w3/1", time.Minute)
-	require.NoError(t, err)
-	require.True(t, ok, "a claim of an earlier replay does not stand")
-	ok, err = b.Claim(ctx, "j", "a", "r2", 0, "w2/7", time.Minute)
-	require.NoError(t, err)
-	require.True(t, ok, "another record's claim is its own")
+	require.True(t, ok)
+	require.NoError(t, b.Unclaim(ctx, "j", "a", "r3", rev))
+	require.True(t, bid("r3", 0, "w2/1", 2, true, time.Minute), "a claim let go stands against nobody")
+	require.NoError(t, b.Unclaim(ctx, "j", "a", "r3", rev), "letting go of a claim taken over since leaves it alone")
+	require.False(t, bid("r3", 0, "w3/1", 2, true, time.Minute), "the claim taken over stands")
 }
 
 // EachResult hands a job's results on in stream order (they are decoded

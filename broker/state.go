@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetpool/jetpool/retry"
 )
 
@@ -47,8 +49,10 @@ type RecordState struct {
 	// Answer is a paid answer whose result a worker could not store before
 	// it had to stop: the next delivery stores it instead of calling again.
 	Answer *Result `json:"answer,omitempty"`
-	// TwinWaited: the record waited once for a twin delivery after an
-	// outage held its lookup (worker/handle.go); it does not wait again.
+	// TwinWaited: the record waited for a twin delivery, after an outage
+	// held its lookup or for another delivery's claim (worker/handle.go):
+	// it does not wait for an outage again, and a claim of an earlier
+	// delivery stands against it (Bid.Waited).
 	TwinWaited bool `json:"twin_waited,omitempty"`
 }
 
@@ -109,47 +113,101 @@ func (b *Broker) ClearState(ctx context.Context, job, action, record string) err
 // claim is a worker's right to call the model for a record's action,
 // for a while (Claim).
 type claim struct {
-	Holder  string    `json:"holder"`
-	Replays int       `json:"replays"`
-	At      time.Time `json:"at"`
+	Holder   string    `json:"holder"`
+	Replays  int       `json:"replays"`
+	Delivery int       `json:"delivery,omitempty"`
+	At       time.Time `json:"at"`
 }
 
-// Claim takes the right to call the model for a record's action, for
-// holder (unique to the delivery), unless another holder's claim of the same
-// replay generation younger than ttl stands: ok false then. A worker takes
-// one only after a storage fault, when JetStream may have delivered the
-// record twice and its twin may be calling (worker/handle.go): of two twins
-// that both find no result, one calls. Compare-and-set on the bucket's
-// leader; a claim needs no release: it lapses after ttl, and the winner's
-// result, once stored, is found before any claim is asked for.
-func (b *Broker) Claim(ctx context.Context, job, action, record string, replays int, holder string, ttl time.Duration) (ok bool, _ error) {
-	kv, err := b.KV(ctx, BucketAttempts)
+// Bid is a delivery's bid for the right to call the model for a record's
+// action (Claim).
+type Bid struct {
+	Job, Action, Record string
+	Replays             int
+	// Holder is unique to the delivery; Delivery is its number
+	// (NumDelivered).
+	Holder   string
+	Delivery int
+	// Waited: the record already waited for another holder's claim (or
+	// for a twin after an outage), so a claim of an earlier delivery
+	// stands against it too.
+	Waited bool
+	// TTL is how long a claim stands.
+	TTL time.Duration
+}
+
+// Claim takes the right to call the model for a record's action for
+// bid's holder, unless another holder's claim stands: of the same replay
+// generation, younger than the TTL, and of a delivery at least as late as
+// the bid's (or the bidder waited for it already). On a replicated work
+// stream a worker claims before every call (worker/handle.go): a consumer
+// leader lost just after a delivery it had not passed on delivers the
+// record again as new, and the twin, a first delivery too, must not call
+// while the first is calling. A claim of an earlier delivery is taken
+// over: that delivery ended (retried, parked) or its process died, and
+// AckWait ran out. The claim is a create on the bucket's leader, one write
+// (a read too only when a claim is there); it lapses after the TTL or is
+// let go (Unclaim), and the winner's result, once stored, is found before
+// any claim is asked for. Claims are kept in JETPOOL_CLAIMS, in memory
+// (topology.go). rev is the claim's revision, for Unclaim.
+func (b *Broker) Claim(ctx context.Context, bid Bid) (rev uint64, ok bool, _ error) {
+	kv, err := b.KV(ctx, BucketClaims)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
-	key := StateKey(job, action, record) + ".claim"
-	data, err := json.Marshal(claim{Holder: holder, Replays: replays, At: time.Now()})
+	key := StateKey(bid.Job, bid.Action, bid.Record)
+	data, err := json.Marshal(claim{Holder: bid.Holder, Replays: bid.Replays, Delivery: bid.Delivery, At: time.Now()})
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
-	m, err := b.kvLast(ctx, BucketAttempts, key)
+	rev, err = kv.Create(ctx, key, data)
+	switch {
+	case err == nil:
+		return rev, true, nil
+	case !IsConflict(err):
+		return 0, false, fmt.Errorf("claim of %s/%s/%s: %w", bid.Job, bid.Action, bid.Record, err)
+	}
+	m, err := b.kvLast(ctx, BucketClaims, key)
 	if err != nil {
-		return false, fmt.Errorf("claim of %s/%s/%s: %w", job, action, record, err)
+		return 0, false, fmt.Errorf("claim of %s/%s/%s: %w", bid.Job, bid.Action, bid.Record, err)
 	}
-	if m == nil {
-		_, err = kv.Create(ctx, key, data)
+	if m == nil { // let go of a moment ago
+		rev, err = kv.Create(ctx, key, data)
 	} else {
 		var c claim
-		if json.Unmarshal(m.Data, &c) == nil && c.Replays == replays && c.Holder != holder && time.Since(c.At) < ttl {
-			return false, nil
+		if json.Unmarshal(m.Data, &c) == nil && c.Replays == bid.Replays && c.Holder != bid.Holder &&
+			time.Since(c.At) < min(bid.TTL, ClaimsKept) && (bid.Waited || c.Delivery >= bid.Delivery) {
+			return 0, false, nil
 		}
-		_, err = kv.Update(ctx, key, data, m.Sequence)
+		rev, err = kv.Update(ctx, key, data, m.Sequence)
 	}
 	switch {
 	case err == nil:
-		return true, nil
+		return rev, true, nil
 	case IsConflict(err):
-		return false, nil // another holder took it a moment ago
+		return 0, false, nil // another holder took it a moment ago
 	}
-	return false, fmt.Errorf("claim of %s/%s/%s: %w", job, action, record, err)
+	return 0, false, fmt.Errorf("claim of %s/%s/%s: %w", bid.Job, bid.Action, bid.Record, err)
 }
+
+// Unclaim lets go of a claim of revision rev (Claim) whose delivery ended
+// without an outcome stored (retried, parked, handed back), so a later
+// delivery that waited for it need not wait out its TTL. A claim taken
+// over since is left alone.
+func (b *Broker) Unclaim(ctx context.Context, job, action, record string, rev uint64) error {
+	kv, err := b.KV(ctx, BucketClaims)
+	if err != nil {
+		return err
+	}
+	err = kv.Delete(ctx, StateKey(job, action, record), jetstream.LastRevision(rev))
+	if err != nil && !IsConflict(err) {
+		return fmt.Errorf("unclaim %s/%s/%s: %w", job, action, record, err)
+	}
+	return nil
+}
+
+// ClaimsKept is how long the JETPOOL_CLAIMS bucket keeps a claim: a claim
+// stands at most that long, whatever its TTL. The bucket holds the claims
+// of that long in the servers' memory store (about 300 bytes a call); one
+// the full store refuses is an error, and the call goes on without it.
+const ClaimsKept = 5 * time.Minute

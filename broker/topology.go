@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,6 +167,13 @@ func (b *Broker) bucketConfigs() []jetstream.KeyValueConfig {
 		{Bucket: BucketAttempts, Description: "jetpool: attempts of records waiting for redelivery", History: 1, Replicas: r, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketLimits, Description: "jetpool: shared rate-limit state per provider", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},
+		// A claim lives seconds and guards against a twin delivery (Claim),
+		// not against the loss of every node: in memory, replicated, it is
+		// written without an fsync even where the servers sync every write.
+		// No byte limit: one would be reserved from the servers' memory
+		// store whether used or not.
+		{Bucket: BucketClaims, Description: "jetpool: claims of model calls under way", History: 1, Replicas: r, Storage: jetstream.MemoryStorage,
+			TTL: ClaimsKept},
 	}
 }
 
@@ -264,7 +272,7 @@ func (b *Broker) ensureBucket(ctx context.Context, kc jetstream.KeyValueConfig) 
 	have := s.CachedInfo().Config
 	history := max(int64(kc.History), 1)
 	if have.Description == kc.Description && have.Replicas == kc.Replicas && have.MaxAge == kc.TTL &&
-		have.MaxMsgsPerSubject == history && have.Storage == kc.Storage {
+		have.MaxMsgsPerSubject == history && have.Storage == kc.Storage && have.MaxBytes == cmp.Or(kc.MaxBytes, -1) {
 		return b.JS.KeyValue(ctx, kc.Bucket)
 	}
 	return b.JS.CreateOrUpdateKeyValue(ctx, kc)

@@ -460,6 +460,8 @@ func TestPermissions(t *testing.T) {
 	require.NoError(t, err)
 	_, err = op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "JETPOOL_JOB_STATE"})
 	require.NoError(t, err)
+	_, err = op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "JETPOOL_CLAIMS", Storage: jetstream.MemoryStorage, TTL: 5 * time.Minute})
+	require.NoError(t, err)
 	_, err = op.js.CreateOrUpdateConsumer(ctx, "JETPOOL_WORK", jetstream.ConsumerConfig{
 		Durable: "jetpool-job1", FilterSubject: "jetpool.work.job1.>",
 		AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: 3,
@@ -547,6 +549,20 @@ func TestPermissions(t *testing.T) {
 		}
 		_ = keys.Stop() // ListKeys has already stopped its watcher at the end of the listing
 		assert.Equal(t, []string{"job1"}, names)
+
+		// claims of calls (broker.Claim): create, a second create refused (it reads the
+		// claim to say so), the leader's copy read, let go with the revision
+		claims, err := w.js.KeyValue(ctx, "JETPOOL_CLAIMS")
+		require.NoError(t, err)
+		rev, err := claims.Create(ctx, "job1.a.r1", []byte(`{"holder":"w/1"}`))
+		require.NoError(t, err)
+		_, err = claims.Create(ctx, "job1.a.r1", []byte(`{"holder":"w/2"}`))
+		require.ErrorIs(t, err, jetstream.ErrKeyExists)
+		cs, err := w.js.Stream(ctx, "KV_JETPOOL_CLAIMS")
+		require.NoError(t, err)
+		_, err = cs.GetLastMsgForSubject(ctx, "$KV.JETPOOL_CLAIMS.job1.a.r1")
+		require.NoError(t, err)
+		require.NoError(t, claims.Delete(ctx, "job1.a.r1", jetstream.LastRevision(rev)))
 
 		// control: the worker answers a stats request from the operator
 		sub, err := w.nc.Subscribe("jetpool.ctl.stats", func(m *nats.Msg) { _ = m.Respond([]byte(`{"in_flight":0}`)) })

@@ -79,7 +79,7 @@ func TestChaosLeaderLoss(t *testing.T) {
 	chaosWorkers(t, c, m, res.Job.ID, 10*time.Second)
 
 	targets := []string{broker.StreamResults, broker.StreamWork, broker.StreamDLQ,
-		"KV_" + broker.BucketAttempts, "KV_" + broker.BucketJobState}
+		"KV_" + broker.BucketAttempts, "KV_" + broker.BucketJobState, "KV_" + broker.BucketClaims}
 	var killed []time.Time
 	for i, stream := range targets {
 		at := int64((i + 1) * n / (len(targets) + 2))
@@ -103,6 +103,15 @@ func TestChaosLeaderLoss(t *testing.T) {
 	// (docs/durability.md: workers hear the elections and wait for a
 	// twin); one that is still is reported as such (Known gaps).
 	t.Log(checkPromise(t, admin, j, m, promise{n: n, bound: callBound(wf), serverKills: killed, serverWindow: 10 * time.Second}))
+	// Each record's call was claimed first (worker/handle.go twin): one key a record.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := admin.JS.Stream(ctx, "KV_"+broker.BucketClaims)
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	t.Logf("claims: %d records claimed (a claim the store refused during a kill is not there)", info.State.Msgs)
+	require.Greater(t, info.State.Msgs, uint64(n/2), "the workers claim their calls on R3")
 }
 
 // Freeze the node leading the results stream for 20 s (SIGSTOP): its

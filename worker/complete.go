@@ -70,6 +70,7 @@ type store interface {
 	writeResult(ctx context.Context, r *broker.Result) error
 	saveState(ctx context.Context, d *delivery, st *broker.RecordState) error
 	clearState(ctx context.Context, d *delivery) error
+	unclaim(ctx context.Context, d *delivery) error
 	deleteResult(ctx context.Context, seq uint64) error
 	failJob(ctx context.Context, d *delivery, diag string) error
 }
@@ -428,6 +429,9 @@ func (c *completer) park(s *settling) {
 		return
 	}
 	_ = d.msg.Nak()
+	if d.claim != 0 && s.o.kind != outcomeDone {
+		_ = c.st.unclaim(ctx, d)
+	}
 }
 
 // giveUp lets go of a record whose outcome did not land: its message is
@@ -463,6 +467,10 @@ func (c *completer) finish(s *settling) {
 		_ = d.msg.Ack()
 	}
 	switch o.kind {
+	case outcomeRetry, outcomePark, outcomeHandBack:
+		if d.claim != 0 { // its next delivery need not wait for this one
+			_ = c.st.unclaim(ctx, d)
+		}
 	case outcomeDone, outcomeDeadLetter:
 		if d.state != nil || s.parked {
 			_ = c.st.clearState(ctx, d)

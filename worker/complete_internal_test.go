@@ -144,6 +144,7 @@ func (s *fakeStore) saveState(_ context.Context, _ *delivery, st *broker.RecordS
 	return s.try("state")
 }
 func (s *fakeStore) clearState(context.Context, *delivery) error { return s.try("clear state") }
+func (s *fakeStore) unclaim(context.Context, *delivery) error    { return s.try("unclaim") }
 func (s *fakeStore) deleteResult(_ context.Context, seq uint64) error {
 	return s.try(fmt.Sprintf("delete result %d", seq))
 }

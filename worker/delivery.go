@@ -32,6 +32,9 @@ type delivery struct {
 	// stale is the sequence of a failed result of an earlier replay
 	// generation, which this delivery's result replaces.
 	stale uint64
+	// claim is the revision of this delivery's claim of the call
+	// (broker.Claim; worker/handle.go twin), 0 when it took none.
+	claim uint64
 	// next is the action after this one ("" for the last).
 	next string
 	// run is the delivery's session once it ran (or stands for the paid run

@@ -145,45 +145,66 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 		}
 		held = held || heldState
 	}
-	held = held || p.done.faults.recent(p.cfg.Clock.Now(), twinWindow)
-	if held && last == nil {
-		if o, wait := jr.twin(ctx, d); wait {
-			return o, true
-		}
+	suspect := held || p.done.faults.recent(p.cfg.Clock.Now(), twinWindow)
+	if o, wait := jr.twin(ctx, d, suspect && last == nil); wait {
+		return o, true
 	}
 	return outcome{}, false
 }
 
-// twin decides for a record that found no result while the store was in
-// trouble — its lookup held, or its pool met a storage fault a moment ago —
-// whether it waits. The outage may also have made JetStream deliver the
-// record twice (a work consumer's leader lost before it passed a delivery
-// on delivers it again as new), and its twin may be at the same point,
-// about to call, or holding its answer unstored (TestChaosLeaderLoss paid
-// records again 1 ms after a twin's call, and the instant a twin's held
-// write landed). So the record is parked once for a few seconds, spending
-// nothing of its budget, and looks again; if the store is still in trouble
-// then, it claims the call (broker.Claim): of two twins one calls, the
-// other waits again. A claim the store cannot answer does not stop the
-// call.
-func (jr *jobRunner) twin(ctx context.Context, d *delivery) (o outcome, wait bool) {
+// twin decides whether a record that found no result waits for a twin
+// delivery before it calls. An outage, or a leader election of the work
+// stream or its consumers, may make JetStream deliver a record twice (a
+// work consumer's leader lost before it passed a delivery on delivers it
+// again as new), and its twin may be at the same point, about to call,
+// calling, or holding its answer unstored (TestChaosLeaderLoss paid
+// records again 1 ms after a twin's call, the instant a twin's held write
+// landed, and 0.3–3 s after a call that began before the election). So:
+//   - suspect (the lookup was held, or its pool met a storage fault or an
+//     election a moment ago): the record is parked once for a few seconds,
+//     spending nothing of its budget, and looks again;
+//   - on a replicated work stream every call is claimed first
+//     (broker.Claim), and after an outage on any: of two twins one calls,
+//     the other waits, until the winner's result is stored or its claim
+//     let go or lapsed. A claim the store cannot answer does not stop the
+//     call.
+func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o outcome, wait bool) {
 	park := func(st *broker.RecordState) outcome {
+		st.TwinWaited = true
 		return outcome{kind: outcomePark, state: st, delay: twinWait + rand.N(twinWait)}
 	}
-	if d.state == nil || !d.state.TwinWaited {
-		st := d.nextState(nil)
-		st.TwinWaited = true
-		return park(st), true
+	waited := d.state != nil && d.state.TwinWaited
+	if suspect && !waited {
+		return park(d.nextState(nil)), true
+	}
+	if !suspect && !jr.replicated.Load() {
+		return outcome{}, false
 	}
 	p := jr.p
 	cctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	holder := fmt.Sprintf("%s/%p", p.id, d) // unique to this delivery
-	ok, err := p.b.Claim(cctx, d.job, d.action.Name, d.env.ID, d.replays, holder, 2*cmp.Or(p.b.Cfg.AckWait, broker.AckWaitDefault))
-	if err != nil || ok {
+	rev, ok, err := p.b.Claim(cctx, broker.Bid{Job: d.job, Action: d.action.Name, Record: d.env.ID, Replays: d.replays,
+		Holder: fmt.Sprintf("%s/%p", p.id, d), Delivery: d.n, Waited: waited,
+		TTL: 2 * cmp.Or(p.b.Cfg.AckWait, broker.AckWaitDefault)})
+	switch {
+	case err != nil:
+		p.warnClaim(err)
+		return outcome{}, false
+	case ok:
+		d.claim = rev
 		return outcome{}, false
 	}
 	return park(d.nextState(nil)), true
+}
+
+// warnClaim logs a claim the store refused, at most once a minute.
+func (p *Pool) warnClaim(err error) {
+	now, last := time.Now().UnixNano(), p.claimWarned.Load()
+	if now-last < time.Minute.Nanoseconds() || !p.claimWarned.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.Warn().Err(err).Str("bucket", broker.BucketClaims).
+		Msg("the store refused a call's claim: the call goes on without one, and a twin delivery of its record would call too (docs/durability.md)")
 }
 
 // twinWait is the least a record whose lookup an outage held waits before

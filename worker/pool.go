@@ -128,6 +128,7 @@ type Pool struct {
 	// elections (worker/faults.go elected).
 	unwatchElections func()
 	elections        atomic.Int64 // Stats.Elections
+	claimWarned      atomic.Int64 // when a refused claim was last logged (unix ns): warnClaim
 	serve            serveState   // jobs this worker cannot serve (serve.go)
 	limits           *ratelimit.Registry
 	ownLim           bool // limits made by Start, closed by Stop

@@ -91,6 +91,10 @@ func (s brokerStore) clearState(ctx context.Context, d *delivery) error {
 	return s.p.b.ClearState(ctx, d.job, d.action.Name, d.env.ID)
 }
 
+func (s brokerStore) unclaim(ctx context.Context, d *delivery) error {
+	return s.p.b.Unclaim(ctx, d.job, d.action.Name, d.env.ID, d.claim)
+}
+
 func (s brokerStore) deleteResult(ctx context.Context, seq uint64) error {
 	return s.p.b.DeleteMsg(ctx, broker.StreamResults, seq)
 }
