@@ -176,7 +176,7 @@ func (b *Broker) Claim(ctx context.Context, bid Bid) (rev uint64, ok bool, _ err
 	} else {
 		var c claim
 		if json.Unmarshal(m.Data, &c) == nil && c.Replays == bid.Replays && c.Holder != bid.Holder &&
-			time.Since(c.At) < min(bid.TTL, ClaimsKept) && (bid.Waited || c.Delivery >= bid.Delivery) {
+			time.Since(c.At) < bid.TTL && (bid.Waited || c.Delivery >= bid.Delivery) {
 			return 0, false, nil
 		}
 		rev, err = kv.Update(ctx, key, data, m.Sequence)
@@ -206,8 +206,8 @@ func (b *Broker) Unclaim(ctx context.Context, job, action, record string, rev ui
 	return nil
 }
 
-// ClaimsKept is how long the JETPOOL_CLAIMS bucket keeps a claim: a claim
-// stands at most that long, whatever its TTL. The bucket holds the claims
+// ClaimsKept is how long the JETPOOL_CLAIMS bucket keeps a claim (its max
+// age): a claim stands at most that long, whatever its TTL. The bucket holds the claims
 // of that long in the servers' memory store (about 300 bytes a call); one
 // the full store refuses is an error, and the call goes on without it.
 const ClaimsKept = 5 * time.Minute

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/worker"
 )
@@ -35,8 +33,7 @@ func BenchmarkClusterJob(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*b.N)/time.Since(start).Seconds(), "records/s")
 	b.StopTimer()
-	if s, err := admin.JS.Stream(context.Background(), "KV_"+broker.BucketClaims); err == nil && s.CachedInfo().State.Msgs > 0 {
-		st := s.CachedInfo().State
+	if st := claims(b, admin); st.Msgs > 0 {
 		b.ReportMetric(float64(st.Bytes)/float64(st.Msgs), "claim-bytes")
 	}
 }

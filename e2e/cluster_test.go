@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/broker"
@@ -354,7 +355,16 @@ func TestClusterTwinWaitsForACallUnderWay(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		require.Equal(t, 1, counter.Calls(fmt.Sprintf("r%d", i)), "r%d: its twin was delivered while its call was under way", i)
 	}
-	cs, err := admin.JS.Stream(ctx, "KV_"+broker.BucketClaims)
+	require.EqualValues(t, n, claims(t, admin).Msgs, "one claim a record: the twins took none")
+}
+
+// claims is the state of the claims bucket now (worker/handle.go twin):
+// one message a claimed record.
+func claims(t testing.TB, b *broker.Broker) jetstream.StreamState {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := b.JS.Stream(ctx, "KV_"+broker.BucketClaims)
 	require.NoError(t, err)
-	require.EqualValues(t, n, cs.CachedInfo().State.Msgs, "one claim a record: the twins took none")
+	return s.CachedInfo().State
 }

@@ -429,7 +429,15 @@ func (c *completer) park(s *settling) {
 		return
 	}
 	_ = d.msg.Nak()
-	if d.claim != 0 && s.o.kind != outcomeDone {
+	if s.o.kind != outcomeDone { // a parked answer keeps its claim
+		c.unclaim(ctx, d)
+	}
+}
+
+// unclaim lets go of d's claim of its call, if it took one, so that its
+// next delivery need not wait for it.
+func (c *completer) unclaim(ctx context.Context, d *delivery) {
+	if d.claim != 0 {
 		_ = c.st.unclaim(ctx, d)
 	}
 }
@@ -468,9 +476,7 @@ func (c *completer) finish(s *settling) {
 	}
 	switch o.kind {
 	case outcomeRetry, outcomePark, outcomeHandBack:
-		if d.claim != 0 { // its next delivery need not wait for this one
-			_ = c.st.unclaim(ctx, d)
-		}
+		c.unclaim(ctx, d)
 	case outcomeDone, outcomeDeadLetter:
 		if d.state != nil || s.parked {
 			_ = c.st.clearState(ctx, d)
