@@ -12,6 +12,10 @@ import (
 
 // Job states.
 const (
+	// JobChecking: the dispatcher publishes the records while it still
+	// validates them, and nothing serves them yet (the job has no work
+	// consumer until the whole input is found good: docs/decisions.md).
+	JobChecking    = "checking"
 	JobDispatching = "dispatching"
 	JobRunning     = "running"
 	JobCompleted   = "completed"
@@ -74,6 +78,20 @@ type Job struct {
 	// dispatched: `run --job` with a changed input dispatches only the
 	// records that are new or changed.
 	InputHash string `json:"input_hash,omitempty"`
+	// Nonce, when set, names the dispatch that owns the job's first
+	// publishing (dispatcher/checking.go): it ends the Nats-Msg-Id of every
+	// work message the dispatcher publishes for the job's first action, and
+	// is in its HeaderNonce (NewDispatchMsg). A purged attempt's ids, which
+	// the server keeps for its dedupe window, are then never a later one's,
+	// and a worker drops the late messages of a dispatch that lost the job.
+	Nonce string `json:"nonce,omitempty"`
+	// Lease is set while a dispatch publishes the job as it validates its
+	// input (JobChecking): the time of its last renewal, about every second.
+	// Nothing serves the job then (it has no work consumer), its records
+	// carry no Nats-Msg-Id, and a dispatch that finds the lease not renewed
+	// for long takes the job over: a new Nonce, the records purged, the
+	// input published again. Zero once the pass is over.
+	Lease time.Time `json:"lease,omitzero"`
 	// Finished is when the job last completed: a finished job's rate is
 	// over its own duration, Created to Finished.
 	Finished time.Time `json:"finished,omitzero"`

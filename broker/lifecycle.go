@@ -183,9 +183,11 @@ type DeleteReport struct {
 // workers finish the call); results are purged a second time at the end to
 // narrow that window. Pause or finish a job before deleting it.
 //
-// The server keeps the job's message ids for the dedupe window
-// (Config.DedupeWindow): dispatching the same job id again within it
-// publishes nothing, so use another --job until then.
+// The server keeps the message ids of the job's records that had one (a
+// dispatch that resumed the job, a replay) for the dedupe window
+// (Config.DedupeWindow); a new job's records have none, and a nonce of
+// their own (dispatcher/checking.go), so dispatching the same job id again
+// publishes it afresh.
 func (b *Broker) DeleteJob(ctx context.Context, id string) (*DeleteReport, error) {
 	if err := CheckJobID(id); err != nil {
 		return nil, err
@@ -248,6 +250,12 @@ func (b *Broker) DeleteJob(ctx context.Context, id string) (*DeleteReport, error
 		}
 	}
 	return rep, nil
+}
+
+// PurgeWork removes every work message of job and returns how many went:
+// a dispatch that takes a leased job over (Job.Lease) starts it again.
+func (b *Broker) PurgeWork(ctx context.Context, job string) (uint64, error) {
+	return b.purgeSubject(ctx, StreamWork, WorkFilter(job))
 }
 
 // purgeSubject purges the messages of stream on subject and returns how

@@ -49,6 +49,11 @@ const (
 	// such a message skips the already-succeeded lookup. Any other message,
 	// and every redelivery, looks the result up first.
 	HeaderFirstRun = "Jetpool-First-Run"
+	// HeaderNonce is the job's Nonce on every work message the dispatcher
+	// publishes for the job's first action: a worker drops one whose nonce
+	// is not the job's (a dispatch that lost the job to another, whose
+	// last writes arrived late: dispatcher/checking.go).
+	HeaderNonce = "Jetpool-Nonce"
 	// HeaderRevision names the revision of the job's workflow a work
 	// message runs under (Job.Revisions); absent: revision 1. A record
 	// keeps its revision from action to action, so records in flight when

@@ -283,12 +283,37 @@ func WorkMsgID(job, action, record string, replays int) string {
 
 // NewWorkMsg builds the work message of a record for an action.
 func NewWorkMsg(job, action string, env *Envelope, replays int) (*nats.Msg, error) {
+	return newWorkMsg(job, action, env, replays, "", true)
+}
+
+// NewDispatchMsg builds the work message the dispatcher publishes for a
+// record of job: NewWorkMsg's, its Nats-Msg-Id ending with the job's
+// Nonce when it has one, and the Nonce in HeaderNonce. While the job is
+// leased (Job.Lease: published as it is validated, served by no one) the
+// message has no Nats-Msg-Id: such a dispatch never publishes a record
+// twice, one that takes the job over purges what was published first, and
+// the server keeps no id of it for the dedupe window.
+func NewDispatchMsg(job *Job, action string, env *Envelope, replays int) (*nats.Msg, error) {
+	m, err := newWorkMsg(job.ID, action, env, replays, job.Nonce, job.Lease.IsZero())
+	if err == nil && job.Nonce != "" {
+		m.Header.Set(HeaderNonce, job.Nonce)
+	}
+	return m, err
+}
+
+func newWorkMsg(job, action string, env *Envelope, replays int, nonce string, withID bool) (*nats.Msg, error) {
 	data, err := env.MarshalJSON()
 	if err != nil {
 		return nil, err
 	}
 	m := &nats.Msg{Subject: WorkSubject(job, action), Data: data, Header: make(nats.Header, 4)}
-	m.Header.Set(HeaderMsgID, WorkMsgID(job, action, env.ID, replays))
+	if withID {
+		id := WorkMsgID(job, action, env.ID, replays)
+		if nonce != "" {
+			id += "." + nonce
+		}
+		m.Header.Set(HeaderMsgID, id)
+	}
 	m.Header.Set(HeaderRecord, env.ID)
 	if replays > 0 {
 		m.Header.Set(HeaderReplays, strconv.Itoa(replays))

@@ -226,32 +226,67 @@ func (e *BadInputError) Error() string {
 		"nothing published (fix them, or pass --skip-bad to dead-letter them as bad_input)")
 }
 
+// RefusedError is a dispatch's refusal of its input or its workflow, made
+// before any record ran: a bad line, an id used twice, a reference no
+// record answers, a file that cannot be read. It wraps the reason
+// (*BadInputError, *DuplicateIDsError, *LineError, a workflow error…).
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
 // Dispatch checks the input, creates the job and publishes every record to
 // its first action. A second dispatch of the same job publishes nothing.
+// An input or workflow it refuses is a *RefusedError.
 func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts Options) (*Result, error) {
 	if mp := d.B.NC.MaxPayload(); opts.MaxPayload != mp {
 		opts.MaxPayload, opts.Checked = mp, false // checked against another limit, or none
 	}
+	if !opts.Checked {
+		// Publish while validating (checking.go); an input that is not
+		// found good all through goes the careful way below, which says
+		// what is wrong with it.
+		res, err := d.dispatchChecking(ctx, wf, opts)
+		if !errors.Is(err, errCheckFirst) {
+			return res, err
+		}
+	}
 	if !opts.Checked || opts.JobID == "" {
 		c, err := CheckInput(wf, opts)
 		if err != nil {
-			return nil, err
+			return nil, &RefusedError{Err: err}
 		}
 		if len(c.DupErrs) > 0 {
-			return nil, &DuplicateIDsError{Errs: c.DupErrs}
+			return nil, &RefusedError{Err: &DuplicateIDsError{Errs: c.DupErrs}}
 		}
 		if len(c.Bad) > 0 && !opts.SkipBad {
-			return nil, &BadInputError{Errs: c.Bad}
+			return nil, &RefusedError{Err: &BadInputError{Errs: c.Bad}}
 		}
 		c.Apply(&opts)
 	}
 	jobID := opts.JobID
-	if j, _, err := d.B.GetJob(ctx, jobID); err == nil && j.Dispatched {
+	switch j, rev, err := d.B.GetJob(ctx, jobID); {
+	case err == nil && j.Dispatched:
+		if j.Status == broker.JobChecking {
+			// Its dispatch ended after the pass, before it served the job.
+			if j, err = d.serve(ctx, j); err != nil {
+				return nil, err
+			}
+		}
 		return &Result{Job: j, Existing: true}, nil
-	} else if err != nil && !errors.Is(err, broker.ErrJobNotFound) {
+	case err == nil && !j.Lease.IsZero():
+		// Leased by a dispatch that published it as it validated it,
+		// gone or still at it (checking.go).
+		res, err := d.takeOver(ctx, wf, opts, j, rev, "")
+		if !errors.Is(err, errCheckFirst) {
+			return res, err
+		}
+		// Taken over and found not good (deleted), or deleted by its
+		// owner: a new job.
+	case err != nil && !errors.Is(err, broker.ErrJobNotFound):
 		return nil, err
 	}
-	enc, err := wf.Encode()
+	enc, actions, err := spec(wf)
 	if err != nil {
 		return nil, err
 	}
@@ -262,10 +297,6 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	// record out of the work stream into an advisory, which a full store
 	// cannot keep, and which nothing then counts.
 	maxDeliver := -1
-	actions := make([]string, len(wf.Actions))
-	for i, a := range wf.Actions {
-		actions[i] = a.Name
-	}
 	job, _, err := d.B.GetJob(ctx, jobID)
 	fresh := false
 	switch {
@@ -292,10 +323,17 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	// Only a job's first dispatch knows no record of it can have run: a
 	// dispatch resumed after a crash (the job exists) makes workers look
 	// for results first.
-	res, err := d.publish(ctx, wf, job, opts, fresh)
+	res, err := d.publish(ctx, wf, job, opts, fresh, nil)
 	if err != nil {
 		return nil, err
 	}
+	return d.dispatched(ctx, job, res)
+}
+
+// dispatched marks job as dispatched with the records res published, and
+// running.
+func (d *Dispatcher) dispatched(ctx context.Context, job *broker.Job, res *Result) (*Result, error) {
+	jobID := job.ID
 	if _, err := d.B.UpdateJobSpec(ctx, jobID, func(j *broker.Job) bool {
 		j.Total += res.Published + res.BadLines
 		j.Dispatched = true
@@ -304,8 +342,8 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	}); err != nil {
 		return nil, err
 	}
-	job, err = d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
-		if j.Status != broker.JobDispatching {
+	job, err := d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
+		if j.Status != broker.JobDispatching && j.Status != broker.JobChecking {
 			return false
 		}
 		j.Status = broker.JobRunning
@@ -320,7 +358,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	return res, nil
 }
 
-func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options, fresh bool) (*Result, error) {
+// publish publishes the records of the input to the job's first action.
+// With check set, it also validates them (the input is not checked yet:
+// checking.go) and ends with errCheckFirst at the first line that is not
+// good, or at a record the stream holds already.
+func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options, fresh bool, check *checking) (*Result, error) {
 	first := wf.Actions[0]
 	maxPending := opts.MaxPending
 	if maxPending <= 0 {
@@ -330,17 +372,23 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 	pending := make([]jetstream.PubAckFuture, 0, maxPending)
 	drain := func(keep int) error {
 		n := len(pending) - keep
-		for _, f := range pending[:n] {
+		for i, f := range pending[:n] {
 			select {
 			case ack := <-f.Ok():
+				if ack.Duplicate && check != nil {
+					pending = pending[i+1:]
+					return errCheckFirst
+				}
 				if ack.Duplicate {
 					res.Duplicates++
 				} else {
 					res.Published++
 				}
 			case err := <-f.Err():
+				pending = pending[i+1:] // those not answered yet
 				return fmt.Errorf("publish %s: %w", f.Msg().Header.Get(broker.HeaderRecord), err)
 			case <-ctx.Done():
+				pending = pending[i:]
 				return ctx.Err()
 			}
 		}
@@ -376,6 +424,8 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 			if opts.Progress != nil {
 				opts.Progress(res.Published + res.Duplicates)
 			}
+		case check != nil && errors.Is(err, broker.ErrAtomicDuplicate):
+			return errCheckFirst
 		case errors.Is(err, broker.ErrAtomicUnsupported), errors.Is(err, broker.ErrAtomicDuplicate):
 			// One by one instead, each deduplicated by its Nats-Msg-Id
 			// (some may be stored already: a resumed dispatch, or a server
@@ -399,6 +449,15 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 	var err error
 	opts.readFiles = true
 	res.inputHash, err = eachRecord(wf, opts, func(rec Record, le *LineError) error {
+		if check != nil {
+			if le != nil {
+				return errCheckFirst
+			}
+			check.add(rec)
+			if err := check.renew(ctx); err != nil {
+				return err
+			}
+		}
 		if le != nil {
 			res.BadLines++
 			return d.deadLetterBad(ctx, job.ID, first.Name, rec, le)
@@ -408,7 +467,7 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 			return nil
 		}
 		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: broker.RecordSum(rec.Raw), Files: rec.Files}
-		m, err := broker.NewWorkMsg(job.ID, first.Name, env, 0)
+		m, err := broker.NewDispatchMsg(job, first.Name, env, 0)
 		if err != nil {
 			return err
 		}
@@ -426,13 +485,33 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 	if err == nil {
 		err = flush()
 	}
+	if err == nil {
+		err = drain(0)
+	}
+	if err != nil && check != nil {
+		// What is on its way lands (or fails) before the job is deleted,
+		// lest a publish stored after the purge outlive it.
+		settle(pending)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if err := drain(0); err != nil {
-		return nil, err
-	}
 	return res, nil
+}
+
+// settle waits a while for the publishes still on their way to be
+// answered, whatever the answer.
+func settle(pending []jetstream.PubAckFuture) {
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for _, f := range pending {
+		select {
+		case <-f.Ok():
+		case <-f.Err():
+		case <-timeout.C:
+			return
+		}
+	}
 }
 
 // badID is the record id of a bad line: its id when it has one, else one

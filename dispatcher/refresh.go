@@ -85,7 +85,7 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 			replays++
 		}
 		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: sum, Files: rec.Files}
-		m, err := broker.NewWorkMsg(job.ID, first, env, replays)
+		m, err := broker.NewDispatchMsg(job, first, env, replays)
 		if err != nil {
 			return err
 		}

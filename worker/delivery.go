@@ -26,6 +26,8 @@ type delivery struct {
 	// for the record yet (broker.HeaderFirstRun), and the job's consumer is
 	// not replicated (jobRunner.replicated).
 	firstRun bool
+	// nonce is the dispatch's (broker.HeaderNonce), "" on other messages.
+	nonce string
 	// state is what earlier deliveries passed on (broker.RecordState);
 	// nil when there were none, or none needed one.
 	state *broker.RecordState
@@ -147,5 +149,6 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	d.replays = headerInt(h.Get(broker.HeaderReplays))
 	d.mode = h.Get(broker.HeaderMode)
 	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0 && !jr.replicated.Load()
+	d.nonce = h.Get(broker.HeaderNonce)
 	return d, nil
 }

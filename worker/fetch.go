@@ -88,6 +88,18 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 		}
 		return nil
 	}
+	// The job's nonce as it is now that the consumer exists: it changes
+	// only while the job has no consumer (a dispatch taking another's
+	// over, dispatcher/checking.go), so a message that carries another is
+	// from a dispatch that lost the job.
+	j, _, err := p.b.GetJob(ctx, jr.id)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Debug().Str("job", jr.id).Err(err).Msg("job entry not read")
+		}
+		return nil
+	}
+	jr.nonce.Store(&j.Nonce)
 	if aw := c.CachedInfo().Config.AckWait; aw > 0 {
 		jr.heartbeat.Store(int64(min(aw/BeatsPerAckWait, p.cfg.Heartbeat)))
 	}

@@ -66,6 +66,13 @@ func (jr *jobRunner) finished() {
 // record's outcome when there is nothing to run.
 func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settled bool) {
 	p := jr.p
+	if n := jr.nonce.Load(); d.nonce != "" && n != nil && d.nonce != *n {
+		// A late write of a dispatch that lost the job to another, which
+		// published every record again (dispatcher/checking.go): dropped,
+		// nothing stored, nothing called.
+		p.log.Debug().Str("job", d.job).Str("record", d.env.ID).Str("nonce", d.nonce).Msg("dropped a work message of a dispatch that lost the job")
+		return outcome{kind: outcomeSettled}, true
+	}
 	if j := jr.current(); j.Status == broker.JobFailed {
 		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
 		reason := retry.ReasonJobFailed

@@ -36,8 +36,11 @@ type jobRunner struct {
 	// leader, which delivers those messages again as first deliveries. So
 	// every delivery looks its result up (no Jetpool-First-Run skip).
 	replicated atomic.Bool
-	batcher    *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
-	costs      *CostGate      // worker/cost.go; made on first use
+	// nonce is the job's Nonce when its consumer was found (bind): a work
+	// message of the dispatcher's that carries another is dropped (before).
+	nonce   atomic.Pointer[string]
+	batcher *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
+	costs   *CostGate      // worker/cost.go; made on first use
 
 	// embeds are the embed actions' batchers (worker/embed.go), by action
 	// (of any revision), made on first use.

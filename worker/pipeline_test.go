@@ -74,12 +74,21 @@ func TestDispatchTwiceRunsOnce(t *testing.T) {
 	counter := testenv.NewCounter()
 	testenv.Pool(t, b, worker.Config{Concurrency: 8, NewProvider: counter.New})
 	testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
-	// Force a full re-dispatch of the same job: Nats-Msg-Id dedupes it, and
-	// beyond the dedupe window workers skip records that already succeeded.
-	_, err := b.UpdateJobSpec(context.Background(), res.Job.ID, func(j *broker.Job) bool { j.Dispatched = false; return true })
-	require.NoError(t, err)
 	again := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
-	require.Zero(t, again.Published)
+	require.True(t, again.Existing, "the same job, dispatched already: nothing published")
+	// Force a full re-dispatch of the same job, as if it had never been
+	// marked dispatched: the first one's records carry no Nats-Msg-Id (a
+	// new job's pass leases it: dispatcher/checking.go), so they are
+	// published again, without the first-run mark, and workers find that
+	// every record succeeded already.
+	_, err := b.UpdateJobSpec(context.Background(), res.Job.ID, func(j *broker.Job) bool { j.Dispatched, j.Total = false, 0; return true })
+	require.NoError(t, err)
+	again = testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
+	require.EqualValues(t, 40, again.Published)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		n, err := b.Count(context.Background(), broker.StreamWork, broker.WorkFilter(res.Job.ID))
+		return err == nil && n == 0
+	}, "the records dispatched again are settled")
 	testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
 	require.Equal(t, 80, counter.Total(), "40 records × 2 actions, each called once")
 }

@@ -101,7 +101,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
 	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
-		return err
+		return inputError(err)
 	}
 	if err := f.applyMaxCost(ctx, b, res.Job); err != nil {
 		return err

@@ -166,7 +166,7 @@ func checkRunJob(ctx context.Context, b *broker.Broker, wf *workflow.Workflow, f
 			"  to run every record under it: jetpool run %s --input %s (without --job: a new job)",
 			j.ID, j.Revision(), path, path, j.ID, path, path, f.input))
 	}
-	if j.InputHash == "" || j.InputHash == f.checked.ContentHash {
+	if j.InputHash == "" || f.checked == nil || j.InputHash == f.checked.ContentHash {
 		// The same input: a resume. (A job dispatched before jobs kept
 		// their input's hash cannot tell: resumed, as it always was.)
 		return nil, nil

@@ -110,12 +110,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
-		var bie *dispatcher.BadInputError
-		var le *dispatcher.LineError
-		if errors.As(err, &bie) || errors.As(err, &le) {
-			return configErr(err)
-		}
-		return err
+		return inputError(err)
 	}
 	job := res.Job
 	if err := f.applyMaxCost(ctx, b, job); err != nil {
@@ -215,6 +210,11 @@ func runTrust(wf *workflow.Workflow) (*provider.Trust, error) {
 // records too big for b's server), and check the providers' credentials.
 // Every failure is a usage/configuration error (exit 2) and nothing has
 // been published. b nil (validate --input): no server, no size check.
+//
+// A job that does not exist yet is not read here: its dispatch validates
+// each record as it publishes it, and serves none until the whole input is
+// found good (dispatcher.Dispatch; a bad input is refused as here, nothing
+// of it run, and inputError makes it exit 2). f.checked is nil then.
 func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, b *broker.Broker) (dispatcher.Options, error) {
 	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad,
 		Duplicates: f.duplicates}
@@ -223,6 +223,13 @@ func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, b *broker
 	}
 	if d := f.duplicates; d != "" && d != dispatcher.DuplicatesError && d != dispatcher.DuplicatesFirst {
 		return opts, usageErr("--duplicates %q: want error or first", d)
+	}
+	if b != nil && f.newJob(ctx, b) {
+		if err := f.preflightAndBudget(ctx, wf); err != nil {
+			return opts, err
+		}
+		f.checked = nil
+		return opts, nil
 	}
 	c, err := dispatcher.CheckInput(wf, opts)
 	if err != nil {
@@ -234,17 +241,47 @@ func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, b *broker
 	if len(c.Bad) > 0 && !f.skipBad {
 		return opts, configErr(&dispatcher.BadInputError{Errs: c.Bad})
 	}
-	if !f.noPreflight {
-		if err := preflight(ctx, wf); err != nil {
-			return opts, configErr(err)
-		}
-	}
-	if err := f.budget(wf); err != nil { // cost.go: after the job id, which the flag leaves as it is
-		return opts, configErr(err)
+	if err := f.preflightAndBudget(ctx, wf); err != nil {
+		return opts, err
 	}
 	c.Apply(&opts)
 	f.checked = c
 	return opts, nil
+}
+
+// newJob reports whether the job of f is not there yet: --job names one
+// the server does not have, or the id is derived from the input (a job
+// dispatched before from the same input is found by the dispatch itself).
+func (f *runFlags) newJob(ctx context.Context, b *broker.Broker) bool {
+	if f.job == "" {
+		return true
+	}
+	_, _, err := b.GetJob(ctx, f.job)
+	return errors.Is(err, broker.ErrJobNotFound)
+}
+
+func (f *runFlags) preflightAndBudget(ctx context.Context, wf *workflow.Workflow) error {
+	if !f.noPreflight {
+		if err := preflight(ctx, wf); err != nil {
+			return configErr(err)
+		}
+	}
+	if err := f.budget(wf); err != nil { // cost.go: after the job id, which the flag leaves as it is
+		return configErr(err)
+	}
+	return nil
+}
+
+// inputError makes a dispatch's refusal of its input or workflow (a bad
+// line, an id used twice, a reference no record answers) a configuration
+// error (exit 2), as prepare makes those it finds.
+func inputError(err error) error {
+	var re *dispatcher.RefusedError
+	var le *dispatcher.LineError
+	if errors.As(err, &re) || errors.As(err, &le) {
+		return configErr(err)
+	}
+	return err
 }
 
 // workAndReport runs a pool and the catcher on the job until it is done,

@@ -35,7 +35,7 @@ func TestRunSmoke(t *testing.T) {
 	stdout, stderr := table.String(), progress.String()
 	for _, row := range []string{
 		"| raw floor: nats.go work-queue pull + result publish + ack |",
-		"| jetpool dispatch (validate pass + publish) |",
+		"| jetpool dispatch (validated as published) |",
 		"| jetpool work, 0 ms latency, concurrency 16 |",
 		"| jetpool work, 0 ms latency, concurrency 16, worker process of its own (loopback TCP, as the nats CLI) |",
 		"| jetpool dispatch + work + result + ack, overlapped |",
@@ -48,12 +48,12 @@ func TestRunSmoke(t *testing.T) {
 	} {
 		require.Contains(t, stdout, row)
 	}
-	require.Regexp(t, `\| jetpool dispatch \(validate pass \+ publish\) \|[^\n]* of nats.go async pub \+ Nats-Msg-Id \|`, stdout)
+	require.Regexp(t, `\| jetpool dispatch \(validated as published\) \|[^\n]* of nats.go async pub \+ Nats-Msg-Id \|`, stdout)
 	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]* of the raw work loop; CPU `, stdout)
 	if external {
 		for _, row := range []string{
 			"| raw work loop: plain nats.go, 16 goroutines: pull, publish the result and wait for its ack, ack — external nats-server (loopback TCP) |",
-			"| jetpool dispatch (validate pass + publish) — external nats-server (loopback TCP) |",
+			"| jetpool dispatch (validated as published) — external nats-server (loopback TCP) |",
 			"| jetpool work, 0 ms latency, concurrency 16 — external nats-server (loopback TCP) |",
 			"| jetpool work, 0 ms latency, concurrency 16, worker process of its own (loopback TCP, as the nats CLI) — external nats-server (loopback TCP) |",
 		} {

@@ -152,6 +152,21 @@ func rawGo(ctx context.Context, b *broker.Broker, n, size int, retention jetstre
 	return pub, consume, ctx.Err()
 }
 
+// pairedPub is the nats.go async publisher's rate on a stream of its own,
+// made afresh and deleted after: the dispatch's yardstick.
+func pairedPub(ctx context.Context, b *broker.Broker, n, size int) (float64, error) {
+	if _, err := b.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BENCHPAIRED", Subjects: []string{"benchpaired.>"},
+		Storage: jetstream.FileStorage}); err != nil {
+		return 0, err
+	}
+	defer b.JS.DeleteStream(context.WithoutCancel(ctx), "BENCHPAIRED")
+	start := time.Now()
+	if err := publishRaw(ctx, b, "benchpaired.x", "paired-", n, size, nil); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
 // publishRaw publishes n messages of size bytes to subject, async with a
 // Nats-Msg-Id, waiting for the acks every 500 (nats bench's window); body,
 // when set, gives message i's payload instead.

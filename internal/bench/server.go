@@ -209,7 +209,7 @@ func RunRound(ctx context.Context, cfg broker.Config, o Options) ([]byte, error)
 // cells names every figure of a round, for its JSON.
 func (rd *round) cells() (rates map[string]*float64, cpus map[string]*cpuUse) {
 	return map[string]*float64{
-			"raw_pub": &rd.rawPub, "raw_consume": &rd.rawConsume, "raw_consume_wq": &rd.rawConsumeWQ, "go_pub": &rd.goPub,
+			"raw_pub": &rd.rawPub, "raw_consume": &rd.rawConsume, "raw_consume_wq": &rd.rawConsumeWQ, "go_pub": &rd.goPub, "go_pub_paired": &rd.goPubPaired,
 			"go_consume": &rd.goConsume, "floor": &rd.floor, "loop": &rd.loop, "inline": &rd.inline, "dispatch": &rd.dispatch,
 			"work": &rd.work, "work_child": &rd.workChild, "both": &rd.both, "e2e": &rd.e2e,
 		}, map[string]*cpuUse{
