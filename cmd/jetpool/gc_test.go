@@ -1,9 +1,12 @@
 package main
 
 import (
+	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -21,15 +24,47 @@ func TestTuneGC(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(prev) })
 
+	if v, set := os.LookupEnv("GOMEMLIMIT"); set {
+		require.NoError(t, os.Unsetenv("GOMEMLIMIT"))
+		t.Cleanup(func() { os.Setenv("GOMEMLIMIT", v) })
+	}
+	t.Cleanup(func() { debug.SetMemoryLimit(math.MaxInt64) })
+	ctx := t.Context()
 	embedded := testenv.Broker(t)
-	tuneGC(embedded)
+	stop := tuneGC(ctx, embedded)
 	require.Equal(t, 100, gcPercent(), "hosting the server: Go's default")
+	require.EqualValues(t, embeddedMemoryFloor, debug.SetMemoryLimit(-1), "and a soft memory limit")
+	stop()
+	debug.SetMemoryLimit(math.MaxInt64)
 
-	tuneGC(testenv.Connect(t, embedded))
+	tuneGC(ctx, testenv.Connect(t, embedded))()
 	require.Equal(t, WorkerGOGC, gcPercent())
+	require.EqualValues(t, math.MaxInt64, debug.SetMemoryLimit(-1), "no limit in a worker of a server elsewhere")
 
 	debug.SetGCPercent(100)
 	t.Setenv("GOGC", "150") // read by tuneGC only: the runtime read it at start
-	tuneGC(embedded)
+	tuneGC(ctx, embedded)()
 	require.Equal(t, 100, gcPercent(), "$GOGC set: left to the runtime")
+	require.EqualValues(t, math.MaxInt64, debug.SetMemoryLimit(-1))
+}
+
+// The limit follows the live heap once it passes the floor, and comes
+// back down with it.
+func TestFollowLiveHeap(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	const floor = 8 << 20
+	stop := followLiveHeap(t.Context(), floor)
+	defer stop()
+	keep := make([][]byte, 0, 64)
+	for range 64 {
+		keep = append(keep, make([]byte, 1<<20)) // 64 MiB live
+	}
+	runtime.GC()
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return debug.SetMemoryLimit(-1) >= 90<<20 // about 1.5 × 64 MiB
+	}, "the limit follows a live heap of 64 MiB")
+	runtime.KeepAlive(keep)
+	keep = nil
+	runtime.GC()
+	testenv.Eventually(t, 10*time.Second, func() bool { return debug.SetMemoryLimit(-1) < 32<<20 }, "and comes back down")
 }

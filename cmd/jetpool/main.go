@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"strings"
 	"syscall"
@@ -434,20 +433,6 @@ func gcPercent() int {
 	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
 	rtmetrics.Read(s)
 	return int(s[0].Value.Uint64())
-}
-
-// tuneGC applies WorkerGOGC unless $GOGC says otherwise or b's server runs
-// in this process. A process that hosts the embedded server keeps Go's
-// default target: its live heap holds the server's state, which grows with
-// the job (the dedupe window's message ids and the results stream's subject
-// index: a few hundred bytes a record), so a higher target multiplies a
-// growing base: `jetpool run` of 1M records peaked at 802 MiB at 100 and
-// 1,180 MiB at 200, for no measurable speed-up at that size (6–9 % at 100k
-// records).
-func tuneGC(b *broker.Broker) {
-	if _, set := os.LookupEnv("GOGC"); !set && b.Server() == nil {
-		debug.SetGCPercent(WorkerGOGC)
-	}
 }
 
 func plural(n int64, word string) string {

@@ -76,7 +76,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	tuneGC(b)
+	defer tuneGC(ctx, b)()
 	if err := serveLocal(b); err != nil {
 		return err
 	}
