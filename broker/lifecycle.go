@@ -254,8 +254,29 @@ func (b *Broker) DeleteJob(ctx context.Context, id string) (*DeleteReport, error
 
 // PurgeWork removes every work message of job and returns how many went:
 // a dispatch that takes a leased job over (Job.Lease) starts it again.
+// It is the one purge a dispatcher may make (deploy/nats/accounts.conf).
 func (b *Broker) PurgeWork(ctx context.Context, job string) (uint64, error) {
 	return b.purgeSubject(ctx, StreamWork, WorkFilter(job))
+}
+
+// ForgetNewJob removes a job that never ran, as its dispatch leaves it when
+// the input is refused (dispatcher/checking.go): its work messages, then its
+// entries. It needs no more than a dispatcher may do; DeleteJob, for a job
+// that ran, is an operator's.
+func (b *Broker) ForgetNewJob(ctx context.Context, job string) error {
+	if _, err := b.PurgeWork(ctx, job); err != nil {
+		return fmt.Errorf("forget job %s: %w", job, err)
+	}
+	for _, bucket := range []string{BucketJobState, BucketJobs} {
+		kv, err := b.KV(ctx, bucket)
+		if err != nil {
+			return err
+		}
+		if err := kv.Purge(ctx, job); err != nil {
+			return fmt.Errorf("forget job %s: %s entry: %w", job, bucket, err)
+		}
+	}
+	return nil
 }
 
 // purgeSubject purges the messages of stream on subject and returns how

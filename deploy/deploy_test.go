@@ -659,14 +659,17 @@ func TestPermissions(t *testing.T) {
 		assert.Zero(t, n, "the dispatcher must not receive work")
 		d.expectViolation(t, "$JS.API.CONSUMER.MSG.NEXT.JETPOOL_WORK.jetpool-job1")
 
-		// nor ack on a worker's behalf, purge or delete
-		require.NoError(t, d.nc.Publish("$JS.ACK.JETPOOL_WORK.jetpool-job1.1.1.1.1.0", []byte("+ACK")))
-		d.expectViolation(t, "$JS.ACK.JETPOOL_WORK.jetpool-job1.1.1.1.1.0")
+		// It purges a new job's work (an input refused after it began to
+		// publish, a dispatch taken over: dispatcher/checking.go)...
 		work, err := d.js.Stream(ctx, "JETPOOL_WORK")
 		require.NoError(t, err)
-		denied(t, d, "$JS.API.STREAM.PURGE.JETPOOL_WORK", func(ctx context.Context) error {
-			return work.Purge(ctx)
+		require.NoError(t, work.Purge(ctx, jetstream.WithPurgeSubject("jetpool.work.refused.>")), "answered: allowed")
+		// ...but no other stream, nor acks on a worker's behalf, nor deletes
+		denied(t, d, "$JS.API.STREAM.PURGE.JETPOOL_RESULTS", func(ctx context.Context) error {
+			return res.Purge(ctx)
 		})
+		require.NoError(t, d.nc.Publish("$JS.ACK.JETPOOL_WORK.jetpool-job1.1.1.1.1.0", []byte("+ACK")))
+		d.expectViolation(t, "$JS.ACK.JETPOOL_WORK.jetpool-job1.1.1.1.1.0")
 		denied(t, d, "$JS.API.STREAM.DELETE.JETPOOL_WORK", func(ctx context.Context) error {
 			return d.js.DeleteStream(ctx, "JETPOOL_WORK")
 		})

@@ -248,7 +248,7 @@ func (d *Dispatcher) checkingPass(ctx context.Context, wf *workflow.Workflow, op
 		// Nothing of it ran (no consumer): forget it whole.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if _, derr := d.B.DeleteJob(dctx, job.ID); derr != nil {
+		if derr := d.B.ForgetNewJob(dctx, job.ID); derr != nil {
 			return nil, errors.Join(err, fmt.Errorf("job %s: what was published of it could not be removed (the next dispatch of it takes it over, or: jetpool job delete %s): %w", job.ID, job.ID, derr))
 		}
 		if errors.Is(err, errCheckFirst) {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -323,5 +324,45 @@ func TestDeployPermissionsEndToEnd(t *testing.T) {
 		s := jobStatus(t, op, "perm")
 		return s.Succeeded == 30
 	}, "job worked by the worker user")
+	require.NotContains(t, w.stderr.String(), "Permissions Violation")
+}
+
+// As the deployed dispatcher user (deploy/nats/accounts.conf): an input
+// whose last line is bad is refused (exit 2, the line named) after the
+// pass had begun publishing it, and what it published is removed with the
+// rights the dispatcher has (the work stream's purge, its own job
+// entries): no job is left, no work, no permission violation; the input
+// fixed, the same job id runs every record.
+func TestDispatcherRefusesABadInputWithItsOwnRights(t *testing.T) {
+	t.Parallel()
+	_, as := deployServer(t)
+	dir := t.TempDir()
+	wfPath := filepath.Join(dir, "workflow.yaml")
+	require.NoError(t, os.WriteFile(wfPath, []byte(simYAML(0, "")), 0o600))
+	var in strings.Builder
+	for i := 1; i <= 2000; i++ {
+		fmt.Fprintf(&in, "{\"id\":\"r%d\",\"text\":\"record %d\"}\n", i, i)
+	}
+	bad := filepath.Join(dir, "in.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte(in.String()+"{\"id\":\"r2001\",\"text\":\n"), 0o600))
+	d := jetpool(t, as("dispatcher"), "dispatch", wfPath, "--input", bad, "--job", "refused", "--no-preflight")
+	require.Equal(t, 2, d.code, d.stderr)
+	require.Contains(t, d.stderr, "in.jsonl:2001: malformed JSON")
+	require.NotContains(t, d.stderr, "Permissions Violation")
+	require.NotContains(t, d.stderr, "could not be removed")
+
+	op := as("operator")
+	st := jetpool(t, op, "status", "refused")
+	require.NotZero(t, st.code, "no job is left: %s", st.stdout)
+
+	good := filepath.Join(dir, "good.jsonl")
+	require.NoError(t, os.WriteFile(good, []byte(in.String()), 0o600))
+	d = jetpool(t, as("dispatcher"), "dispatch", wfPath, "--input", good, "--job", "refused", "--no-preflight")
+	require.Zero(t, d.code, d.stderr)
+	require.Contains(t, d.stderr, "2000 records published")
+	w := start(t, as("worker"), "worker", "--concurrency", "16")
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		return jobStatus(t, op, "refused").Succeeded == 2000
+	}, "every record of the fixed input ran")
 	require.NotContains(t, w.stderr.String(), "Permissions Violation")
 }
