@@ -17,6 +17,14 @@ import (
 	"github.com/jetpool/jetpool/worker"
 )
 
+// workCount is the job's messages in the work stream.
+func workCount(t *testing.T, b *broker.Broker, job string) uint64 {
+	t.Helper()
+	n, err := b.Count(context.Background(), broker.StreamWork, broker.WorkFilter(job))
+	require.NoError(t, err)
+	return n
+}
+
 // records is n JSONL records r1…rn, then the lines of tail.
 func records(n int, tail ...string) string {
 	var sb strings.Builder
@@ -61,10 +69,8 @@ func TestDispatchChecksWhilePublishingAndServesNothingBefore(t *testing.T) {
 	// Nothing is left of the job, and nothing of it ran.
 	_, _, err = b.GetJob(ctx, "late-bad")
 	require.ErrorIs(t, err, broker.ErrJobNotFound)
-	n, err := b.Count(ctx, broker.StreamWork, broker.WorkFilter("late-bad"))
-	require.NoError(t, err)
-	require.Zero(t, n)
-	n, err = b.Count(ctx, broker.StreamResults, "jetpool.results.late-bad.>")
+	require.Zero(t, workCount(t, b, "late-bad"))
+	n, err := b.Count(ctx, broker.StreamResults, "jetpool.results.late-bad.>")
 	require.NoError(t, err)
 	require.Zero(t, n, "a record of a refused input ran")
 
@@ -100,9 +106,7 @@ func TestDispatchRefusedTwiceThenFixed(t *testing.T) {
 	res := testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "fixed"})
 	require.EqualValues(t, 501, res.Published)
 	require.Zero(t, res.Duplicates)
-	n, err := b.Count(ctx, broker.StreamWork, broker.WorkFilter("fixed"))
-	require.NoError(t, err)
-	require.EqualValues(t, 501, n)
+	require.EqualValues(t, 501, workCount(t, b, "fixed"))
 	testenv.Pool(t, b, worker.Config{Concurrency: 16})
 	_, p := testenv.WaitFinished(t, b, "fixed", 60*time.Second)
 	require.EqualValues(t, 501, p.OK)
@@ -128,11 +132,7 @@ func TestDispatchCancelledWhileCheckingLeavesNothing(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	_, _, err = b.GetJob(ctx, "cancelled")
 	require.ErrorIs(t, err, broker.ErrJobNotFound)
-	count := func() uint64 {
-		n, err := b.Count(ctx, broker.StreamWork, broker.WorkFilter("cancelled"))
-		require.NoError(t, err)
-		return n
-	}
+	count := func() uint64 { return workCount(t, b, "cancelled") }
 	require.Zero(t, count())
 
 	res := testenv.Dispatch(t, b, wf, in, dispatcher.Options{JobID: "cancelled"})

@@ -327,13 +327,6 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if err != nil {
 		return nil, err
 	}
-	return d.dispatched(ctx, job, res)
-}
-
-// dispatched marks job as dispatched with the records res published, and
-// running.
-func (d *Dispatcher) dispatched(ctx context.Context, job *broker.Job, res *Result) (*Result, error) {
-	jobID := job.ID
 	if _, err := d.B.UpdateJobSpec(ctx, jobID, func(j *broker.Job) bool {
 		j.Total += res.Published + res.BadLines
 		j.Dispatched = true
@@ -342,8 +335,8 @@ func (d *Dispatcher) dispatched(ctx context.Context, job *broker.Job, res *Resul
 	}); err != nil {
 		return nil, err
 	}
-	job, err := d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
-		if j.Status != broker.JobDispatching && j.Status != broker.JobChecking {
+	job, err = d.B.UpdateJob(ctx, jobID, func(j *broker.Job) bool {
+		if j.Status != broker.JobDispatching {
 			return false
 		}
 		j.Status = broker.JobRunning
@@ -361,7 +354,7 @@ func (d *Dispatcher) dispatched(ctx context.Context, job *broker.Job, res *Resul
 // publish publishes the records of the input to the job's first action.
 // With check set, it also validates them (the input is not checked yet:
 // checking.go) and ends with errCheckFirst at the first line that is not
-// good, or at a record the stream holds already.
+// good.
 func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options, fresh bool, check *checking) (*Result, error) {
 	first := wf.Actions[0]
 	maxPending := opts.MaxPending
@@ -375,10 +368,6 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		for i, f := range pending[:n] {
 			select {
 			case ack := <-f.Ok():
-				if ack.Duplicate && check != nil {
-					pending = pending[i+1:]
-					return errCheckFirst
-				}
 				if ack.Duplicate {
 					res.Duplicates++
 				} else {
@@ -424,8 +413,6 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 			if opts.Progress != nil {
 				opts.Progress(res.Published + res.Duplicates)
 			}
-		case check != nil && errors.Is(err, broker.ErrAtomicDuplicate):
-			return errCheckFirst
 		case errors.Is(err, broker.ErrAtomicUnsupported), errors.Is(err, broker.ErrAtomicDuplicate):
 			// One by one instead, each deduplicated by its Nats-Msg-Id
 			// (some may be stored already: a resumed dispatch, or a server

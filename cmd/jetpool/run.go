@@ -276,9 +276,7 @@ func (f *runFlags) preflightAndBudget(ctx context.Context, wf *workflow.Workflow
 // line, an id used twice, a reference no record answers) a configuration
 // error (exit 2), as prepare makes those it finds.
 func inputError(err error) error {
-	var re *dispatcher.RefusedError
-	var le *dispatcher.LineError
-	if errors.As(err, &re) || errors.As(err, &le) {
+	if re := (*dispatcher.RefusedError)(nil); errors.As(err, &re) {
 		return configErr(err)
 	}
 	return err

@@ -262,15 +262,17 @@ func (h *harness) natsCLIRound(ctx context.Context, s *server, rd *round) error 
 
 // jetpoolRound measures jetpool: dispatch, zero-latency work, the two
 // overlapped, and (WorkProcess) the work in a worker process of its own.
-func (h *harness) jetpoolRound(ctx context.Context, s *server, rd *round, wf *workflow.Workflow, in string, r int) (err error) {
+func (h *harness) jetpoolRound(ctx context.Context, s *server, rd *round, wf *workflow.Workflow, in string, r int) error {
 	n := h.o.Records
 	job := fmt.Sprintf("bench-zero-%d", r)
 	// The plain publisher first, back to back with the dispatch: measured
 	// minutes earlier, with the floor and the loops between, it met
 	// another server (docs/performance.md, "Dispatch reads its input once").
-	if rd.goPubPaired, err = pairedPub(ctx, s.b, n, h.o.Size); err != nil {
+	paired, err := pairedPub(ctx, s.b, n, h.o.Size)
+	if err != nil {
 		return err
 	}
+	rd.goPubPaired = paired
 	start := time.Now()
 	res, err := s.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job})
 	if err != nil {
