@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -33,14 +32,11 @@ import (
 // No jetpool code runs: bare nats.go on one embedded server with a temp
 // store, the same disk as `JETPOOL_SYNC_INTERVAL=always jetpool run`.
 //
-//	go test ./internal/bench -run '^$' -bench FloorAlways -benchtime 3x
+//	go test ./internal/bench -run '^$' -bench FloorAlways -benchtime 2x
 //
 // JETPOOL_BENCH_RECORDS sets the records (default 20,000 of 1 KiB).
 func BenchmarkFloorAlways(b *testing.B) {
-	n := 20000
-	if v, err := strconv.Atoi(os.Getenv("JETPOOL_BENCH_RECORDS")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchRecords(20000)
 	for _, retention := range []jetstream.RetentionPolicy{jetstream.WorkQueuePolicy, jetstream.LimitsPolicy} {
 		for _, batched := range []bool{false, true} {
 			name := "workqueue"

@@ -30,10 +30,7 @@ func BenchmarkDispatchExternal(b *testing.B) {
 	if bin == "" {
 		b.Skip("no nats-server on PATH or in $GOPATH/bin")
 	}
-	n := 100000
-	if v, err := strconv.Atoi(os.Getenv("JETPOOL_BENCH_RECORDS")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchRecords(100000)
 	ctx := b.Context()
 	cfg := testenv.Config(b, testenv.Options{})
 	cfg.LogLevel = "error"
@@ -84,4 +81,13 @@ func medianOf(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// benchRecords is $JETPOOL_BENCH_RECORDS, the records of a benchmark of
+// this package, or def.
+func benchRecords(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("JETPOOL_BENCH_RECORDS")); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
