@@ -330,21 +330,7 @@ func TestClusterTwinWaitsForACallUnderWay(t *testing.T) {
 	counter := testenv.NewCounter()
 	testenv.Pool(t, clusterBroker(t, c.urls()), worker.Config{Concurrency: 2 * n, NewProvider: counter.New})
 	testenv.Eventually(t, 30*time.Second, func() bool { return counter.Total() == n }, "every record's first call under way")
-	s, err := admin.JS.Stream(ctx, broker.StreamWork)
-	require.NoError(t, err)
-	for seq := uint64(1); seq <= n; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		require.NoError(t, err, "work message %d (still pending: its call is under way)", seq)
-		twin := nats.NewMsg(m.Subject)
-		twin.Data = m.Data
-		for k, v := range m.Header {
-			if k != nats.MsgIdHdr {
-				twin.Header[k] = v
-			}
-		}
-		_, err = admin.JS.PublishMsg(ctx, twin)
-		require.NoError(t, err)
-	}
+	s := publishTwins(ctx, t, admin, n)
 	j, p := waitFinished(t, admin, job.ID, 60*time.Second)
 	require.EqualValues(t, n, p.OK)
 	checkResults(t, admin, j, n)
@@ -356,6 +342,29 @@ func TestClusterTwinWaitsForACallUnderWay(t *testing.T) {
 		require.Equal(t, 1, counter.Calls(fmt.Sprintf("r%d", i)), "r%d: its twin was delivered while its call was under way", i)
 	}
 	require.EqualValues(t, n, claims(t, admin).Msgs, "one claim a record: the twins took none")
+}
+
+// publishTwins publishes the work messages of sequence 1 to n again, as a
+// twin delivery of each (without its message id), and returns the work
+// stream.
+func publishTwins(ctx context.Context, t testing.TB, b *broker.Broker, n int) jetstream.Stream {
+	t.Helper()
+	s, err := b.JS.Stream(ctx, broker.StreamWork)
+	require.NoError(t, err)
+	for seq := uint64(1); seq <= uint64(n); seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		require.NoError(t, err, "work message %d (still pending: its call is under way)", seq)
+		twin := nats.NewMsg(m.Subject)
+		twin.Data = m.Data
+		for k, v := range m.Header {
+			if k != nats.MsgIdHdr {
+				twin.Header[k] = v
+			}
+		}
+		_, err = b.JS.PublishMsg(ctx, twin)
+		require.NoError(t, err)
+	}
+	return s
 }
 
 // claims is the state of the claims bucket now (worker/handle.go twin):

@@ -159,7 +159,9 @@ func start(t testing.TB, env map[string]string, args ...string) *proc {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("%s (pid %d)\n--- stdout\n%s--- stderr\n%s", p.name, p.cmd.Process.Pid, p.stdout, lastLines(p.stderr.String(), 40))
+			stderr := p.stderr.String()
+			t.Logf("%s (pid %d)\n--- stdout\n%s--- stderr: its warnings and errors\n%s--- stderr: its end\n%s",
+				p.name, p.cmd.Process.Pid, p.stdout, lastLines(warnings(stderr), 40), lastLines(stderr, 40))
 			// E2E_LOG_DIR keeps every failed test's process logs whole.
 			if dir := os.Getenv("E2E_LOG_DIR"); dir != "" {
 				name := fmt.Sprintf("%s-%d.log", strings.ReplaceAll(t.Name(), "/", "_"), p.cmd.Process.Pid)
@@ -168,6 +170,18 @@ func start(t testing.TB, env map[string]string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// warnings is the lines of a JSON log at level warn or error: what went
+// wrong earlier than a failed test's last lines show.
+func warnings(log string) string {
+	var sb strings.Builder
+	for _, l := range strings.SplitAfter(log, "\n") {
+		if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
+			sb.WriteString(l)
+		}
+	}
+	return sb.String()
 }
 
 func lastLines(s string, n int) string {

@@ -173,8 +173,9 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 //   - on a replicated work stream every call is claimed first
 //     (broker.Claim), and after an outage on any: of two twins one calls,
 //     the other waits, until the winner's result is stored or its claim
-//     let go or lapsed. A claim the store cannot answer does not stop the
-//     call.
+//     let go or lapsed. A claim the store does not answer is asked again
+//     until it does (TestClusterTwinWaitsOutAFrozenClaimsLeader); one it
+//     refuses (the bucket full, say) does not stop the call.
 func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o outcome, wait bool) {
 	park := func(st *broker.RecordState) outcome {
 		st.TwinWaited = true
@@ -188,14 +189,28 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 		return outcome{}, false
 	}
 	p := jr.p
-	cctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	rev, ok, err := p.b.Claim(cctx, broker.Bid{Job: d.job, Action: d.action.Name, Record: d.env.ID, Replays: d.replays,
+	bid := broker.Bid{Job: d.job, Action: d.action.Name, Record: d.env.ID, Replays: d.replays,
 		Holder: fmt.Sprintf("%s/%p", p.id, d), Delivery: d.n, Waited: waited,
-		TTL: 2 * cmp.Or(p.b.Cfg.AckWait, broker.AckWaitDefault)})
+		TTL: 2 * cmp.Or(p.b.Cfg.AckWait, broker.AckWaitDefault)}
+	var rev uint64
+	var ok bool
+	var refused error
+	// A claim the bucket does not answer is asked again, the record held
+	// meanwhile (its leader is being elected: the one elected holds a
+	// twin's claim, if there is one); only one it refuses lets the call go
+	// on without a claim.
+	_, err := jr.untilAnswered(ctx, "claim", "KV_"+broker.BucketClaims, func(ctx context.Context) (err error) {
+		rev, ok, err = p.b.Claim(ctx, bid)
+		if err != nil && !broker.Unanswered(err) {
+			refused, err = err, nil
+		}
+		return err
+	})
 	switch {
 	case err != nil:
-		p.warnClaim(err)
+		return outcome{kind: outcomeAbandon}, true // stopping: the record is redelivered after AckWait
+	case refused != nil:
+		p.warnClaim(refused)
 		return outcome{}, false
 	case ok:
 		d.claim = rev
