@@ -55,8 +55,10 @@ type Config struct {
 	// BatchWrites: "auto" (BatchWritesDefault: on when the embedded server
 	// syncs every write, SyncInterval "always"), "on" (a server of your own
 	// that syncs every write) or "off". On, the dispatcher publishes a job's
-	// records in atomic batches (broker/atomic.go): one fsync a batch
-	// instead of one a record.
+	// records in atomic batches (broker/atomic.go), workers store results
+	// in group commits (resultbatch.go), and a new work stream keeps acked
+	// records for the workers to purge many at a time (keepacked.go): one
+	// fsync for many records instead of one or two each.
 	BatchWrites string `envconfig:"JETPOOL_BATCH_WRITES" default:"auto"`
 
 	// AckWait of the work consumers (AckWaitDefault). Records held send

@@ -284,6 +284,11 @@ func (b *Broker) ForgetNewJob(ctx context.Context, job string) error {
 // answers with (jetstream.Stream.Purge drops it).
 func (b *Broker) purgeSubject(ctx context.Context, stream, subject string) (uint64, error) {
 	req, _ := json.Marshal(jetstream.StreamPurgeRequest{Subject: subject})
+	return b.purge(ctx, stream, subject, req)
+}
+
+// purge sends the purge request req of stream (for subject, to say).
+func (b *Broker) purge(ctx context.Context, stream, subject string, req []byte) (uint64, error) {
 	rctx, cancel := context.WithTimeout(ctx, purgeTimeout)
 	defer cancel()
 	m, err := b.NC.RequestWithContext(rctx, "$JS.API.STREAM.PURGE."+stream, req)
@@ -459,6 +464,17 @@ func (b *Broker) removeConsumer(ctx context.Context, id string, finished time.Ti
 	still, _, err := b.stillFinished(ctx, id, finished)
 	if err != nil || !still {
 		return false, err
+	}
+	// A work stream that keeps acked messages (keepacked.go) has the job's
+	// purged first: a consumer made again (a replay) would deliver them.
+	keeps, err := b.WorkKeepsAcked(ctx)
+	if err != nil {
+		return false, err
+	}
+	if keeps {
+		if _, err := b.PurgeAcked(ctx, id, 0); err != nil {
+			return false, err
+		}
 	}
 	if err := b.JS.DeleteConsumer(ctx, StreamWork, ConsumerName(id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false, fmt.Errorf("remove the work consumer of job %s: %w", id, err)

@@ -204,20 +204,27 @@ func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
 // without a request (an inbox, a context and a timer) per result: many
 // handlers share one reply subscription.
 func (b *Broker) PublishResult(r *Result) (jetstream.PubAckFuture, error) {
+	m, err := resultMsg(r)
+	if err != nil {
+		return nil, err
+	}
+	f, err := b.JS.PublishMsgAsync(m)
+	if err != nil {
+		return nil, fmt.Errorf("write result %s: %w", m.Subject, err)
+	}
+	return f, nil
+}
+
+// resultMsg is r's message on the results stream.
+func resultMsg(r *Result) (*nats.Msg, error) {
 	data, err := marshalResult(r) // json.Marshal's bytes, faster (resultjson.go)
 	if err != nil {
 		return nil, err
 	}
-	subj := ResultSubject(r.Job, r.Action, r.Outcome(), r.ID)
-	m := &nats.Msg{Subject: subj, Data: data} // no headers: no header map
-	// No Nats-Msg-Id: the stream keeps one message per subject, so a
-	// result written twice is stored once, and the server need not keep
-	// an id per result for the dedupe window.
-	f, err := b.JS.PublishMsgAsync(m)
-	if err != nil {
-		return nil, fmt.Errorf("write result %s: %w", subj, err)
-	}
-	return f, nil
+	// No headers (no header map), and no Nats-Msg-Id: the stream keeps
+	// one message per subject, so a result written twice is stored once,
+	// and the server need not keep an id per result for the dedupe window.
+	return &nats.Msg{Subject: ResultSubject(r.Job, r.Action, r.Outcome(), r.ID), Data: data}, nil
 }
 
 // ResultAckTimeout bounds the wait for a result's store ack, as a

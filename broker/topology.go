@@ -109,9 +109,9 @@ func (b *Broker) streamConfigs() ([]jetstream.StreamConfig, error) {
 	return []jetstream.StreamConfig{
 		{
 			Name:        StreamWork,
-			Description: "jetpool work: one message per record and action; removed on ack",
+			Description: workDescription(b.workRetention()),
 			Subjects:    []string{"jetpool.work.>"},
-			Retention:   jetstream.WorkQueuePolicy,
+			Retention:   b.workRetention(),
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
 			Duplicates:  dedupe,
@@ -145,6 +145,9 @@ func (b *Broker) streamConfigs() ([]jetstream.StreamConfig, error) {
 			Discard:           jetstream.DiscardNew,
 			MaxBytes:          int64(b.Cfg.ResultsMaxBytes),
 			Compression:       compression,
+			// Group commits of results (resultbatch.go) where every write
+			// is synced.
+			AllowAtomicPublish: b.Cfg.Batched(),
 		},
 		{
 			Name:        StreamAdvisories,
@@ -213,6 +216,11 @@ func (b *Broker) ensureStream(ctx context.Context, sc jetstream.StreamConfig) er
 		return err
 	}
 	have := s.CachedInfo().Config
+	if sc.Name == StreamWork && have.Retention != sc.Retention {
+		// A stream's retention is fixed when it is made: the work stream
+		// keeps the one it was made with (keepacked.go).
+		sc.Retention, sc.Description = have.Retention, workDescription(have.Retention)
+	}
 	if streamAsWanted(have, sc) {
 		return nil
 	}

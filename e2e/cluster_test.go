@@ -146,8 +146,18 @@ func readyCluster(t testing.TB, c *cluster) *broker.Broker {
 // ackWait) to the cluster at urls once jetpool's streams are R3 and answer.
 func readyURLs(t testing.TB, urls string, ackWait time.Duration) *broker.Broker {
 	t.Helper()
+	return readyURLsWith(t, urls, ackWait, nil)
+}
+
+// readyURLsWith is readyURLs with the admin's configuration changed by
+// with (nil: as it is).
+func readyURLsWith(t testing.TB, urls string, ackWait time.Duration, with func(*broker.Config)) *broker.Broker {
+	t.Helper()
 	cfg := testenv.Config(t, testenv.Options{AckWait: ackWait})
 	cfg.NATSURL, cfg.Replicas = urls, 3
+	if with != nil {
+		with(&cfg)
+	}
 	admin, err := broker.Connect(context.Background(), cfg, testenv.Logger(t))
 	require.NoError(t, err)
 	t.Cleanup(admin.Close)

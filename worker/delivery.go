@@ -23,8 +23,11 @@ type delivery struct {
 	n       int // JetStream's delivery count: every delivery, whatever ended it
 	mode    string
 	// firstRun: the publisher knew no result of this action could exist
-	// for the record yet (broker.HeaderFirstRun), and the job's consumer is
-	// not replicated (jobRunner.replicated).
+	// for the record yet (broker.HeaderFirstRun), the job's consumer is
+	// not replicated (jobRunner.replicated), and the work stream does not
+	// keep acked records (jobRunner.keepsAcked: there, an ack the killed
+	// embedded server had not written yet makes a stored record come back
+	// as a first delivery; TestChaosRunKilledWhereEveryWriteIsSynced).
 	firstRun bool
 	// nonce is the dispatch's (broker.HeaderNonce), "" on other messages.
 	nonce string
@@ -148,7 +151,7 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	h := msg.Headers()
 	d.replays = headerInt(h.Get(broker.HeaderReplays))
 	d.mode = h.Get(broker.HeaderMode)
-	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0 && !jr.replicated.Load()
+	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0 && !jr.replicated.Load() && !jr.keepsAcked.Load()
 	d.nonce = h.Get(broker.HeaderNonce)
 	return d, nil
 }

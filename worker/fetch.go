@@ -106,6 +106,14 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 	// A consumer just created may not list its replicas yet (its group is
 	// still forming): the configured replicas and an unknown leader count
 	// as replicated too. Only a consumer known to be alone trusts the mark.
+	keeps, err := p.b.WorkKeepsAcked(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Debug().Str("job", jr.id).Err(err).Msg("work stream not read")
+		}
+		return nil
+	}
+	jr.keepsAcked.Store(keeps)
 	ci := c.CachedInfo().Cluster
 	jr.replicated.Store(p.b.Cfg.Replicas > 1 || c.CachedInfo().Config.Replicas > 1 ||
 		(ci != nil && (len(ci.Replicas) > 0 || (ci.Name != "" && ci.Leader == ""))))

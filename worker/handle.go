@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -221,12 +222,18 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 
 // warnClaim logs a claim the store refused, at most once a minute.
 func (p *Pool) warnClaim(err error) {
-	now, last := time.Now().UnixNano(), p.claimWarned.Load()
-	if now-last < time.Minute.Nanoseconds() || !p.claimWarned.CompareAndSwap(last, now) {
+	if !minuteSince(&p.claimWarned) {
 		return
 	}
 	p.log.Warn().Err(err).Str("bucket", broker.BucketClaims).
 		Msg("the store refused a call's claim: the call goes on without one, and a twin delivery of its record would call too (docs/durability.md)")
+}
+
+// minuteSince reports whether a minute has passed since last (unix ns),
+// and if so sets it to now: one caller of many wins.
+func minuteSince(last *atomic.Int64) bool {
+	now, l := time.Now().UnixNano(), last.Load()
+	return now-l >= time.Minute.Nanoseconds() && last.CompareAndSwap(l, now)
 }
 
 // twinWait is the least a record whose lookup an outage held waits before

@@ -36,6 +36,12 @@ type jobRunner struct {
 	// leader, which delivers those messages again as first deliveries. So
 	// every delivery looks its result up (no Jetpool-First-Run skip).
 	replicated atomic.Bool
+	// keepsAcked: the work stream keeps acked messages until they are
+	// purged (purge.go): a consumer made again delivers them as first
+	// deliveries, so every delivery looks its result up too.
+	keepsAcked atomic.Bool
+	purging    sync.Mutex // one purge at a time
+	purged     uint64     // the ack floor purged to (purging)
 	// nonce is the job's Nonce when its consumer was found (bind): a work
 	// message of the dispatcher's that carries another is dropped (before).
 	nonce   atomic.Pointer[string]

@@ -129,9 +129,13 @@ type Pool struct {
 	unwatchElections func()
 	elections        atomic.Int64 // Stats.Elections
 	claimWarned      atomic.Int64 // when a refused claim was last logged (unix ns): warnClaim
-	serve            serveState   // jobs this worker cannot serve (serve.go)
-	limits           *ratelimit.Registry
-	ownLim           bool // limits made by Start, closed by Stop
+	purgeWarned      atomic.Int64 // when a failed purge was last logged (unix ns): purge.go
+	// results stores results in group commits where every write is synced
+	// (broker.ResultBatcher); nil elsewhere.
+	results *broker.ResultBatcher
+	serve   serveState // jobs this worker cannot serve (serve.go)
+	limits  *ratelimit.Registry
+	ownLim  bool // limits made by Start, closed by Stop
 
 	calls    atomic.Int64
 	handled  atomic.Int64
@@ -261,7 +265,7 @@ func New(b *broker.Broker, cfg Config) *Pool {
 		jobs: map[string]*jobRunner{}, id: cmp.Or(b.Cfg.WorkerName, fmt.Sprintf("%s-%d", host, os.Getpid())),
 		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
 	}
-	p.done = newCompleter(brokerStore{p}, p.beats, cfg.Log, cfg.Metrics, cfg.Concurrency)
+	p.done = newCompleter(brokerStore{p}, p.beats, cfg.Log, cfg.Metrics, p.commitRoom())
 	// A third of AckWait: parked well before a redelivery could look.
 	p.done.parkAfter = cmp.Or(b.Cfg.AckWait, broker.AckWaitDefault) / 3
 	if cfg.DieAfterWrites != nil {
@@ -292,6 +296,27 @@ func (p *Pool) onElection(consumer string) {
 
 // Calls is the number of model calls this pool has made.
 func (p *Pool) Calls() int64 { return p.calls.Load() }
+
+// commitRoom is how many records the completer may hold once their slots
+// went on: the pool's concurrency; where results go in group commits, at
+// least a batch's worth (broker.AtomicBatchMax), since the results waiting
+// while a batch is stored make the next one — with 64 slots, a 20,000-record
+// `jetpool run` synced on every write took 3.2 s, with 256 1.95 s.
+func (p *Pool) commitRoom() int {
+	if p.b.Cfg.Batched() {
+		return max(p.cfg.Concurrency, broker.AtomicBatchMax)
+	}
+	return p.cfg.Concurrency
+}
+
+// ResultBatches is how many group commits of results the pool stored (0
+// where writes are not synced each: broker.ResultBatcher).
+func (p *Pool) ResultBatches() int64 {
+	if p.results == nil {
+		return 0
+	}
+	return p.results.Batches()
+}
 
 // InFlightCount is the number of records being worked now.
 func (p *Pool) InFlightCount() int64 { return p.inFlight.Load() }
@@ -366,7 +391,11 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("watch jobs: %w", err)
 	}
 	p.started = true
-	p.handlers.Add(3)
+	if p.b.Cfg.Batched() {
+		p.results = p.b.NewResultBatcher(p.commitRoom() + 1)
+	}
+	p.handlers.Add(4)
+	go func() { defer p.handlers.Done(); p.purgeLoop(p.hctx) }()
 	go func() { defer p.handlers.Done(); p.done.commitLoop(p.quit) }()
 	go func() { defer p.handlers.Done(); p.done.heldLoop(p.hctx) }()
 	go func() { defer p.handlers.Done(); p.beats.run(p.hctx) }()
@@ -414,6 +443,8 @@ func (p *Pool) onJob(j *broker.Job) {
 			// it starts it again.
 			delete(p.jobs, j.ID)
 			p.retire(jr)
+			p.loops.Add(1)
+			go func() { defer p.loops.Done(); jr.purgeAcked(p.runCtx) }() // its last acks
 			return
 		}
 		jr.setJob(j)
@@ -516,6 +547,16 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.handlers.Wait()
 	p.b.NC.RemoveStatusListener(p.mainClosed)
 	p.pulls.Close() // drains the last acks
+	if p.results != nil {
+		p.results.Close()
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), purgeOnStopFor)
+	p.mu.Lock()
+	for _, jr := range p.jobs {
+		jr.purgeAcked(pctx) // what was acked last
+	}
+	p.mu.Unlock()
+	cancel()
 	if p.ownLim {
 		p.limits.Close()
 	}

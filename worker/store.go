@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -28,7 +29,21 @@ func (f pubFuture) wait(ctx context.Context) error {
 	return broker.AwaitPublish(ctx, f.f, f.sent, f.rc)
 }
 
+// batchFuture is a result in a group commit (broker.ResultBatcher).
+type batchFuture struct{ f *broker.BatchedResult }
+
+func (f batchFuture) wait(ctx context.Context) error { return f.f.Wait(ctx) }
+
 func (s brokerStore) publishResult(r *broker.Result) (future, error) {
+	if rb := s.p.results; rb != nil {
+		f, err := rb.Publish(r)
+		if err == nil {
+			return batchFuture{f}, nil
+		}
+		if !errors.Is(err, broker.ErrBatcherClosed) {
+			return nil, err
+		}
+	}
 	sent, rc := time.Now(), s.p.b.NextReconnect()
 	f, err := s.p.b.PublishResult(r)
 	if err != nil {

@@ -97,8 +97,9 @@ Environment (process configuration):
   JETPOOL_REPLICAS       replicas of every stream and bucket (default 1; 3 on a cluster)
   JETPOOL_CONCURRENCY    concurrent model calls per worker process (default 64)
   JETPOOL_SYNC_INTERVAL  embedded server fsync: "always" or a duration (default 1s)
-  JETPOOL_BATCH_WRITES   dispatch in atomic batches, one fsync a batch: auto (the
-                         embedded server with JETPOOL_SYNC_INTERVAL=always), on, off
+  JETPOOL_BATCH_WRITES   one fsync for many records: dispatch and results in atomic
+                         batches, acked work purged in bulk: auto (the embedded
+                         server with JETPOOL_SYNC_INTERVAL=always), on, off
   JETPOOL_ACK_WAIT       work consumer AckWait (default 30s)
   JETPOOL_MAX_ACK_PENDING  per job consumer (default 20000)
   JETPOOL_DEDUPE_WINDOW  Nats-Msg-Id window of the work and DLQ streams (default 2h)
