@@ -148,8 +148,20 @@ func TestChaosFrozenNode(t *testing.T) {
 // space comes back the same run completes, with no call made twice.
 func TestChaosFullStore(t *testing.T) {
 	t.Parallel()
+	chaosFullStore(t, false)
+}
+
+// The same where every write is synced and writes are batched: the work
+// stream keeps acked records until they are purged, and results go in
+// group commits (docs/durability.md); a full store fails a whole batch.
+func TestChaosFullStoreSynced(t *testing.T) {
+	t.Parallel()
+	chaosFullStore(t, true)
+}
+
+func chaosFullStore(t *testing.T, synced bool) {
 	const n = 3000
-	c := startNATSCluster(t, natsOpts{Nodes: 1, MaxStore: 64 << 20})
+	c := startNATSCluster(t, natsOpts{Nodes: 1, MaxStore: 64 << 20, SyncAlways: synced})
 	ctx := context.Background()
 	nc, err := nats.Connect(c.url(0))
 	require.NoError(t, err)
@@ -164,6 +176,9 @@ func TestChaosFullStore(t *testing.T) {
 	dir, wfPath := modelWorkflowFile(t, m)
 	out := filepath.Join(dir, "results.jsonl")
 	env := workerEnv(c.url(0), 10*time.Second, "CHAOS_API_KEY", "k")
+	if synced {
+		env["JETPOOL_BATCH_WRITES"] = "on"
+	}
 	run := start(t, env, "run", wfPath, "--input", testenv.Records(t, n), "--output", out, "--no-progress", "--concurrency", "16")
 
 	// A quarter in, another stream takes every byte left.
@@ -182,6 +197,32 @@ func TestChaosFullStore(t *testing.T) {
 	// Keep it full while the held records would free space by their acks
 	// (they do not ack: nothing is acked before it is stored).
 	run.waitOutput(t, regexp.MustCompile(`writes to JETPOOL_RESULTS are failing`), 60*time.Second)
+	stopFill := func() {}
+	if synced {
+		// There the workers' purges free what the records acked before the
+		// fill held (up to a second's worth): the filler takes that too, as
+		// another stream growing would, and the pause is counted from two
+		// purges on.
+		stop := make(chan struct{})
+		kept := make(chan struct{})
+		go func() {
+			defer close(kept)
+			chunk := make([]byte, 16<<10)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := js.Publish(ctx, "filler", chunk); err != nil {
+					testenv.Tick()
+				}
+			}
+		}()
+		stopFill = func() { close(stop); <-kept }
+		full := time.Now()
+		testenv.Eventually(t, 30*time.Second, func() bool { return time.Since(full) > 2*time.Second }, "two purges on")
+	}
 	paused := m.total()
 	since := time.Now()
 	testenv.Eventually(t, 30*time.Second, func() bool { return time.Since(since) > 5*time.Second }, "paused 5 s")
@@ -208,6 +249,7 @@ func TestChaosFullStore(t *testing.T) {
 	require.NotEmpty(t, s.StorageFaults, "status shows the storage fault")
 	require.Contains(t, s.StorageFaults[0].Hint, "full")
 
+	stopFill()                            // before the space comes back
 	require.NoError(t, filler.Purge(ctx)) // space comes back
 	require.Contains(t, []int{0}, run.wait(t, 120*time.Second), "the same run completes")
 	f, err := os.Open(out)

@@ -27,7 +27,7 @@ func TestClusterTwinWaitsOutAFrozenClaimsLeader(t *testing.T) {
 	const n = 6
 	c := startNATSCluster(t, natsOpts{})
 	admin := readyURLs(t, c.urls(), 10*time.Second)
-	m := newModel(t, 3*time.Second)
+	m := newModel(t, 2*time.Second)
 	wf := modelWorkflow(t, m, "{max_attempts: 3, backoff: 100ms}", "answer")
 	res := testenv.Dispatch(t, admin, wf, testenv.Records(t, n), dispatcher.Options{JobID: "claimfreeze"})
 
@@ -42,7 +42,11 @@ func TestClusterTwinWaitsOutAFrozenClaimsLeader(t *testing.T) {
 	}
 	b := clusterBroker(t, strings.Join(others, ","))
 	c.leadElsewhere(b, x, "KV_"+broker.BucketClaims, broker.ConsumerName(res.Job.ID))
-	env := workerEnv(strings.Join(others, ","), 10*time.Second, "JETPOOL_REPLICAS", "3", "CHAOS_API_KEY", "k",
+	// AckWait 3 s: a claim stands 6 s (2 × AckWait), less than the bucket
+	// takes to elect a leader, so the twin's claim may win once it is
+	// answered, after the first call's has lapsed and its result is
+	// stored; it must look again before it calls.
+	env := workerEnv(strings.Join(others, ","), 3*time.Second, "JETPOOL_REPLICAS", "3", "CHAOS_API_KEY", "k",
 		"JETPOOL_KEY_HOSTS", "CHAOS_API_KEY="+m.Listener.Addr().String())
 	start(t, env, "worker", "--concurrency", fmt.Sprint(2*n), "--job", res.Job.ID)
 	testenv.Eventually(t, 30*time.Second, func() bool { return m.total() == n }, "every record's first call under way (claimed)")

@@ -17,7 +17,7 @@ type StorageFault struct {
 	Write    string    `json:"write"`  // "result", "dead letter", "state", "next action", …
 	Stream   string    `json:"stream"` // where it goes
 	Error    string    `json:"error"`  // the last refusal
-	Hint     string    `json:"hint"`   // what is wrong and what to do (broker.FaultHint)
+	Hint     string    `json:"hint"`   // what is wrong and what to do, for the last refusal (broker.FaultHint)
 	Since    time.Time `json:"since"`
 	Failures int       `json:"failures"`
 }
@@ -53,7 +53,7 @@ func (f *faults) fail(what, stream string, err error, log zerolog.Logger) {
 	}
 	if sf := f.cur[what]; sf != nil {
 		sf.Failures++
-		sf.Error = err.Error()
+		sf.Error, sf.Hint = err.Error(), broker.FaultHint(err) // the last refusal says what is wrong now
 		return
 	}
 	sf := &StorageFault{Write: what, Stream: stream, Error: err.Error(), Hint: broker.FaultHint(err), Since: time.Now(), Failures: 1}

@@ -200,7 +200,7 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 	// meanwhile (its leader is being elected: the one elected holds a
 	// twin's claim, if there is one); only one it refuses lets the call go
 	// on without a claim.
-	_, err := jr.untilAnswered(ctx, "claim", "KV_"+broker.BucketClaims, func(ctx context.Context) (err error) {
+	held, err := jr.untilAnswered(ctx, "claim", "KV_"+broker.BucketClaims, func(ctx context.Context) (err error) {
 		rev, ok, err = p.b.Claim(ctx, bid)
 		if err != nil && !broker.Unanswered(err) {
 			refused, err = err, nil
@@ -213,6 +213,14 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 	case refused != nil:
 		p.warnClaim(refused)
 		return outcome{}, false
+	case ok && held:
+		// Won once the bucket answered again, maybe many seconds on: a
+		// twin's claim may have lapsed meanwhile, its result stored. The
+		// record lets go and is parked, and its next delivery looks
+		// again (CI: a twin held 21 s took over a lapsed claim and paid
+		// again for a result stored 18 s before).
+		d.claim = rev
+		return park(d.nextState(nil)), true
 	case ok:
 		d.claim = rev
 		return outcome{}, false

@@ -118,6 +118,26 @@ func Read(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byReason bo
 	return out, stats, nil
 }
 
+// oneColumn takes out of Storing, then Waiting, the records that are
+// counted as Succeeded or Failed too: a record whose result was stored but
+// whose worker has not heard so (a write whose ack was lost, tried again;
+// a group commit stored, its records not yet acked) is done, and every
+// record is in one column.
+func (s *Job) oneColumn() {
+	if s.Total <= 0 {
+		return
+	}
+	over := int64(s.Queued) + s.InFlight + s.Storing + s.Waiting + s.Succeeded + s.Failed - s.Total
+	for _, col := range []*int64{&s.Storing, &s.Waiting} {
+		if over <= 0 {
+			return
+		}
+		take := min(over, *col)
+		*col -= take
+		over -= take
+	}
+}
+
 // of is job j's status; info is its consumer's (nil: none, or
 // unreadable).
 func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (Job, error) {
@@ -141,6 +161,7 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 		s.Storing = min(ws.storing[j.ID], pending-ahead-s.InFlight)
 		s.Waiting = pending - ahead - s.InFlight - s.Storing
 		s.Paused = info.Paused
+		s.oneColumn()
 	}
 	if hs, err := batch.List(ctx, b, j.ID); err == nil {
 		for _, h := range hs {
