@@ -443,8 +443,10 @@ func (p *Pool) onJob(j *broker.Job) {
 			// it starts it again.
 			delete(p.jobs, j.ID)
 			p.retire(jr)
+			// Its last acks, even if the pool stops now (`jetpool run`
+			// stops it as soon as the job is done).
 			p.loops.Add(1)
-			go func() { defer p.loops.Done(); jr.purgeAcked(p.runCtx) }() // its last acks
+			go func() { defer p.loops.Done(); jr.purgeAcked(context.WithoutCancel(p.runCtx)) }()
 			return
 		}
 		jr.setJob(j)
