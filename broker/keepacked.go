@@ -60,11 +60,7 @@ func (b *Broker) PurgeAcked(ctx context.Context, job string, from uint64) (floor
 		}
 		return from, fmt.Errorf("purge the acked work of job %s: %w", job, err)
 	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return from, fmt.Errorf("purge the acked work of job %s: %w", job, err)
-	}
-	floor = info.AckFloor.Stream
+	floor = c.CachedInfo().AckFloor.Stream // read just now by Consumer
 	if floor <= from {
 		return from, nil
 	}

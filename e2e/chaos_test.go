@@ -313,15 +313,8 @@ func TestChaosRetryKilled(t *testing.T) {
 
 	// Every record: one final result, ok; none paid again after it was
 	// answered, but for the calls the killed process had in flight.
-	rs := jetpool(t, env, "results", "replayed")
-	require.Zero(t, rs.code, rs.stderr)
-	lines := strings.Split(strings.TrimSpace(rs.stdout), "\n")
-	require.Len(t, lines, n, "one line a record")
-	for _, l := range lines {
-		var res struct{ ID, Status string }
-		require.NoError(t, json.Unmarshal([]byte(l), &res))
-		require.Equal(t, "ok", res.Status, res.ID)
-		calls := m.callsOf("answer/" + res.ID)
+	for _, id := range okResults(t, env, "replayed", n) {
+		calls := m.callsOf("answer/" + id)
 		for i := 0; i+1 < len(calls); i++ {
 			if calls[i].status == 200 {
 				// Called again after an answer: only the kill explains it
@@ -331,12 +324,30 @@ func TestChaosRetryKilled(t *testing.T) {
 				at := func(t time.Time) string { return t.Format(time.TimeOnly + ".000") }
 				require.True(t, calls[i].start.Before(second) && !calls[i+1].start.Before(second),
 					"%s: called at %s (answered at %s) and again at %s; the first retry was killed at %s, the second started at %s",
-					res.ID, at(calls[i].start), at(calls[i].end), at(calls[i+1].start), at(killed), at(second))
+					id, at(calls[i].start), at(calls[i].end), at(calls[i+1].start), at(killed), at(second))
 			}
 		}
 	}
 	t.Logf("retry killed after %d calls for %d dead letters; the second retry made %d (the rest, and those the killed one had in flight or unstored)",
 		atKill, failed, m.total()-before-atKill)
+}
+
+// okResults reads job's results with `jetpool results` and requires one
+// line a record, n in all, each ok; it returns their record ids.
+func okResults(t *testing.T, env map[string]string, job string, n int) []string {
+	t.Helper()
+	rs := jetpool(t, env, "results", job)
+	require.Zero(t, rs.code, rs.stderr)
+	lines := strings.Split(strings.TrimSpace(rs.stdout), "\n")
+	require.Len(t, lines, n, "one line a record")
+	ids := make([]string, 0, n)
+	for _, l := range lines {
+		var res struct{ ID, Status string }
+		require.NoError(t, json.Unmarshal([]byte(l), &res))
+		require.Equal(t, "ok", res.Status, res.ID)
+		ids = append(ids, res.ID)
+	}
+	return ids
 }
 
 // A cluster started a moment ago (compose, Kubernetes): `jetpool dispatch`

@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -47,17 +45,10 @@ func TestChaosRunKilledWhereEveryWriteIsSynced(t *testing.T) {
 	require.Contains(t, again.stderr+again.stdout, "resuming it")
 	require.Contains(t, again.stdout, fmt.Sprintf("%d records, %d succeeded, 0 failed", n, n))
 
-	rs := jetpool(t, env, "results", "synced")
-	require.Zero(t, rs.code, rs.stderr)
-	lines := strings.Split(strings.TrimSpace(rs.stdout), "\n")
-	require.Len(t, lines, n, "one line a record")
 	repeats := 0
 	at := func(t time.Time) string { return t.Format(time.TimeOnly + ".000") }
-	for _, l := range lines {
-		var res struct{ ID, Status string }
-		require.NoError(t, json.Unmarshal([]byte(l), &res))
-		require.Equal(t, "ok", res.Status, res.ID)
-		calls := m.callsOf("answer/" + res.ID)
+	for _, id := range okResults(t, env, "synced", n) {
+		calls := m.callsOf("answer/" + id)
 		for i := 0; i+1 < len(calls); i++ {
 			if calls[i].status != 200 {
 				continue
@@ -68,7 +59,7 @@ func TestChaosRunKilledWhereEveryWriteIsSynced(t *testing.T) {
 			repeats++
 			require.True(t, calls[i].start.Before(second) && !calls[i+1].start.Before(second) && calls[i].end.After(killed.Add(-time.Second)),
 				"%s: answered at %s and called again at %s; the first run was killed at %s, the second started at %s",
-				res.ID, at(calls[i].end), at(calls[i+1].start), at(killed), at(second))
+				id, at(calls[i].end), at(calls[i+1].start), at(killed), at(second))
 		}
 	}
 	require.LessOrEqual(t, repeats, 16+1, "at most the killed run's slots (16) called again")
