@@ -45,11 +45,12 @@ func TestRunSmoke(t *testing.T) {
 		"| 100 ms latency, concurrency 2 (4 records), sustained, worker process of its own |",
 		"| retry: 10% transient faults, extra calls |",
 		"| raw work loop: plain nats.go, 16 goroutines: pull, publish the result and wait for its ack, ack |",
+		"| raw work loop with jetpool's record work: the same 16 goroutines, each also doing jetpool's work on its record (envelope, template, call, result JSON) |",
 	} {
 		require.Contains(t, stdout, row)
 	}
 	require.Regexp(t, `\| jetpool dispatch \(validated as published\) \|[^\n]* of nats.go async pub \+ Nats-Msg-Id \|`, stdout)
-	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]* of the raw work loop; CPU `, stdout)
+	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]* of the raw work loop, [^\n]* of the raw work loop with the record work; CPU `, stdout)
 	if external {
 		for _, row := range []string{
 			"| raw work loop: plain nats.go, 16 goroutines: pull, publish the result and wait for its ack, ack — external nats-server (loopback TCP) |",
@@ -147,8 +148,9 @@ func TestChildWorkerExit(t *testing.T) {
 // An external round's figures survive the trip from its child process.
 func TestRoundJSON(t *testing.T) {
 	t.Parallel()
-	in := round{rawPub: 1, goPub: 2, floor: 3, loop: 4, dispatch: 5, work: 6, workChild: 7, e2e: 8,
-		floorCPU: cpuUse{perMsg: 31 * time.Microsecond, cores: 1.5}, workCPU: cpuUse{perMsg: 64 * time.Microsecond, cores: 1.8}}
+	in := round{rawPub: 1, goPub: 2, floor: 3, loop: 4, loopWork: 4.5, dispatch: 5, work: 6, workChild: 7, e2e: 8,
+		floorCPU: cpuUse{perMsg: 31 * time.Microsecond, cores: 1.5}, workCPU: cpuUse{perMsg: 64 * time.Microsecond, cores: 1.8},
+		loopWorkCPU: cpuUse{perMsg: 40 * time.Microsecond, cores: 1.7}}
 	data, err := in.MarshalJSON()
 	require.NoError(t, err)
 	var out round

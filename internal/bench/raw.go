@@ -404,10 +404,16 @@ func (iw *inlineWork) result(ctx context.Context, data []byte) ([]byte, error) {
 // storage work, at the pool's concurrency: conc goroutines, each taking a
 // work message from a work-queue stream (one Consume feeds them), publishing
 // its result and waiting for the store's ack (js.PublishMsg), then acking
-// the work message. It does no work on the record: jetpool's zero-latency
-// work is measured against it.
-func rawLoop(ctx context.Context, s *server, n, size, conc int) (float64, cpuUse, error) {
-	fl := &floor{b: s.b, which: "loop"}
+// the work message. With iw nil it does no work on the record (issue 33's
+// target row); with iw set the messages are work envelopes and each
+// goroutine does jetpool's own work on its record first (inlineWork: the
+// envelope, the prompt, the call, the result's JSON), the same program
+// doing the same work as jetpool minus its machinery.
+func rawLoop(ctx context.Context, s *server, n, size, conc int, iw *inlineWork) (float64, cpuUse, error) {
+	fl := &floor{b: s.b, which: "loop", inline: iw}
+	if iw != nil {
+		fl.which = "loop with the record work"
+	}
 	c, err := fl.streams(ctx, n, size)
 	defer fl.cleanup(ctx)
 	if err != nil {
@@ -425,6 +431,14 @@ func rawLoop(ctx context.Context, s *server, n, size, conc int) (float64, cpuUse
 			for m := range msgs {
 				r := nats.NewMsg("benchres.l" + strconv.Itoa(w) + "-" + strconv.FormatUint(seqOf(m), 10))
 				r.Data = floorResult
+				if iw != nil {
+					var err error
+					if r.Data, err = iw.result(ctx, m.Data()); err != nil {
+						failed.Add(1)
+						iw.failed.CompareAndSwap(nil, &err)
+						continue
+					}
+				}
 				if _, err := s.b.JS.PublishMsg(ctx, r); err != nil {
 					failed.Add(1) // not acked: redelivered after AckWait
 					continue
@@ -455,8 +469,11 @@ func rawLoop(ctx context.Context, s *server, n, size, conc int) (float64, cpuUse
 				last, stalled = d, 0
 				continue
 			}
+			if iw != nil && iw.failed.Load() != nil {
+				return 0, cpuUse{}, fmt.Errorf("raw %s: %w", fl.which, *iw.failed.Load())
+			}
 			if stalled += time.Second; stalled >= time.Minute {
-				return 0, cpuUse{}, fmt.Errorf("raw loop: stalled after %d of %d messages (%d results not stored)", last, n, failed.Load())
+				return 0, cpuUse{}, fmt.Errorf("raw %s: stalled after %d of %d messages (%d results not stored)", fl.which, last, n, failed.Load())
 			}
 		}
 	}

@@ -20,13 +20,13 @@ import (
 // round is one round of the throughput measures, in records (or messages)
 // per second.
 type round struct {
-	rawPub, rawConsume, rawConsumeWQ, goPub, goConsume, floor, loop, inline float64
-	dispatch, work, workChild, both, e2e                                    float64
+	rawPub, rawConsume, rawConsumeWQ, goPub, goConsume, floor, loop, loopWork, inline float64
+	dispatch, work, workChild, both, e2e                                              float64
 	// goPubPaired is the nats.go publisher again, just before the dispatch:
 	// the pair the dispatch's ratio is of, measured back to back.
 	goPubPaired float64
 	// CPU of the consume-side measures (process and children).
-	rawConsumeCPU, rawConsumeWQCPU, floorCPU, loopCPU, inlineCPU, workCPU, workChildCPU cpuUse
+	rawConsumeCPU, rawConsumeWQCPU, floorCPU, loopCPU, loopWorkCPU, inlineCPU, workCPU, workChildCPU cpuUse
 }
 
 // ratio is a baseline a measure is compared with, by name.
@@ -133,13 +133,17 @@ func (h *harness) throughputRows(s *server, rs rounds) {
 	loop := func(rd round) float64 { return rd.loop }
 	h.addStat(rs, s.row(fmt.Sprintf("raw work loop: plain nats.go, %d goroutines: pull, publish the result and wait for its ack, ack", h.o.Concurrency)), loop,
 		"msgs/s: the program a user would write for jetpool's storage work", func(rd round) cpuUse { return rd.loopCPU })
+	loopWork := func(rd round) float64 { return rd.loopWork }
+	h.addStat(rs, s.row(fmt.Sprintf("raw work loop with jetpool's record work: the same %d goroutines, each also doing jetpool's work on its record (envelope, template, call, result JSON)", h.o.Concurrency)), loopWork,
+		"msgs/s: the program a user would write for jetpool's work, without its machinery", func(rd round) cpuUse { return rd.loopWorkCPU }, ratio{"the raw work loop", loop})
 	h.addStat(rs, s.row("raw inline: the floor + jetpool's work on a record (envelope, template, call, result JSON), one goroutine"),
 		func(rd round) float64 { return rd.inline }, "msgs/s: jetpool without its machinery",
 		func(rd round) cpuUse { return rd.inlineCPU }, ratio{"raw consume", rawConsume})
 	h.addStat(rs, s.row("jetpool dispatch (validated as published)"), func(rd round) float64 { return rd.dispatch }, "", nil,
 		ratio{"raw pub", rawPub}, ratio{"nats.go async pub + Nats-Msg-Id", func(rd round) float64 { return rd.goPubPaired }})
 	// Zero-latency work, against each consume-side baseline.
-	workRatios := []ratio{{"raw consume", rawConsume}, {"raw work-queue consume", rawConsumeWQ}, {"the raw floor", floor}, {"the raw work loop", loop}}
+	workRatios := []ratio{{"raw consume", rawConsume}, {"raw work-queue consume", rawConsumeWQ}, {"the raw floor", floor}, {"the raw work loop", loop},
+		{"the raw work loop with the record work", loopWork}}
 	h.addStat(rs, s.row(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", h.o.Concurrency)), func(rd round) float64 { return rd.work }, "",
 		func(rd round) cpuUse { return rd.workCPU }, workRatios...)
 	if h.o.WorkProcess {
@@ -203,11 +207,14 @@ func (h *harness) rawRound(ctx context.Context, s *server, rd *round, wf *workfl
 	if rd.floor, rd.floorCPU, err = rawFloor(ctx, h.out, s, n, size, nil); err != nil {
 		return err
 	}
-	if rd.loop, rd.loopCPU, err = rawLoop(ctx, s, n, size, h.o.Concurrency); err != nil {
+	if rd.loop, rd.loopCPU, err = rawLoop(ctx, s, n, size, h.o.Concurrency, nil); err != nil {
 		return err
 	}
 	iw, err := newInlineWork(wf)
 	if err != nil {
+		return err
+	}
+	if rd.loopWork, rd.loopWorkCPU, err = rawLoop(ctx, s, n, size, h.o.Concurrency, iw); err != nil {
 		return err
 	}
 	if rd.inline, rd.inlineCPU, err = rawFloor(ctx, h.out, s, n, size, iw); err != nil {
@@ -335,11 +342,11 @@ func (h *harness) printRound(s *server, rd round) {
 	if s.name != "" {
 		fmt.Fprintf(h.out, "   %s:\n", s.name)
 	}
-	fmt.Fprintf(h.out, "   raw pub %.0f (nats.go %.0f), raw consume %.0f (work-queue %.0f), floor %.0f, loop %.0f, inline %.0f; dispatch %.0f (nats.go just before %.0f), work %.0f%s, overlapped %.0f\n",
-		rd.rawPub, rd.goPub, rd.rawConsume, rd.rawConsumeWQ, rd.floor, rd.loop, rd.inline, rd.dispatch, rd.goPubPaired, rd.work, childRate, rd.e2e)
-	fmt.Fprintf(h.out, "   CPU per message (cores busy): raw consume %v (%.2f), work-queue %v (%.2f), floor %v (%.2f), inline %v (%.2f), work %v (%.2f)%s\n",
+	fmt.Fprintf(h.out, "   raw pub %.0f (nats.go %.0f), raw consume %.0f (work-queue %.0f), floor %.0f, loop %.0f (with the record work %.0f), inline %.0f; dispatch %.0f (nats.go just before %.0f), work %.0f%s, overlapped %.0f\n",
+		rd.rawPub, rd.goPub, rd.rawConsume, rd.rawConsumeWQ, rd.floor, rd.loop, rd.loopWork, rd.inline, rd.dispatch, rd.goPubPaired, rd.work, childRate, rd.e2e)
+	fmt.Fprintf(h.out, "   CPU per message (cores busy): raw consume %v (%.2f), work-queue %v (%.2f), floor %v (%.2f), loop %v (%.2f), loop with the record work %v (%.2f), inline %v (%.2f), work %v (%.2f)%s\n",
 		rd.rawConsumeCPU.perMsg, rd.rawConsumeCPU.cores, rd.rawConsumeWQCPU.perMsg, rd.rawConsumeWQCPU.cores,
-		rd.floorCPU.perMsg, rd.floorCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
+		rd.floorCPU.perMsg, rd.floorCPU.cores, rd.loopCPU.perMsg, rd.loopCPU.cores, rd.loopWorkCPU.perMsg, rd.loopWorkCPU.cores, rd.inlineCPU.perMsg, rd.inlineCPU.cores,
 		rd.workCPU.perMsg, rd.workCPU.cores, childCPU)
 }
 
