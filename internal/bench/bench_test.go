@@ -66,7 +66,7 @@ func TestRunSmoke(t *testing.T) {
 	require.True(t, strings.HasPrefix(stdout, "| measure | value | note |\n|---|---|---|\n"), stdout)
 	require.Contains(t, stdout, "of the raw floor")
 	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*%\) of raw consume, [0-9]+% \([0-9]+–[0-9]+%\) of raw work-queue consume, `, stdout)
-	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message, [0-9.]+ \([0-9.]+–[0-9.]+\) cores busy \|`, stdout)
+	require.Regexp(t, `\| jetpool work, 0 ms latency, concurrency 16 \|[^\n]*; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message, [0-9.]+ \([0-9.]+–[0-9.]+\) cores busy, [0-9.]+ \([0-9.]+–[0-9.]+\) KiB allocated a message \|`, stdout)
 	require.Regexp(t, `\| raw floor: [^\n]*; CPU [0-9]+ [^\n]* µs a message`, stdout)
 	require.Regexp(t, `\| raw inline: [^\n]*\| [0-9]+/s [^\n]*jetpool without its machinery, [0-9]+% [^\n]* of raw consume; CPU [0-9]+ `, stdout)
 	require.Contains(t, stdout, "limits: {adaptive: false}")
@@ -150,7 +150,7 @@ func TestRoundJSON(t *testing.T) {
 	t.Parallel()
 	in := round{rawPub: 1, goPub: 2, floor: 3, loop: 4, loopWork: 4.5, dispatch: 5, work: 6, workChild: 7, e2e: 8,
 		floorCPU: cpuUse{perMsg: 31 * time.Microsecond, cores: 1.5}, workCPU: cpuUse{perMsg: 64 * time.Microsecond, cores: 1.8},
-		loopWorkCPU: cpuUse{perMsg: 40 * time.Microsecond, cores: 1.7}}
+		loopWorkCPU: cpuUse{perMsg: 40 * time.Microsecond, cores: 1.7, alloc: 2048}}
 	data, err := in.MarshalJSON()
 	require.NoError(t, err)
 	var out round

@@ -220,17 +220,17 @@ func (rd *round) cells() (rates map[string]*float64, cpus map[string]*cpuUse) {
 
 type roundJSON struct {
 	Rates map[string]float64    `json:"rates"`
-	CPU   map[string][2]float64 `json:"cpu"` // ns a message, cores busy
+	CPU   map[string][3]float64 `json:"cpu"` // ns a message, cores busy, bytes allocated a message
 }
 
 func (rd round) MarshalJSON() ([]byte, error) {
 	rates, cpus := rd.cells()
-	j := roundJSON{Rates: map[string]float64{}, CPU: map[string][2]float64{}}
+	j := roundJSON{Rates: map[string]float64{}, CPU: map[string][3]float64{}}
 	for k, p := range rates {
 		j.Rates[k] = *p
 	}
 	for k, p := range cpus {
-		j.CPU[k] = [2]float64{float64(p.perMsg), p.cores}
+		j.CPU[k] = [3]float64{float64(p.perMsg), p.cores, p.alloc}
 	}
 	return json.Marshal(j)
 }
@@ -245,7 +245,7 @@ func (rd *round) UnmarshalJSON(data []byte) error {
 		*p = j.Rates[k]
 	}
 	for k, p := range cpus {
-		*p = cpuUse{perMsg: time.Duration(j.CPU[k][0]), cores: j.CPU[k][1]}
+		*p = cpuUse{perMsg: time.Duration(j.CPU[k][0]), cores: j.CPU[k][1], alloc: j.CPU[k][2]}
 	}
 	return nil
 }

@@ -53,8 +53,12 @@ func (rs rounds) cpuNote(get func(round) cpuUse) string {
 	if get == nil || get(rs[0]).perMsg == 0 {
 		return ""
 	}
-	return "; " + cpuText(rs.values(func(rd round) float64 { return float64(get(rd).perMsg) / float64(time.Microsecond) }),
+	note := "; " + cpuText(rs.values(func(rd round) float64 { return float64(get(rd).perMsg) / float64(time.Microsecond) }),
 		rs.values(func(rd round) float64 { return get(rd).cores }), "message")
+	if get(rs[0]).alloc > 0 {
+		note += ", " + allocText(rs.values(func(rd round) float64 { return get(rd).alloc }), "message")
+	}
+	return note
 }
 
 // throughput runs the raw engine and then jetpool, Repeat times in turn, so
