@@ -984,42 +984,62 @@ func (l *Limiter) CircuitOpen() bool {
 	return s.Breaker.State == CircuitOpen && l.now().Before(s.Breaker.Until)
 }
 
-// servedWindow is how far back servedRate looks.
-const servedWindow = 5 * time.Second
+// servedWindow is how far back servedRate looks, in servedBuckets slices
+// of servedSlice.
+const (
+	servedWindow  = 5 * time.Second
+	servedSlice   = 100 * time.Millisecond
+	servedBuckets = int(servedWindow / servedSlice)
+)
 
 // servedRate remembers the recent successes of a limiter (this process) and
-// their latencies, to estimate the window the provider sustains.
+// their latencies, to estimate the window the provider sustains: counts and
+// latency sums in slices of servedSlice, so that its memory is fixed (a
+// success each, kept for the window, was 200,000 timestamps at 40,000
+// calls a second, all of them for the garbage collector to scan).
 type servedRate struct {
-	at      []time.Time
-	latency []time.Duration
-	sum     time.Duration
+	b [servedBuckets + 1]servedBucket
+}
+
+// servedBucket is one slice of time: its number (ns / servedSlice), its
+// successes, their latencies, and when the first of them came.
+type servedBucket struct {
+	slice int64
+	n     int
+	sum   time.Duration
+	first time.Time
 }
 
 func (r *servedRate) add(now time.Time, latency time.Duration) {
-	r.trim(now)
-	r.at = append(r.at, now)
-	r.latency = append(r.latency, latency)
-	r.sum += latency
-}
-
-func (r *servedRate) trim(now time.Time) {
-	i := 0
-	for i < len(r.at) && now.Sub(r.at[i]) > servedWindow {
-		r.sum -= r.latency[i]
-		i++
+	slice := now.UnixNano() / int64(servedSlice)
+	b := &r.b[slice%int64(len(r.b))]
+	if b.slice != slice || b.n == 0 {
+		*b = servedBucket{slice: slice, first: now}
 	}
-	r.at, r.latency = r.at[i:], r.latency[i:]
+	b.n++
+	b.sum += latency
 }
 
 // sustained is the served rate times the mean latency, by Little's law the
 // calls the provider has been serving at once (+Inf when too little is
 // known: the cut is then the plain multiplicative one).
 func (r *servedRate) sustained(now time.Time) float64 {
-	r.trim(now)
-	if len(r.at) < 10 || r.sum <= 0 {
+	n, sum, oldest := 0, time.Duration(0), now
+	for i := range r.b {
+		b := &r.b[i]
+		if b.n == 0 || now.Sub(b.first) > servedWindow {
+			continue
+		}
+		n += b.n
+		sum += b.sum
+		if b.first.Before(oldest) {
+			oldest = b.first
+		}
+	}
+	if n < 10 || sum <= 0 {
 		return math.Inf(1)
 	}
-	span := max(now.Sub(r.at[0]), time.Second)
-	mean := r.sum / time.Duration(len(r.at))
-	return float64(len(r.at)) / span.Seconds() * mean.Seconds()
+	span := max(now.Sub(oldest), time.Second)
+	mean := sum / time.Duration(n)
+	return float64(n) / span.Seconds() * mean.Seconds()
 }

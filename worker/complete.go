@@ -465,8 +465,17 @@ func (c *completer) finish(s *settling) {
 		c.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).
 			Dur("held", c.now().Sub(s.since).Round(time.Millisecond)).Msgf("%s stored after the store failed; nothing was called again", o.kind)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
-	defer cancel()
+	// The writes after the ack, each bounded by writeTimeout. Most records
+	// have none: the context (and its timer) is made for those that do.
+	var ctx context.Context
+	cancel := context.CancelFunc(func() {})
+	defer func() { cancel() }()
+	wctx := func() context.Context {
+		if ctx == nil {
+			ctx, cancel = context.WithTimeout(context.Background(), writeTimeout)
+		}
+		return ctx
+	}
 	switch o.kind {
 	case outcomeRetry, outcomePark:
 		_ = d.msg.NakWithDelay(o.delay)
@@ -477,13 +486,15 @@ func (c *completer) finish(s *settling) {
 	}
 	switch o.kind {
 	case outcomeRetry, outcomePark, outcomeHandBack:
-		c.unclaim(ctx, d)
+		if d.claim != 0 {
+			c.unclaim(wctx(), d)
+		}
 	case outcomeDone, outcomeDeadLetter:
 		if d.state != nil || s.parked {
-			_ = c.st.clearState(ctx, d)
+			_ = c.st.clearState(wctx(), d)
 		}
 		if d.stale != 0 && o.kind == outcomeDone {
-			_ = c.st.deleteResult(ctx, d.stale)
+			_ = c.st.deleteResult(wctx(), d.stale)
 		}
 		if o.result != nil {
 			c.metrics.Record(d.job, d.action.Name, o.result.Outcome(), retry.Class(errClass(o.result)))
@@ -493,7 +504,7 @@ func (c *completer) finish(s *settling) {
 		c.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).
 			Str("reason", string(o.entry.Reason)).Msg(logDiag(o.entry.Error))
 		if o.raise != "" {
-			if err := c.st.failJob(ctx, d, o.raise); err != nil {
+			if err := c.st.failJob(wctx(), d, o.raise); err != nil {
 				c.log.Error().Err(err).Str("job", d.job).Msg("could not mark the job failed")
 			}
 		}

@@ -78,6 +78,9 @@ func templateData(d *delivery, fields []string) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(d.env.Outputs) == 0 && d.env.RawRecord != nil {
+		return rec, nil // a map Fields made for this call: the caller's to change
+	}
 	data := make(map[string]any, len(rec)+len(d.env.Outputs))
 	maps.Copy(data, rec)
 	maps.Copy(data, d.env.Outputs)
