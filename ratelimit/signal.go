@@ -119,10 +119,11 @@ func (t *tally) add(now time.Time, s signal) {
 func (t *tally) counts(now time.Time) counts {
 	var out counts
 	from := now.Add(-t.window)
-	for _, b := range t.buckets {
+	for i := range t.buckets {
+		b := &t.buckets[i] // not a copy: this runs on every call's end
 		if b.start.After(from) && !b.start.After(now) {
-			for i, v := range b.n {
-				out[i] += v
+			for j, v := range b.n {
+				out[j] += v
 			}
 		}
 	}

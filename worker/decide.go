@@ -201,7 +201,10 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 
 // okResult is the result of a delivery whose session succeeded.
 func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *broker.Result {
-	all := append(append([]retry.Attempt(nil), d.prior()...), end.attempts...)
+	all := end.attempts // read only below
+	if prior := d.prior(); len(prior) > 0 {
+		all = append(append([]retry.Attempt(nil), prior...), end.attempts...)
+	}
 	r := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: end.output, Action: d.action.Name, Job: d.job,
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: end.model, Replays: d.replays,
@@ -230,7 +233,7 @@ func account(r *broker.Result, d *delivery, all []retry.Attempt, now time.Time) 
 	r.Actions = append(slices.Clip(d.env.Accounts), own)
 	t := broker.Sum(r.Actions)
 	r.Totals, r.Usage = &t, t.Usage
-	d.account = &own
+	d.account = &r.Actions[len(r.Actions)-1] // own's copy: own stays on the stack
 }
 
 // ownAccount is the entry of r's own action in its accounting (nil for a
