@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/jetpool/jetpool/broker"
@@ -74,6 +75,7 @@ type store interface {
 	unclaim(ctx context.Context, d *delivery) error
 	deleteResult(ctx context.Context, seq uint64) error
 	failJob(ctx context.Context, d *delivery, diag string) error
+	ack(msg jetstream.Msg) // once the outcome's writes have landed
 }
 
 // future is a publish waiting for the store's ack.
@@ -482,7 +484,7 @@ func (c *completer) finish(s *settling) {
 	case outcomeHandBack:
 		_ = d.msg.Nak()
 	default:
-		_ = d.msg.Ack()
+		c.st.ack(d.msg)
 	}
 	switch o.kind {
 	case outcomeRetry, outcomePark, outcomeHandBack:

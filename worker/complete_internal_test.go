@@ -149,6 +149,7 @@ func (s *fakeStore) deleteResult(_ context.Context, seq uint64) error {
 	return s.try(fmt.Sprintf("delete result %d", seq))
 }
 func (s *fakeStore) failJob(context.Context, *delivery, string) error { return s.try("fail job") }
+func (s *fakeStore) ack(msg jetstream.Msg)                            { _ = msg.Ack() }
 
 type fakeOwner struct{ handed, finished chan struct{} }
 
