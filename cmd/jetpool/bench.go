@@ -14,8 +14,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		"Measure jetpool side by side with the raw JetStream engine on one embedded server (same process, same store):\n"+
 			"dispatch vs `nats bench js pub async --dedup`, end to end vs `nats bench js consume` (on its own stream,\n"+
 			"and on a work-queue stream, where each ack removes its message, as in jetpool's) and vs a raw floor\n"+
-			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack) and a raw inline run\n"+
-			"(the floor plus jetpool's work on each record, on one goroutine), with the CPU each takes a message\n"+
+			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack), a raw work loop (the\n"+
+			"same at the pool's concurrency, each goroutine waiting for its result's store; and again with jetpool's\n"+
+			"work on each record: envelope, template, call, result JSON) and a raw inline run (the floor plus that\n"+
+			"work, on one goroutine), with the CPU each takes a message and the heap it allocates\n"+
 			"(with --work-process, jetpool's work in a worker process of its own too, over loopback TCP; with\n"+
 			"--external, every throughput round again against a nats-server process of its own, over loopback TCP),\n"+
 			"efficiency under 100 ms of simulated latency (adaptive concurrency; limits: {adaptive: false}; and\n"+
