@@ -1036,6 +1036,13 @@ func (r *servedRate) sustained(now time.Time) float64 {
 			oldest = b.first
 		}
 	}
+	return littles(n, sum, oldest, now)
+}
+
+// littles is the calls in flight that n successes with latencies summing
+// to sum, the first at oldest, mean at now: their rate times their mean
+// latency (+Inf below 10 successes).
+func littles(n int, sum time.Duration, oldest, now time.Time) float64 {
 	if n < 10 || sum <= 0 {
 		return math.Inf(1)
 	}

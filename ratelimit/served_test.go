@@ -9,8 +9,8 @@ import (
 )
 
 // The served rate in slices agrees with the exact one (every success kept
-// for the window) within a slice's share of the window, and forgets what is
-// older than the window.
+// for the window, summed by the same formula) within a slice's share of the
+// window, and forgets what is older than the window.
 func TestServedRateInSlices(t *testing.T) {
 	t.Parallel()
 	type success struct {
@@ -29,11 +29,7 @@ func TestServedRateInSlices(t *testing.T) {
 				oldest = s.at
 			}
 		}
-		if n < 10 || sum <= 0 {
-			return math.Inf(1)
-		}
-		span := max(now.Sub(oldest), time.Second)
-		return float64(n) / span.Seconds() * (sum / time.Duration(n)).Seconds()
+		return littles(n, sum, oldest, now)
 	}
 	var r servedRate
 	var all []success

@@ -488,9 +488,7 @@ func (c *completer) finish(s *settling) {
 	}
 	switch o.kind {
 	case outcomeRetry, outcomePark, outcomeHandBack:
-		if d.claim != 0 {
-			c.unclaim(wctx(), d)
-		}
+		c.unclaim(wctx(), d)
 	case outcomeDone, outcomeDeadLetter:
 		if d.state != nil || s.parked {
 			_ = c.st.clearState(wctx(), d)

@@ -292,14 +292,10 @@ func (fl *floor) cleanup(ctx context.Context) {
 func (fl *floor) handle(ctx context.Context, m jetstream.Msg) {
 	fl.seq++
 	r := nats.NewMsg("benchres.r" + strconv.Itoa(fl.seq))
-	r.Data = floorResult
-	if fl.inline != nil {
-		var err error
-		if r.Data, err = fl.inline.result(ctx, m.Data()); err != nil {
-			fl.lost.Add(1)
-			fl.inline.failed.CompareAndSwap(nil, &err)
-			return
-		}
+	var ok bool
+	if r.Data, ok = fl.inline.body(ctx, m.Data()); !ok {
+		fl.lost.Add(1)
+		return
 	}
 	for {
 		f, err := fl.b.JS.PublishMsgAsync(r)
@@ -334,8 +330,8 @@ func (fl *floor) ackStored(ctx context.Context, w io.Writer, n int) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(time.Second):
-			if fl.inline != nil && fl.inline.failed.Load() != nil {
-				return fmt.Errorf("raw inline: %w", *fl.inline.failed.Load())
+			if err := fl.inline.failure(); err != nil {
+				return fmt.Errorf("raw %s: %w", fl.which, err)
 			}
 			if stalled += time.Second; stalled >= time.Minute {
 				return fmt.Errorf("raw %s: stalled after %d of %d messages", fl.which, i, n)
@@ -375,6 +371,32 @@ func (iw *inlineWork) envelope(size int) func(i int) []byte {
 		data, _ := env.MarshalJSON()
 		return data
 	}
+}
+
+// body is the result a raw run publishes for the work message data: the
+// fixed floorResult when iw is nil, else jetpool's result for the record;
+// false when that failed (the first failure is kept for failure).
+func (iw *inlineWork) body(ctx context.Context, data []byte) ([]byte, bool) {
+	if iw == nil {
+		return floorResult, true
+	}
+	out, err := iw.result(ctx, data)
+	if err != nil {
+		iw.failed.CompareAndSwap(nil, &err)
+		return nil, false
+	}
+	return out, true
+}
+
+// failure is the first error of iw's work (nil when iw is nil or none).
+func (iw *inlineWork) failure() error {
+	if iw == nil {
+		return nil
+	}
+	if err := iw.failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 func (iw *inlineWork) result(ctx context.Context, data []byte) ([]byte, error) {
@@ -430,14 +452,10 @@ func rawLoop(ctx context.Context, s *server, n, size, conc int, iw *inlineWork) 
 			defer wg.Done()
 			for m := range msgs {
 				r := nats.NewMsg("benchres.l" + strconv.Itoa(w) + "-" + strconv.FormatUint(seqOf(m), 10))
-				r.Data = floorResult
-				if iw != nil {
-					var err error
-					if r.Data, err = iw.result(ctx, m.Data()); err != nil {
-						failed.Add(1)
-						iw.failed.CompareAndSwap(nil, &err)
-						continue
-					}
+				var ok bool
+				if r.Data, ok = iw.body(ctx, m.Data()); !ok {
+					failed.Add(1)
+					continue
 				}
 				if _, err := s.b.JS.PublishMsg(ctx, r); err != nil {
 					failed.Add(1) // not acked: redelivered after AckWait
@@ -469,8 +487,8 @@ func rawLoop(ctx context.Context, s *server, n, size, conc int, iw *inlineWork) 
 				last, stalled = d, 0
 				continue
 			}
-			if iw != nil && iw.failed.Load() != nil {
-				return 0, cpuUse{}, fmt.Errorf("raw %s: %w", fl.which, *iw.failed.Load())
+			if err := iw.failure(); err != nil {
+				return 0, cpuUse{}, fmt.Errorf("raw %s: %w", fl.which, err)
 			}
 			if stalled += time.Second; stalled >= time.Minute {
 				return 0, cpuUse{}, fmt.Errorf("raw %s: stalled after %d of %d messages (%d results not stored)", fl.which, last, n, failed.Load())
