@@ -65,10 +65,7 @@ func TestClusterTwinWaitsOutAFrozenClaimsLeader(t *testing.T) {
 	s := publishTwins(ctx, t, b, n)
 	j, _ := waitFinished(t, b, res.Job.ID, 90*time.Second)
 	checkResults(t, b, j, n)
-	testenv.Eventually(t, 60*time.Second, func() bool {
-		info, err := s.Info(ctx)
-		return err == nil && info.State.Msgs == 0
-	}, "every twin settled and acked")
+	waitDrained(t, s, 60*time.Second)
 	t.Logf("claims leader %s frozen for %s; %d calls", c.nodes[x].name, time.Since(frozen).Round(time.Second), m.total())
 	for i := 1; i <= n; i++ {
 		require.Len(t, m.callsOf(fmt.Sprintf("answer/r%d", i)), 1, "r%d: its twin was delivered while the claims leader was frozen", i)
