@@ -82,7 +82,7 @@ func (h *harness) latencyRun(ctx context.Context, c, n int, in string, mode late
 	h.add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), %s", c, n, sustained), spread(steady, rate),
 		spread(steady, ofIdeal)+" of ideal "+rate(ideal)+" (20–80 % of the job)")
 	h.add(fmt.Sprintf("100 ms latency, concurrency %d (%d records), whole run", c, n), spread(whole, rate),
-		spread(whole, ofIdeal)+" of ideal, "+label+"; "+cpuText(us, cores, "record"))
+		spread(whole, ofIdeal)+" of ideal, "+label+"; "+cpuText(us, nil, cores, "record"))
 	return nil
 }
 

@@ -18,13 +18,7 @@ func cpuTime(pids ...int) time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
 	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
-	c := tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
-	for _, pid := range pids {
-		if pid > 0 {
-			c += procCPU(pid)
-		}
-	}
-	return c
+	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime) + serverCPU(pids...)
 }
 
 // cpuUse is the CPU a measure took: per message, and as cores busy; and
@@ -37,16 +31,32 @@ type cpuUse struct {
 	perMsg time.Duration
 	cores  float64
 	alloc  float64
+	// server is the part of perMsg the external server took (0 on the
+	// embedded one, whose CPU is this process's): with the client's part,
+	// it says on which side of the connection a gap is.
+	server time.Duration
 }
 
 // meterCPU starts metering (cpuTime of pids, and this process's heap
 // allocation); the returned func ends it for n messages.
 func meterCPU(pids ...int) func(n int) cpuUse {
-	c0, a0, t0 := cpuTime(pids...), heapAllocated(), time.Now()
+	c0, s0, a0, t0 := cpuTime(pids...), serverCPU(pids...), heapAllocated(), time.Now()
 	return func(n int) cpuUse {
-		c, a, t := cpuTime(pids...)-c0, heapAllocated()-a0, time.Since(t0)
-		return cpuUse{perMsg: c / time.Duration(max(n, 1)), cores: c.Seconds() / t.Seconds(), alloc: float64(a) / float64(max(n, 1))}
+		c, sv, a, t := cpuTime(pids...)-c0, serverCPU(pids...)-s0, heapAllocated()-a0, time.Since(t0)
+		per := time.Duration(max(n, 1))
+		return cpuUse{perMsg: c / per, cores: c.Seconds() / t.Seconds(), alloc: float64(a) / float64(max(n, 1)), server: sv / per}
 	}
+}
+
+// serverCPU is the CPU of the processes pids alone (the external server).
+func serverCPU(pids ...int) time.Duration {
+	var c time.Duration
+	for _, pid := range pids {
+		if pid > 0 {
+			c += procCPU(pid)
+		}
+	}
+	return c
 }
 
 // heapAllocated is the bytes this process has allocated on its heap.
@@ -62,10 +72,15 @@ func heapAllocated() uint64 {
 func rate(r float64) string { return fmt.Sprintf("%.0f/s", r) }
 
 // cpuText gives a measure's CPU over its runs: µs a message (or record),
-// and cores busy, each as spread gives it.
-func cpuText(us, cores []float64, per string) string {
-	return "CPU " + spread(us, func(v float64) string { return fmt.Sprintf("%.0f", v) }) + " µs a " + per + ", " +
-		spread(cores, func(v float64) string { return fmt.Sprintf("%.2f", v) }) + " cores busy"
+// of them the external server's (server; nil on the embedded one), and
+// cores busy, each as spread gives it.
+func cpuText(us, server, cores []float64, per string) string {
+	micros := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	s := "CPU " + spread(us, micros) + " µs a " + per
+	if server != nil {
+		s += " (" + spread(server, micros) + " of them the server's)"
+	}
+	return s + ", " + spread(cores, func(v float64) string { return fmt.Sprintf("%.2f", v) }) + " cores busy"
 }
 
 // allocText gives a measure's heap allocation over its runs, in KiB a

@@ -220,17 +220,17 @@ func (rd *round) cells() (rates map[string]*float64, cpus map[string]*cpuUse) {
 
 type roundJSON struct {
 	Rates map[string]float64    `json:"rates"`
-	CPU   map[string][3]float64 `json:"cpu"` // ns a message, cores busy, bytes allocated a message
+	CPU   map[string][4]float64 `json:"cpu"` // ns a message, cores busy, bytes allocated a message, the server's ns a message
 }
 
 func (rd round) MarshalJSON() ([]byte, error) {
 	rates, cpus := rd.cells()
-	j := roundJSON{Rates: map[string]float64{}, CPU: map[string][3]float64{}}
+	j := roundJSON{Rates: map[string]float64{}, CPU: map[string][4]float64{}}
 	for k, p := range rates {
 		j.Rates[k] = *p
 	}
 	for k, p := range cpus {
-		j.CPU[k] = [3]float64{float64(p.perMsg), p.cores, p.alloc}
+		j.CPU[k] = [4]float64{float64(p.perMsg), p.cores, p.alloc, float64(p.server)}
 	}
 	return json.Marshal(j)
 }
@@ -245,7 +245,7 @@ func (rd *round) UnmarshalJSON(data []byte) error {
 		*p = j.Rates[k]
 	}
 	for k, p := range cpus {
-		*p = cpuUse{perMsg: time.Duration(j.CPU[k][0]), cores: j.CPU[k][1], alloc: j.CPU[k][2]}
+		*p = cpuUse{perMsg: time.Duration(j.CPU[k][0]), cores: j.CPU[k][1], alloc: j.CPU[k][2], server: time.Duration(j.CPU[k][3])}
 	}
 	return nil
 }

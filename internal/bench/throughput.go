@@ -53,7 +53,14 @@ func (rs rounds) cpuNote(get func(round) cpuUse) string {
 	if get == nil || get(rs[0]).perMsg == 0 {
 		return ""
 	}
-	note := "; " + cpuText(rs.values(func(rd round) float64 { return float64(get(rd).perMsg) / float64(time.Microsecond) }),
+	us := func(d func(cpuUse) time.Duration) []float64 {
+		return rs.values(func(rd round) float64 { return float64(d(get(rd))) / float64(time.Microsecond) })
+	}
+	var server []float64
+	if get(rs[0]).server > 0 {
+		server = us(func(c cpuUse) time.Duration { return c.server })
+	}
+	note := "; " + cpuText(us(func(c cpuUse) time.Duration { return c.perMsg }), server,
 		rs.values(func(rd round) float64 { return get(rd).cores }), "message")
 	if get(rs[0]).alloc > 0 {
 		note += ", " + allocText(rs.values(func(rd round) float64 { return get(rd).alloc }), "message")
