@@ -168,9 +168,9 @@ func pairedPub(ctx context.Context, b *broker.Broker, n, size int) (float64, err
 }
 
 // publishRaw publishes n messages of size bytes to subject, async with a
-// Nats-Msg-Id, waiting for the acks every 500 (nats bench's window); body,
-// when set, gives message i's payload instead.
-func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string, n, size int, body func(i int) []byte) error {
+// Nats-Msg-Id, waiting for the acks every 500 (nats bench's window); work,
+// when set, gives message i instead (on subject).
+func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string, n, size int, work func(subject string, i int) (*nats.Msg, error)) error {
 	payload := make([]byte, size)
 	wait := func() error {
 		select {
@@ -181,12 +181,17 @@ func publishRaw(ctx context.Context, b *broker.Broker, subject, idPrefix string,
 		}
 	}
 	for i := 0; i < n; i++ {
-		m := nats.NewMsg(subject)
-		m.Data = payload
-		if body != nil {
-			m.Data = body(i)
+		var m *nats.Msg
+		if work != nil {
+			var err error
+			if m, err = work(subject, i); err != nil {
+				return err
+			}
+		} else {
+			m = nats.NewMsg(subject)
+			m.Data = payload
+			m.Header.Set(nats.MsgIdHdr, idPrefix+strconv.Itoa(i))
 		}
-		m.Header.Set(nats.MsgIdHdr, idPrefix+strconv.Itoa(i))
 		if _, err := b.JS.PublishMsgAsync(m); err != nil {
 			return err
 		}
@@ -270,11 +275,11 @@ func (fl *floor) streams(ctx context.Context, n, size int) (jetstream.Consumer, 
 		return nil, err
 	}
 	fl.made = append(fl.made, "BENCHRES")
-	var body func(int) []byte
+	var msgs func(string, int) (*nats.Msg, error)
 	if fl.inline != nil {
-		body = fl.inline.envelope(size)
+		msgs = fl.inline.message(size)
 	}
-	if err := publishRaw(ctx, fl.b, "benchwq.x", "wq-", n, size, body); err != nil {
+	if err := publishRaw(ctx, fl.b, "benchwq.x", "wq-", n, size, msgs); err != nil {
 		return nil, err
 	}
 	return work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "floor", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 20000})
@@ -291,7 +296,7 @@ func (fl *floor) cleanup(ctx context.Context) {
 // pair for ackStored.
 func (fl *floor) handle(ctx context.Context, m jetstream.Msg) {
 	fl.seq++
-	r := nats.NewMsg("benchres.r" + strconv.Itoa(fl.seq))
+	r := &nats.Msg{Subject: fl.inline.resultSubject(m, "benchres.r"+strconv.Itoa(fl.seq))}
 	var ok bool
 	if r.Data, ok = fl.inline.body(ctx, m.Data()); !ok {
 		fl.lost.Add(1)
@@ -362,15 +367,37 @@ func newInlineWork(wf *workflow.Workflow) (*inlineWork, error) {
 	return &inlineWork{a: a, pr: pr}, nil
 }
 
-// envelope gives the work message of record i, as a dispatch publishes it.
-func (iw *inlineWork) envelope(size int) func(i int) []byte {
+// message gives the work message of record i on subject, as a dispatch
+// publishes it: the envelope, and the headers of a first run.
+func (iw *inlineWork) message(size int) func(subject string, i int) (*nats.Msg, error) {
 	pad := strings.Repeat("x", max(size-40, 1))
-	return func(i int) []byte {
+	return func(subject string, i int) (*nats.Msg, error) {
 		id := "r" + strconv.Itoa(i)
 		env := &broker.Envelope{ID: id, RawRecord: json.RawMessage(`{"id":"` + id + `","text":"` + pad + `"}`), Line: i + 1}
-		data, _ := env.MarshalJSON()
-		return data
+		m, err := broker.NewDispatchMsg(inlineJob, inlineAction, env, 0)
+		if err != nil {
+			return nil, err
+		}
+		m.Subject = subject
+		m.Header.Set(broker.HeaderFirstRun, "1")
+		return m, nil
 	}
+}
+
+// inlineJob and inlineAction name the raw rows' work as a dispatcher would:
+// their messages carry a dispatched record's headers (message id, record,
+// first run, nonce), which the server stores and delivers and nats.go
+// decodes, and each result goes to the subject a worker would give it.
+var inlineJob, inlineAction = &broker.Job{ID: "bench-0123456789ab", Nonce: "4f9c2a7d1e3b5a60"}, "act"
+
+// resultSubject is the subject of the result of work message m: jetpool's
+// shape (broker.ResultSubject) under the raw results stream when iw does
+// jetpool's work, else fallback.
+func (iw *inlineWork) resultSubject(m jetstream.Msg, fallback string) string {
+	if iw == nil {
+		return fallback
+	}
+	return "benchres." + inlineJob.ID + "." + inlineAction + ".ok." + broker.RecordToken(m.Headers().Get(broker.HeaderRecord))
 }
 
 // body is the result a raw run publishes for the work message data: the
@@ -451,7 +478,7 @@ func rawLoop(ctx context.Context, s *server, n, size, conc int, iw *inlineWork) 
 		go func() {
 			defer wg.Done()
 			for m := range msgs {
-				r := nats.NewMsg("benchres.l" + strconv.Itoa(w) + "-" + strconv.FormatUint(seqOf(m), 10))
+				r := &nats.Msg{Subject: iw.resultSubject(m, "benchres.l"+strconv.Itoa(w)+"-"+strconv.FormatUint(seqOf(m), 10))}
 				var ok bool
 				if r.Data, ok = iw.body(ctx, m.Data()); !ok {
 					failed.Add(1)
