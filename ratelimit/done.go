@@ -58,6 +58,14 @@ func (p *Permit) Done(resp provider.Response, err error) {
 	if !(p.lease || correct || eff.writes() || publish) {
 		return
 	}
+	l.write(p, now, eff, actual, correct, win, publish, prev, prevAt)
+}
+
+// write brings one call's outcome into the shared state: its lease given
+// back, the token estimate corrected, the effect applied, the window
+// published. It is apart from Done, which most calls leave before it, so
+// that Done's frame stays small (see acquire).
+func (l *Limiter) write(p *Permit, now time.Time, eff effect, actual int, correct bool, win Window, publish bool, prev Window, prevAt time.Time) {
 	cfg := l.r.cfg
 	st, uerr := l.r.store.Update(l.r.ctx, l.key, func(s *State) bool {
 		now := l.now()
