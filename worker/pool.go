@@ -188,16 +188,44 @@ func (p *Pool) handler(t task) {
 	defer idle.Stop()
 	for {
 		p.handleTask(t)
-		idle.Reset(handlerIdle)
-		select {
-		case t = <-p.tasks:
-		case <-idle.C:
-			return
-		case <-p.quit:
+		var ok bool
+		if t, ok = p.nextTask(idle); !ok {
 			return
 		}
 	}
 }
+
+// nextTask waits for the handler's next task (false: the handler ends). It
+// waits with handlerStackKeep bytes of its frame on the stack: a parked
+// goroutine that uses less than a quarter of its stack has it halved by
+// the next garbage collection, and the handler's next record grew it back
+// (runtime.copystack: 3.3 % of a zero-latency worker's CPU, every handler
+// at every collection). Clearing the frame costs less (1.9 % with
+// 8 KiB; 4 KiB left 1.3 % of copying and cost 1.2 %).
+//
+//go:noinline
+func (p *Pool) nextTask(idle *time.Timer) (task, bool) {
+	var keep [handlerStackKeep]byte
+	holdStack(&keep)
+	idle.Reset(handlerIdle)
+	select {
+	case t := <-p.tasks:
+		return t, true
+	case <-idle.C:
+	case <-p.quit:
+	}
+	return task{}, false
+}
+
+// handlerStackKeep is the frame nextTask keeps while a handler waits: more
+// than a quarter of the stack a record's call chain grows a handler's to
+// (16 KiB).
+const handlerStackKeep = 8 << 10
+
+// holdStack keeps its argument's array on its caller's stack frame.
+//
+//go:noinline
+func holdStack(b *[handlerStackKeep]byte) { b[0] = 1 }
 
 func (p *Pool) handleTask(t task) {
 	released := false
