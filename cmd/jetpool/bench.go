@@ -16,10 +16,12 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			"and on a work-queue stream, where each ack removes its message, as in jetpool's) and vs a raw floor\n"+
 			"(bare nats.go doing jetpool's storage work: work-queue pull, result publish, ack), a raw work loop (the\n"+
 			"same at the pool's concurrency, each goroutine waiting for its result's store; and again with jetpool's\n"+
-			"work on each record: envelope, template, call, result JSON) and a raw inline run (the floor plus that\n"+
-			"work, on one goroutine), with the CPU each takes a message and the heap it allocates\n"+
-			"(with --work-process, jetpool's work in a worker process of its own too, over loopback TCP; with\n"+
-			"--external, every throughput round again against a nats-server process of its own, over loopback TCP),\n"+
+			"work on each record: envelope, template, call, result JSON, on jetpool's messages: a dispatched\n"+
+			"record's headers, results on a worker's subjects) and a raw inline run (the floor plus that work, on\n"+
+			"one goroutine), with the CPU each takes a message and the heap it allocates (with --work-process,\n"+
+			"jetpool's work in a worker process of its own too, over loopback TCP; with --external, every\n"+
+			"throughput round again against a nats-server process of its own, over loopback TCP, the server's\n"+
+			"part of each row's CPU named),\n"+
 			"efficiency under 100 ms of simulated latency (adaptive concurrency; limits: {adaptive: false}; and\n"+
 			"the pool in a worker process of its own, as deployed), retry overhead with 10% transient faults, and\n"+
 			"(with --big N) peak RSS of a dispatcher and a worker process on an N-record job and the time\n"+
