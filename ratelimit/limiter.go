@@ -449,9 +449,8 @@ func (l *Limiter) Acquire(ctx context.Context, tokens int) (*Permit, error) {
 
 // acquire is Acquire past its fast path: it looks at the state, waits for
 // what stands in the way, and admits. It is a function of its own so that
-// Acquire's frame stays small: its frame (the state it copies) on every
-// call grew the callers' stacks after each garbage collection had shrunk
-// them, 2 % of a zero-latency worker's CPU.
+// Acquire, on every call's path, keeps a small frame (88 bytes, not the
+// 1.7 KiB of the state it copies here).
 func (l *Limiter) acquire(ctx context.Context, start time.Time, tokens int) (*Permit, error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -513,8 +512,8 @@ func (l *Limiter) acquire(ctx context.Context, start time.Time, tokens int) (*Pe
 // when nothing stands in its way: the circuit closed (or off), no
 // cooldown, room in the window, no learned pace to book and no ramp to
 // announce. It returns nil otherwise, and Acquire's loop decides. At zero
-// latency, with 256 calls in flight, Acquire's two locks and its copy of
-// the state were a twentieth of a record's CPU.
+// latency, with 256 calls in flight, Acquire (two locks and a copy of the
+// state) and Done were 4.4 % of the pool's CPU; 3 % with this.
 func (l *Limiter) admitFast(now time.Time, tokens int) *Permit {
 	if l.aimd == nil || l.limits.Budgeted() {
 		return nil
