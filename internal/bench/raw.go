@@ -296,7 +296,7 @@ func (fl *floor) cleanup(ctx context.Context) {
 // pair for ackStored.
 func (fl *floor) handle(ctx context.Context, m jetstream.Msg) {
 	fl.seq++
-	r := &nats.Msg{Subject: fl.inline.resultSubject(m, "benchres.r"+strconv.Itoa(fl.seq))}
+	r := &nats.Msg{Subject: fl.inline.resultSubject(m, func() string { return "benchres.r" + strconv.Itoa(fl.seq) })}
 	var ok bool
 	if r.Data, ok = fl.inline.body(ctx, m.Data()); !ok {
 		fl.lost.Add(1)
@@ -392,10 +392,10 @@ var inlineJob, inlineAction = &broker.Job{ID: "bench-0123456789ab", Nonce: "4f9c
 
 // resultSubject is the subject of the result of work message m: jetpool's
 // shape (broker.ResultSubject) under the raw results stream when iw does
-// jetpool's work, else fallback.
-func (iw *inlineWork) resultSubject(m jetstream.Msg, fallback string) string {
+// jetpool's work, else fallback's (made only then: it reads m's metadata).
+func (iw *inlineWork) resultSubject(m jetstream.Msg, fallback func() string) string {
 	if iw == nil {
-		return fallback
+		return fallback()
 	}
 	return "benchres." + inlineJob.ID + "." + inlineAction + ".ok." + broker.RecordToken(m.Headers().Get(broker.HeaderRecord))
 }
@@ -478,7 +478,7 @@ func rawLoop(ctx context.Context, s *server, n, size, conc int, iw *inlineWork) 
 		go func() {
 			defer wg.Done()
 			for m := range msgs {
-				r := &nats.Msg{Subject: iw.resultSubject(m, "benchres.l"+strconv.Itoa(w)+"-"+strconv.FormatUint(seqOf(m), 10))}
+				r := &nats.Msg{Subject: iw.resultSubject(m, func() string { return "benchres.l" + strconv.Itoa(w) + "-" + strconv.FormatUint(seqOf(m), 10) })}
 				var ok bool
 				if r.Data, ok = iw.body(ctx, m.Data()); !ok {
 					failed.Add(1)
