@@ -271,6 +271,13 @@ func TestTally(t *testing.T) {
 	require.Equal(t, tallied(fault, 1), tl.counts(t0.Add(time.Hour)))
 	tl.reset()
 	require.Equal(t, counts{}, tl.counts(t0.Add(time.Hour)))
+
+	// A clock before 1970 counts the same (its buckets' slots are negative).
+	old := time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)
+	tl.add(old, sigOK)
+	tl.add(old.Add(250*time.Millisecond), sigFault)
+	require.Equal(t, tallied(ok, 1, fault, 1), tl.counts(old.Add(900*time.Millisecond)))
+	require.Equal(t, tallied(fault, 1), tl.counts(old.Add(1050*time.Millisecond)))
 }
 
 func TestStatusWindow(t *testing.T) {

@@ -62,3 +62,30 @@ func BenchmarkRamp(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAcquireDone measures the limiter's CPU a call at zero latency,
+// where the pool spends it: 256 goroutines acquiring and reporting
+// successes through one adaptive window, as a worker's handlers do.
+//
+//	go test ./ratelimit -run '^$' -bench BenchmarkAcquireDone -count 5
+func BenchmarkAcquireDone(b *testing.B) {
+	r, err := NewRegistry(context.Background(), NewMemStore(), Config{Clock: retry.SystemClock{}, AdaptiveMax: 1000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	l := r.For(provider.Config{Name: "quiet"})
+	b.SetParallelism(128) // 256 goroutines on two cores
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p, err := l.Acquire(context.Background(), 0)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			p.Done(provider.Response{Usage: provider.Usage{InputTokens: 10, OutputTokens: 5}}, nil)
+		}
+	})
+}

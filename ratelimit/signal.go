@@ -91,25 +91,34 @@ func (n counts) congested() int { return n[sigCongestion] + n[sigOverload] }
 const tallyBuckets = 10
 
 // tally counts outcomes over a sliding window, in tallyBuckets buckets. It
-// is not safe for concurrent use (the Limiter guards it).
+// is not safe for concurrent use (the Limiter guards it). Buckets start at
+// Unix nanoseconds: this runs on every answer, and time.Time's Truncate and
+// comparisons were most of its cost.
 type tally struct {
 	window  time.Duration
 	buckets [tallyBuckets]struct {
-		start time.Time
+		start int64 // Unix ns; 0: unused
 		n     counts
 	}
 }
 
 func newTally(window time.Duration) tally { return tally{window: max(window, time.Millisecond)} }
 
-func (t *tally) width() time.Duration { return max(t.window/tallyBuckets, time.Nanosecond) }
+func (t *tally) width() int64 { return max(int64(t.window/tallyBuckets), 1) }
 
 // add counts s at now.
 func (t *tally) add(now time.Time, s signal) {
-	w := t.width()
-	start := now.Truncate(w)
-	b := &t.buckets[(now.UnixNano()/int64(w))%tallyBuckets]
-	if !b.start.Equal(start) {
+	w, ns := t.width(), now.UnixNano()
+	slot := ns / w
+	if ns%w < 0 { // a clock before 1970: round down, not toward zero
+		slot--
+	}
+	i := slot % tallyBuckets
+	if i < 0 {
+		i += tallyBuckets
+	}
+	b := &t.buckets[i]
+	if start := slot * w; b.start != start {
 		b.start, b.n = start, counts{}
 	}
 	b.n[s]++
@@ -118,10 +127,11 @@ func (t *tally) add(now time.Time, s signal) {
 // counts sums the buckets inside the window ending at now.
 func (t *tally) counts(now time.Time) counts {
 	var out counts
-	from := now.Add(-t.window)
+	ns := now.UnixNano()
+	from := ns - int64(t.window)
 	for i := range t.buckets {
-		b := &t.buckets[i] // not a copy: this runs on every call's end
-		if b.start.After(from) && !b.start.After(now) {
+		b := &t.buckets[i] // not a copy
+		if b.start > from && b.start <= ns {
 			for j, v := range b.n {
 				out[j] += v
 			}
@@ -133,6 +143,6 @@ func (t *tally) counts(now time.Time) counts {
 // reset forgets everything (a circuit that closed starts afresh).
 func (t *tally) reset() {
 	for i := range t.buckets {
-		t.buckets[i].start, t.buckets[i].n = time.Time{}, counts{}
+		t.buckets[i].start, t.buckets[i].n = 0, counts{}
 	}
 }
