@@ -150,6 +150,15 @@ type conversation struct {
 	prior, repairs int
 }
 
+// conversationBlock holds what converse makes for a delivery, allocated
+// together.
+type conversationBlock struct {
+	c    conversation
+	run  sessionEnd
+	h    history
+	msgs [2]provider.Message
+}
+
 // converse readies a delivery's conversation: the prompt rendered, its
 // parts, the provider and the checker, the caps checked before any call,
 // and a prompt known not to fit moved or cut unpaid. A session that ends
@@ -174,12 +183,19 @@ func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 		// not compile here is a bug, not the model's fault.
 		return nil, failed(retry.ReasonProgrammingError, retry.ClassProgramming, "SchemaError", err.Error())
 	}
-	run := &sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}
+	// One allocation (576 bytes) for the conversation, its end, its
+	// history and room for the prompt and the answer, where there were five
+	// (600 bytes: the history's slice was grown once for the answer).
+	b := &conversationBlock{}
+	run := &b.run
+	*run = sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}
 	if end := jr.beforeCalls(d, run); end != nil {
 		return nil, end
 	}
-	c = &conversation{jr: jr, d: d, a: a, pr: pr, chk: chk, run: run, prior: len(d.prior()),
-		h: &history{msgs: []provider.Message{{Role: "user", Content: prompt, Parts: parts}}}}
+	b.msgs[0] = provider.Message{Role: "user", Content: prompt, Parts: parts}
+	b.h.msgs = b.msgs[:1]
+	c = &b.c
+	*c = conversation{jr: jr, d: d, a: a, pr: pr, chk: chk, run: run, prior: len(d.prior()), h: &b.h}
 	c.pr = jr.estimateOverflow(d, run, c.h, pr) // worker/overflow.go
 	return c, nil
 }
