@@ -119,13 +119,14 @@ func (l *Limiter) learn(p *Permit, o *outcome, usage provider.Usage, now time.Ti
 		l.recent.add(now, sig)
 		l.health.add(now, sig)
 	}
-	o.Run, o.Closed = l.run, l.shared.Breaker.Closed()
+	o.Run = l.run
 	switch sig {
 	case sigCongestion, sigOverload, sigFault:
-		// Only these answers' decisions read the tallies (a cooldown on
-		// congestion, the breaker and the fault share on failures); summing
-		// them for every success was a third of Done at zero latency.
-		o.Recent, o.Health = l.recent.counts(now), l.health.counts(now)
+		// Only these answers' decisions read the tallies and the circuit (a
+		// cooldown on congestion, the breaker and the fault share on
+		// failures); summing them for every success was a third of Done at
+		// zero latency.
+		o.Recent, o.Health, o.Closed = l.recent.counts(now), l.health.counts(now), l.shared.Breaker.Closed()
 	}
 	switch sig {
 	case sigCongestion, sigOverload:
@@ -237,7 +238,7 @@ type outcome struct {
 	Run          int             // congestion answers in a row, this one included
 	Health       counts          // … in the breaker's window (the same)
 	Probe        bool            // the call was the half-open circuit's probe
-	Closed       bool            // the circuit is closed, as this process last saw it
+	Closed       bool            // the circuit is closed, as this process last saw it (the same)
 }
 
 // ruleConfig is the configuration of decide.

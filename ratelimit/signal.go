@@ -113,11 +113,7 @@ func (t *tally) add(now time.Time, s signal) {
 	if ns%w < 0 { // a clock before 1970: round down, not toward zero
 		slot--
 	}
-	i := slot % tallyBuckets
-	if i < 0 {
-		i += tallyBuckets
-	}
-	b := &t.buckets[i]
+	b := &t.buckets[(slot%tallyBuckets+tallyBuckets)%tallyBuckets]
 	if start := slot * w; b.start != start {
 		b.start, b.n = start, counts{}
 	}

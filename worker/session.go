@@ -186,16 +186,15 @@ func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 	// One allocation (576 bytes) for the conversation, its end, its
 	// history and room for the prompt and the answer, where there were five
 	// (600 bytes: the history's slice was grown once for the answer).
-	b := &conversationBlock{}
+	b := &conversationBlock{run: sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}}
 	run := &b.run
-	*run = sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}
 	if end := jr.beforeCalls(d, run); end != nil {
 		return nil, end
 	}
 	b.msgs[0] = provider.Message{Role: "user", Content: prompt, Parts: parts}
 	b.h.msgs = b.msgs[:1]
+	b.c = conversation{jr: jr, d: d, a: a, pr: pr, chk: chk, run: run, prior: len(d.prior()), h: &b.h}
 	c = &b.c
-	*c = conversation{jr: jr, d: d, a: a, pr: pr, chk: chk, run: run, prior: len(d.prior()), h: &b.h}
 	c.pr = jr.estimateOverflow(d, run, c.h, pr) // worker/overflow.go
 	return c, nil
 }
