@@ -117,7 +117,14 @@ func (c *natsCluster) start(i int) {
 	nd.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(nd.cmd, nd.done)
 	nd.frozen = false
-	testenv.Eventually(c.t, 20*time.Second, func() bool {
+	// A restarted node recovers its store before it listens: under the race
+	// detector on two loaded cores that took more than 20 s (CI, 2026-12-05).
+	testenv.Eventually(c.t, 60*time.Second, func() bool {
+		select {
+		case <-nd.done:
+			require.FailNow(c.t, fmt.Sprintf("%s exited while starting: see %s", nd.name, nd.log))
+		default:
+		}
 		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", nd.port), time.Second)
 		if err == nil {
 			conn.Close()
