@@ -22,8 +22,8 @@ import (
 //   - An answer paid for is stored before its work message is acked, and is
 //     never thrown away: a write that fails is tried again, with backoff, the
 //     work message kept alive meanwhile (beats), until it lands. Records
-//     whose writes fail are held, at most Concurrency of them (room; a
-//     group commit's worth where results are batched: Pool.commitRoom);
+//     whose writes fail are held, at most Concurrency of them (room; up to four
+//     times that where results go in group commits: CommitRoom);
 //     once that is full the pool's slots fill and it stops pulling — work
 //     pauses instead of burning calls. A pool that must stop first parks each answer
 //     in the record's state (broker.RecordState.Answer), where the next

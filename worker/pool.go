@@ -326,15 +326,24 @@ func (p *Pool) onElection(consumer string) {
 func (p *Pool) Calls() int64 { return p.calls.Load() }
 
 // commitRoom is how many records the completer may hold once their slots
-// went on: the pool's concurrency; where results go in group commits, at
-// least a batch's worth (broker.AtomicBatchMax), since the results waiting
-// while a batch is stored make the next one — with 64 slots, a 20,000-record
-// `jetpool run` synced on every write took 3.2 s, with 256 1.95 s.
-func (p *Pool) commitRoom() int {
-	if p.b.Cfg.Batched() {
-		return max(p.cfg.Concurrency, broker.AtomicBatchMax)
+// went on: CommitRoom of the pool's concurrency.
+func (p *Pool) commitRoom() int { return CommitRoom(p.cfg.Concurrency, p.b.Cfg.Batched()) }
+
+// CommitRoom is how many records a pool of concurrency slots holds once their
+// slots went on (being stored, or held after a failed write): its
+// concurrency; where results go in group commits (batched), four times that
+// up to a batch's worth (broker.AtomicBatchMax), since the results waiting
+// while a batch is stored make the next one — with 64 slots and room for 64,
+// a 20,000-record `jetpool run` synced on every write took 3.2 s, with room
+// for 256 1.95 s. The answers a SIGKILLed worker had paid for and not stored
+// are at most its concurrency (calls answered, not yet handed over) plus
+// this (docs/durability.md): CommitRoom bounds what a crash can cost, so it
+// grows with the pool, not with the batch.
+func CommitRoom(concurrency int, batched bool) int {
+	if batched {
+		return max(concurrency, min(4*concurrency, broker.AtomicBatchMax))
 	}
-	return p.cfg.Concurrency
+	return concurrency
 }
 
 // ResultBatches is how many group commits of results the pool stored (0
