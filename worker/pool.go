@@ -325,6 +325,10 @@ func (p *Pool) onElection(consumer string) {
 // Calls is the number of model calls this pool has made.
 func (p *Pool) Calls() int64 { return p.calls.Load() }
 
+// Handled is the number of deliveries this pool has handled (Stats.Handled),
+// read without the rest of a Snapshot.
+func (p *Pool) Handled() int64 { return p.handled.Load() }
+
 // commitRoom is how many records the completer may hold once their slots
 // went on: CommitRoom of the pool's concurrency.
 func (p *Pool) commitRoom() int { return CommitRoom(p.cfg.Concurrency, p.b.Cfg.Batched()) }

@@ -25,7 +25,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			"efficiency under 100 ms of simulated latency (adaptive concurrency; limits: {adaptive: false}; and\n"+
 			"the pool in a worker process of its own, as deployed), retry overhead with 10% transient faults, and\n"+
 			"(with --big N) peak RSS of a dispatcher and a worker process on an N-record job and the time\n"+
-			"`jetpool status` takes on it.")
+			"`jetpool status` takes on it. With --pairs N, instead of the throughput rounds, only jetpool's zero-latency\n"+
+			"work against the program that does the same work without jetpool (the raw work loop with jetpool's\n"+
+			"record work), N times back to back, the order turned each time: each pair's ratio is of two runs\n"+
+			"seconds apart.")
 	var o bench.Options
 	fs.IntVar(&o.Records, "records", bench.RecordsDefault, "records (and raw messages) for the throughput runs")
 	fs.IntVar(&o.Size, "size", bench.SizeDefault, "record size in bytes")
@@ -38,6 +41,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.Sync, "sync", "", "embedded server fsync policy for the run (default: $JETPOOL_SYNC_INTERVAL)")
 	fs.StringVar(&o.Dir, "dir", "", "work dir (default: a temp dir, removed after)")
 	fs.IntVar(&o.Repeat, "repeat", 1, "rounds of the throughput measures (raw engine, then jetpool, in turn) and of each latency run: figures are medians, with the range")
+	fs.IntVar(&o.Pairs, "pairs", 0, "instead of the throughput rounds, N pairs of the raw work loop with jetpool's record work and jetpool's zero-latency work, back to back, the order turned each time: jetpool's share of the loop pair by pair (with --external, on the external server too)")
 	fs.BoolVar(&o.External, "external", false, "also run each throughput round against a nats-server process of its own (a store of its own, synced as --sync), over loopback TCP, as users deploy one")
 	fs.StringVar(&o.NatsServer, "nats-server", "", "path of the nats-server binary for --external (default: nats-server on PATH or in $GOPATH/bin)")
 	fs.StringVar(&o.RoundOn, "round-on", "", "run one throughput round against the server at this URL and print its figures as JSON (how --external runs each of its rounds, in a process of its own)")

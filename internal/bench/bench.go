@@ -16,6 +16,8 @@
 //   - efficiency under 100 ms of simulated latency at each concurrency
 //     (latency.go): adaptive, `limits: {adaptive: false}`, and the pool in a
 //     worker process of its own;
+//   - or, with Options.Pairs, only jetpool's zero-latency work and the raw
+//     work loop with its record work, in pairs back to back (pairs.go);
 //   - retry overhead with 10 % transient faults;
 //   - with Options.Big, the peak RSS of a dispatcher and a worker process on a
 //     big job, and the time `jetpool status` takes on it (big.go).
@@ -69,6 +71,11 @@ type Options struct {
 	// Repeat is the rounds of the throughput measures and of each latency
 	// run (at least 1): the figures are medians, with the range.
 	Repeat int
+	// Pairs, when set, replaces the throughput rounds with that many pairs
+	// of the raw work loop with jetpool's record work and jetpool's
+	// zero-latency work, back to back, the order turned each time
+	// (pairs.go).
+	Pairs int
 	// WorkProcess adds the zero-latency work with the pool in a worker
 	// process of its own, over loopback TCP.
 	WorkProcess bool
@@ -171,7 +178,11 @@ func Run(ctx context.Context, cfg broker.Config, o Options) ([]Row, error) {
 	h := &harness{o: o, cfg: cfg, out: o.Progress, emb: emb, log: log, dir: dir}
 	fmt.Fprintf(h.out, "jetpool bench: %d records of %d B, %s, %d CPUs, fsync %s, GOGC %d\n",
 		o.Records, o.Size, runtime.Version(), runtime.NumCPU(), cfg.SyncInterval, gcPercent())
-	if err := h.throughput(ctx); err != nil {
+	measure := h.throughput
+	if o.Pairs > 0 {
+		measure = h.pairs
+	}
+	if err := measure(ctx); err != nil {
 		return nil, err
 	}
 	for _, c := range o.LatencyConcurrency {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -156,4 +157,36 @@ func TestRoundJSON(t *testing.T) {
 	var out round
 	require.NoError(t, out.UnmarshalJSON(data))
 	require.Equal(t, in, out)
+}
+
+// The pairs on a tiny job: each pair runs the loop with the record work and
+// jetpool's work in turn (the order turned), on the embedded server and,
+// where nats-server is installed, on an external one; the two rows carry
+// jetpool's share of the loop pair by pair (a pair's job is deleted after
+// it: a failure there fails the run); the first pair's CPU profiles are
+// written, the loop's and jetpool's.
+func TestRunPairs(t *testing.T) {
+	dir := t.TempDir()
+	var progress strings.Builder
+	external := os.Getenv("CI") != "" || findNatsServer("") != ""
+	prof := filepath.Join(dir, "work.prof")
+	rows, err := Run(t.Context(), testenv.Config(t, testenv.Options{}), Options{Records: 200, Concurrency: 8, Pairs: 3,
+		External: external, Dir: dir, Self: jetpoolBin, Progress: &progress, CPUProfile: prof})
+	require.NoError(t, err, progress.String())
+	var table strings.Builder
+	WriteTable(&table, rows)
+	stdout, stderr := table.String(), progress.String()
+	require.Regexp(t, `\| pairs: raw work loop with jetpool's record work, 8 goroutines \| [0-9]+/s \([0-9]+–[0-9]+\) \| msgs/s; CPU `, stdout)
+	require.Regexp(t, `\| pairs: jetpool work, 0 ms latency, concurrency 8 \| [0-9]+/s \([0-9]+–[0-9]+\) \| [0-9]+% \([0-9]+–[0-9]+%\) of the raw work loop with the record work, pair by pair; CPU `, stdout)
+	require.NotContains(t, stdout, "raw floor", "the pairs replace the throughput rounds")
+	require.Len(t, regexp.MustCompile(`(?m)^   pair [1-3] of 3: `).FindAllString(stderr, -1), 3, "three pairs on the embedded server")
+	if external {
+		require.Regexp(t, `\| pairs: jetpool work, 0 ms latency, concurrency 8 — external nats-server \(loopback TCP\) \| [0-9]+/s [^\n]* pair by pair; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message \([0-9]+ `, stdout)
+		require.FileExists(t, prof+".external")
+	}
+	for _, f := range []string{prof, prof + ".loop"} {
+		st, err := os.Stat(f)
+		require.NoError(t, err)
+		require.Positive(t, st.Size(), f)
+	}
 }

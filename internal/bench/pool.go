@@ -82,7 +82,9 @@ func (h *harness) work(ctx context.Context, s *server, job string, conc, records
 		return workRun{}, err
 	}
 	defer stopPool()
-	// Sample the records the pool has finished (handled, no longer in flight).
+	// Sample the records the pool has finished (handled, no longer in
+	// flight): two counters, not a Snapshot, whose maps and locks every
+	// 5 ms were 1 % of the run's CPU.
 	win := window{records: int64(records)}
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
@@ -95,7 +97,7 @@ func (h *harness) work(ctx context.Context, s *server, job string, conc, records
 			case <-stop:
 				return
 			case now := <-tick.C:
-				if win.see(now, pool.Snapshot().Handled-pool.InFlightCount()) {
+				if win.see(now, pool.Handled()-pool.InFlightCount()) {
 					return
 				}
 			}

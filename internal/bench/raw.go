@@ -457,8 +457,9 @@ func (iw *inlineWork) result(ctx context.Context, data []byte) ([]byte, error) {
 // target row); with iw set the messages are work envelopes and each
 // goroutine does jetpool's own work on its record first (inlineWork: the
 // envelope, the prompt, the call, the result's JSON), the same program
-// doing the same work as jetpool minus its machinery.
-func rawLoop(ctx context.Context, s *server, n, size, conc int, iw *inlineWork) (float64, cpuUse, error) {
+// doing the same work as jetpool minus its machinery. began, when set, is
+// called as the timing starts (the streams filled).
+func rawLoop(ctx context.Context, s *server, n, size, conc int, iw *inlineWork, began func()) (float64, cpuUse, error) {
 	fl := &floor{b: s.b, which: "loop", inline: iw}
 	if iw != nil {
 		fl.which = "loop with the record work"
@@ -472,6 +473,9 @@ func rawLoop(ctx context.Context, s *server, n, size, conc int, iw *inlineWork) 
 	var done, failed atomic.Int64
 	finished := make(chan struct{})
 	var wg sync.WaitGroup
+	if began != nil {
+		began()
+	}
 	start, cpu := time.Now(), s.meter()
 	for w := range conc {
 		wg.Add(1)

@@ -199,6 +199,13 @@ func RunRound(ctx context.Context, cfg broker.Config, o Options) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
+	if o.Pairs > 0 {
+		rs, err := h.pairsOn(ctx, s, wf, filepath.Join(h.dir, "records.jsonl"))
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(rs)
+	}
 	rd, err := h.round(ctx, s, wf, filepath.Join(h.dir, "records.jsonl"), o.Round)
 	if err != nil {
 		return nil, err

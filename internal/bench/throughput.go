@@ -218,14 +218,14 @@ func (h *harness) rawRound(ctx context.Context, s *server, rd *round, wf *workfl
 	if rd.floor, rd.floorCPU, err = rawFloor(ctx, h.out, s, n, size, nil); err != nil {
 		return err
 	}
-	if rd.loop, rd.loopCPU, err = rawLoop(ctx, s, n, size, h.o.Concurrency, nil); err != nil {
+	if rd.loop, rd.loopCPU, err = rawLoop(ctx, s, n, size, h.o.Concurrency, nil, nil); err != nil {
 		return err
 	}
 	iw, err := newInlineWork(wf)
 	if err != nil {
 		return err
 	}
-	if rd.loopWork, rd.loopWorkCPU, err = rawLoop(ctx, s, n, size, h.o.Concurrency, iw); err != nil {
+	if rd.loopWork, rd.loopWorkCPU, err = rawLoop(ctx, s, n, size, h.o.Concurrency, iw, nil); err != nil {
 		return err
 	}
 	if rd.inline, rd.inlineCPU, err = rawFloor(ctx, h.out, s, n, size, iw); err != nil {

@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/profile"
+	"github.com/jetpool/jetpool/workflow"
+)
+
+// The pairs (Options.Pairs) measure the one ratio issue 33's work target
+// is about — jetpool's zero-latency work against the raw work loop with
+// jetpool's record work — and nothing else: the two back to back, Pairs
+// times, the order turned each time (loop then jetpool, jetpool then loop,
+// …), so that each pair's ratio is of two figures taken seconds apart. A
+// full round puts the dispatch and the paired publisher between the two,
+// 10–20 s on this machine, where a single figure moves by a fifth with the
+// hour.
+
+// pairs runs the pairs on the embedded server and, with Options.External,
+// on a nats-server process of its own (in a child process, as the
+// external rounds), and adds their rows.
+func (h *harness) pairs(ctx context.Context) error {
+	in := filepath.Join(h.dir, "records.jsonl")
+	if err := writeRecords(in, h.o.Records, h.o.Size); err != nil {
+		return err
+	}
+	wf, err := writeWorkflow(h.dir, "zero", "reply: ok", "", "")
+	if err != nil {
+		return err
+	}
+	rs, err := h.pairsOn(ctx, h.emb, wf, in)
+	if err != nil {
+		return err
+	}
+	h.pairRows(h.emb, rs)
+	if !h.o.External {
+		return nil
+	}
+	bin := findNatsServer(h.o.NatsServer)
+	if bin == "" {
+		return fmt.Errorf("--external: no nats-server on PATH or in $GOPATH/bin (go install github.com/nats-io/nats-server/v2@v2.15.2, or --nats-server PATH)")
+	}
+	ext, stop, err := h.startExternal(ctx, h.cfg, bin, h.cfg.SyncInterval)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if rs, err = h.externalPairs(ctx, ext); err != nil {
+		return err
+	}
+	h.pairRows(ext, rs)
+	return nil
+}
+
+// pairsOn runs the pairs on s: each a round with two figures, the loop
+// with the record work's and jetpool's work.
+func (h *harness) pairsOn(ctx context.Context, s *server, wf *workflow.Workflow, in string) (rounds, error) {
+	iw, err := newInlineWork(wf)
+	if err != nil {
+		return nil, err
+	}
+	var rs rounds
+	for i := range h.o.Pairs {
+		var rd round
+		// The first pair is profiled (Options.CPUProfile): jetpool's work
+		// to the file, the loop's to the file + ".loop" (once its stream
+		// is filled), for pprof's -diff_base.
+		prof := &profiler{on: h.o.CPUProfile != "" && i == 0}
+		loop := func() (err error) {
+			rd.loopWork, rd.loopWorkCPU, err = rawLoop(ctx, s, h.o.Records, h.o.Size, h.o.Concurrency, iw,
+				func() { prof.start(h.o.CPUProfile + ".loop") })
+			return errors.Join(prof.end(), err)
+		}
+		work := func() error {
+			job := fmt.Sprintf("bench-pair-%d", i)
+			if _, err := s.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
+				return err
+			}
+			if h.o.WorkerGOGC > 0 && h.o.RoundOn != "" {
+				// A worker process's GC target, as the external rounds
+				// run jetpool's measures (throughput.go round).
+				defer debug.SetGCPercent(debug.SetGCPercent(h.o.WorkerGOGC))
+			}
+			// A heap profile before and after the first pair's work
+			// (Options.HeapProfile): what it allocated is their
+			// difference (pprof -sample_index=alloc_space -diff_base).
+			if i == 0 && h.o.HeapProfile != "" {
+				profile.WriteHeap(h.o.HeapProfile + ".before")
+				defer profile.WriteHeap(h.o.HeapProfile)
+			}
+			prof.start(h.o.CPUProfile)
+			run, err := h.work(ctx, s, job, h.o.Concurrency, h.o.Records)
+			if err = errors.Join(prof.end(), err); err != nil {
+				return err
+			}
+			// Gone before the next pair, as the loop's streams are: each
+			// pair starts on the same store (the results of earlier jobs
+			// left there took jetpool's share from 94 to 89 % over six
+			// pairs on the embedded server, whose state is this heap's).
+			if _, err := s.b.DeleteJob(ctx, job); err != nil {
+				return err
+			}
+			rd.work, rd.workCPU = float64(h.o.Records)/run.total.Seconds(), run.cpu
+			return nil
+		}
+		first, second := loop, work
+		if i%2 == 1 {
+			first, second = work, loop
+		}
+		if err := first(); err != nil {
+			return nil, err
+		}
+		if err := second(); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(h.out, "   pair %d of %d%s: the loop with the record work %.0f/s (%v a message), jetpool %.0f/s (%v): %.0f%%\n",
+			i+1, h.o.Pairs, suffix(s), rd.loopWork, rd.loopWorkCPU.perMsg, rd.work, rd.workCPU.perMsg, 100*rd.work/rd.loopWork)
+		rs = append(rs, rd)
+	}
+	return rs, nil
+}
+
+// profiler profiles one measure (on: of the first pair).
+type profiler struct {
+	on   bool
+	stop func()
+	err  error
+}
+
+func (p *profiler) start(path string) {
+	if !p.on {
+		return
+	}
+	if p.stop, p.err = profile.StartCPU(path); p.err != nil {
+		p.err = fmt.Errorf("--cpuprofile-work: %w", p.err)
+	}
+}
+
+// end stops the profile, if one runs, and says whether it could start.
+func (p *profiler) end() error {
+	if p.stop != nil {
+		p.stop()
+		p.stop = nil
+	}
+	return p.err
+}
+
+// suffix is " on NAME" for an external server s, "" for the embedded one.
+func suffix(s *server) string {
+	if s.name == "" {
+		return ""
+	}
+	return " on the " + s.name
+}
+
+// pairRows adds the pairs' two rows on s: the loop's, and jetpool's with
+// its share of the loop pair by pair.
+func (h *harness) pairRows(s *server, rs rounds) {
+	loopWork := func(rd round) float64 { return rd.loopWork }
+	h.addStat(rs, s.row(fmt.Sprintf("pairs: raw work loop with jetpool's record work, %d goroutines", h.o.Concurrency)), loopWork, "msgs/s",
+		func(rd round) cpuUse { return rd.loopWorkCPU })
+	h.addStat(rs, s.row(fmt.Sprintf("pairs: jetpool work, 0 ms latency, concurrency %d", h.o.Concurrency)), func(rd round) float64 { return rd.work }, "",
+		func(rd round) cpuUse { return rd.workCPU }, ratio{"the raw work loop with the record work, pair by pair", loopWork})
+}
+
+// externalPairs runs the pairs on the external server s in a child process
+// (`jetpool bench --round-on URL --pairs N`) and returns its figures.
+func (h *harness) externalPairs(ctx context.Context, s *server) (rounds, error) {
+	args := []string{"bench", "--round-on", s.url, "--server-pid", strconv.Itoa(s.pid), "--pairs", strconv.Itoa(h.o.Pairs),
+		"--dir", h.dir, "--records", strconv.Itoa(h.o.Records), "--size", strconv.Itoa(h.o.Size),
+		"--concurrency", strconv.Itoa(h.o.Concurrency)}
+	if h.o.CPUProfile != "" {
+		args = append(args, "--cpuprofile-work", h.o.CPUProfile+".external")
+	}
+	c := exec.CommandContext(ctx, h.o.Self, args...)
+	c.Env = append(os.Environ(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=", "JETPOOL_BATCH_WRITES="+s.b.Cfg.BatchWrites)
+	c.Stderr = h.out
+	out, err := c.Output()
+	if err != nil {
+		return nil, fmt.Errorf("external pairs (jetpool %s): %w", strings.Join(args, " "), err)
+	}
+	var rs []round
+	if err := json.Unmarshal(out, &rs); err != nil {
+		return nil, fmt.Errorf("external pairs: %w", err)
+	}
+	return rs, nil
+}
