@@ -168,9 +168,13 @@ func (c *completer) complete(ctx context.Context, d *delivery, o outcome, releas
 // stopping past the deadline, or a publish refused at once).
 func (c *completer) fast(ctx context.Context, s *settling, release func()) bool {
 	select {
-	case c.room <- struct{}{}:
-	case <-ctx.Done():
-		return false
+	case c.room <- struct{}{}: // most often: one channel, no select over two
+	default:
+		select {
+		case c.room <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
 	}
 	d := s.d
 	f, err := c.st.publishResult(s.o.result)

@@ -153,6 +153,7 @@ type Pool struct {
 
 	// Handlers: long-lived goroutines fed by tasks (see run).
 	tasks    chan task
+	idle     idleHandlers
 	handlers sync.WaitGroup
 	quit     chan struct{} // closed by Stop: idle handlers exit
 }
@@ -163,8 +164,9 @@ type task struct {
 	msg jetstream.Msg
 }
 
-// handlerIdle is how long an idle handler goroutine waits for a task
-// before it exits.
+// handlerIdle is how often handlers that found no work are let go: every
+// handlerIdle, as many handlers end as were idle all the while at least
+// (retireIdle).
 const handlerIdle = 10 * time.Second
 
 // run hands t to an idle handler goroutine, or starts one. Handlers live on
@@ -184,19 +186,22 @@ func (p *Pool) run(t task) {
 
 func (p *Pool) handler(t task) {
 	defer p.handlers.Done()
-	idle := time.NewTimer(handlerIdle)
-	defer idle.Stop()
 	for {
 		p.handleTask(t)
 		var ok bool
-		if t, ok = p.nextTask(idle); !ok {
+		if t, ok = p.nextTask(); !ok {
 			return
 		}
 	}
 }
 
-// nextTask waits for the handler's next task (false: the handler ends). It
-// waits with handlerStackKeep bytes of its frame on the stack: a parked
+// nextTask waits for the handler's next task (false: the handler ends: the
+// pool stops, or retireIdle lets it go). It waits on no timer of its own:
+// a timer reset and waited on for every record, its channel added to and
+// taken from the timers' heap each time, was 2 % of a zero-latency
+// worker's CPU. It counts itself idle meanwhile, for retireIdle.
+//
+// It waits with handlerStackKeep bytes of its frame on the stack: a parked
 // goroutine that uses less than a quarter of its stack has it halved by
 // the next garbage collection, and the handler's next record grew it back
 // (runtime.copystack: 3.3 % of a zero-latency worker's CPU, every handler
@@ -204,17 +209,59 @@ func (p *Pool) handler(t task) {
 // 8 KiB; 4 KiB left 1.3 % of copying and cost 1.2 %).
 //
 //go:noinline
-func (p *Pool) nextTask(idle *time.Timer) (task, bool) {
+func (p *Pool) nextTask() (task, bool) {
 	var keep [handlerStackKeep]byte
 	holdStack(&keep)
-	idle.Reset(handlerIdle)
+	p.idle.Add(1)
+	var t task
 	select {
-	case t := <-p.tasks:
-		return t, true
-	case <-idle.C:
+	case t = <-p.tasks:
 	case <-p.quit:
 	}
-	return task{}, false
+	p.idle.lower(p.idle.Add(-1))
+	return t, t.jr != nil
+}
+
+// idleHandlers counts the handlers waiting for a task, and the fewest
+// that waited at once since retireIdle last looked.
+type idleHandlers struct {
+	atomic.Int64
+	low atomic.Int64
+}
+
+// lower notes n handlers waiting, if fewer than the least so far.
+func (h *idleHandlers) lower(n int64) {
+	for {
+		low := h.low.Load()
+		if n >= low || h.low.CompareAndSwap(low, n) {
+			return
+		}
+	}
+}
+
+// retireIdle lets handlers go that the pool did without: every period
+// (handlerIdle), as many as never fell below idle since the last look
+// (each retirement is a task no record is in, taken only by a handler that
+// waits).
+func (p *Pool) retireIdle(period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	p.idle.low.Store(p.idle.Load())
+	for {
+		select {
+		case <-t.C:
+		case <-p.quit:
+			return
+		}
+	retire:
+		for n := p.idle.low.Swap(p.idle.Load()); n > 0; n-- {
+			select {
+			case p.tasks <- task{}:
+			default:
+				break retire // none waits now
+			}
+		}
+	}
 }
 
 // handlerStackKeep is the frame nextTask keeps while a handler waits: more
@@ -435,7 +482,8 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.b.Cfg.Batched() {
 		p.results = p.b.NewResultBatcher(p.commitRoom() + 1)
 	}
-	p.handlers.Add(4)
+	p.handlers.Add(5)
+	go func() { defer p.handlers.Done(); p.retireIdle(handlerIdle) }()
 	go func() { defer p.handlers.Done(); p.purgeLoop(p.hctx) }()
 	go func() { defer p.handlers.Done(); p.done.commitLoop(p.quit) }()
 	go func() { defer p.handlers.Done(); p.done.heldLoop(p.hctx) }()
