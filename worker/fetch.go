@@ -25,6 +25,12 @@ func (g grant) empty() bool { return g.slots == 0 && g.ahead == 0 }
 // slot or the read-ahead (pull); give back what the pull did not fill.
 func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	var cons jetstream.Consumer
+	var pl *puller
+	defer func() {
+		if pl != nil {
+			pl.close()
+		}
+	}()
 	idle := false
 	bindWait := bindWaitMin
 	for ctx.Err() == nil {
@@ -48,7 +54,17 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		if g.empty() {
 			continue
 		}
-		got, err := jr.pull(ctx, cons, g, idle)
+		if pl == nil && !idle {
+			var err error
+			if pl, err = newPuller(jr, jr.p.pulls.NC); err != nil {
+				jr.p.giveSlots(g.slots)
+				jr.p.ahead.unreserve(g.ahead)
+				jr.p.log.Debug().Str("job", jr.id).Err(err).Msg("subscribe for pulls")
+				jr.pause(ctx, IdlePollMax)
+				continue
+			}
+		}
+		got, err := jr.pull(ctx, cons, pl, g, idle)
 		idle = got == 0
 		if err != nil && ctx.Err() == nil {
 			jr.p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
@@ -182,45 +198,21 @@ func (jr *jobRunner) grant(ctx context.Context, idle bool) (g grant, ok bool) {
 }
 
 // pull fetches what g may fill and hands each record to a slot, then to
-// the read-ahead; the slots and room it did not fill are given back. An
-// idle job is long-polled with a single slot, so a record (or a delayed
-// redelivery) is picked up the moment it is due while the other slots stay
-// free for other jobs.
-func (jr *jobRunner) pull(ctx context.Context, cons jetstream.Consumer, g grant, idle bool) (got int, err error) {
+// the read-ahead; the slots and room it did not fill are given back. A busy
+// job is pulled with the pool's own requests (pull.go). An idle job is
+// long-polled with a single slot, so a record (or a delayed redelivery) is
+// picked up the moment it is due while the other slots stay free for other
+// jobs.
+func (jr *jobRunner) pull(ctx context.Context, cons jetstream.Consumer, pl *puller, g grant, idle bool) (got int, err error) {
 	p := jr.p
-	var batch jetstream.MessageBatch
 	began := time.Now()
+	slotted := 0
 	if idle {
 		p.giveSlots(g.slots - 1)
 		g.slots = 1
-		// JobDone ends the pull; Stop lets it expire (see Stop). With a
-		// deadline of 10/9 IdlePoll, the server ends the pull after
-		// IdlePoll, a ninth before the client stops listening.
-		pctx, cancel := context.WithTimeout(jr.done, p.cfg.IdlePoll*10/9)
-		defer cancel()
-		batch, err = cons.Fetch(1, jetstream.FetchContext(pctx))
+		got, slotted, err = jr.longPoll(cons, g)
 	} else {
-		batch, err = cons.FetchNoWait(g.slots + g.ahead)
-	}
-	slotted := 0
-	if err == nil {
-		every := jr.heartbeatEvery()
-		for msg := range batch.Messages() {
-			got++
-			p.pulled.Add(1)
-			p.beats.hold(msg, every, time.Now())
-			t := task{jr: jr, msg: msg}
-			if slotted < g.slots {
-				slotted++
-				p.start(t)
-				continue
-			}
-			if !p.ahead.put(t, time.Now()) {
-				// Stopping: never started, so back at once.
-				p.handBackUnstarted(t)
-			}
-		}
-		err = batch.Error()
+		got, slotted, err = pl.pull(g, ctx.Done())
 	}
 	p.giveSlots(g.slots - slotted)
 	p.ahead.unreserve(g.ahead - (got - slotted))
@@ -230,9 +222,46 @@ func (jr *jobRunner) pull(ctx context.Context, cons jetstream.Consumer, g grant,
 	}
 	p.ahead.observe(time.Now(), p.finishedCount.Load(), rtt)
 	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
-		err = nil // an idle pull that found nothing
+		err = nil // a pull that found nothing (more)
 	}
 	return got, err
+}
+
+// longPoll waits up to IdlePoll for a record of an idle job (nats.go's
+// Fetch). JobDone ends the pull; Stop lets it expire (see Stop). With a
+// deadline of 10/9 IdlePoll, the server ends the pull after IdlePoll, a
+// ninth before the client stops listening.
+func (jr *jobRunner) longPoll(cons jetstream.Consumer, g grant) (got, slotted int, err error) {
+	pctx, cancel := context.WithTimeout(jr.done, jr.p.cfg.IdlePoll*10/9)
+	defer cancel()
+	batch, err := cons.Fetch(1, jetstream.FetchContext(pctx))
+	if err != nil {
+		return 0, 0, err
+	}
+	every := jr.heartbeatEvery()
+	for msg := range batch.Messages() {
+		got++
+		jr.take(msg, g, &slotted, every)
+	}
+	return got, slotted, batch.Error()
+}
+
+// take holds a pulled record and gives it a slot of g's while slotted is
+// short of them, else a place in the read-ahead.
+func (jr *jobRunner) take(msg jetstream.Msg, g grant, slotted *int, every time.Duration) {
+	p := jr.p
+	p.pulled.Add(1)
+	p.beats.hold(msg, every, time.Now())
+	t := task{jr: jr, msg: msg}
+	if *slotted < g.slots {
+		*slotted++
+		p.start(t)
+		return
+	}
+	if !p.ahead.put(t, time.Now()) {
+		// Stopping: never started, so back at once.
+		go p.handBackUnstarted(t)
+	}
 }
 
 // freeSlots takes up to n slots that are free now.
