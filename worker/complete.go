@@ -149,7 +149,9 @@ func newCompleter(st store, b *beats, log zerolog.Logger, m Metrics, room int) *
 // completer owns d now and calls finished when it is settled; otherwise d
 // is settled (or abandoned) when complete returns.
 func (c *completer) complete(ctx context.Context, d *delivery, o outcome, release func(), own owner) (handedOver bool) {
-	s := &settling{d: d, o: o, own: own}
+	// The delivery's own: one allocation a record less.
+	s := &d.settle
+	*s = settling{d: d, o: o, own: own}
 	switch o.kind {
 	case outcomeAbandon:
 		c.beats.release(d.msg)

@@ -52,6 +52,9 @@ type delivery struct {
 	// account is this action's entry of the record's accounting, once
 	// its result is known: forwarded with the record (store.go).
 	account *broker.Account
+	// settle is the completer's hold on the delivery's outcome
+	// (completer.complete), allocated with it.
+	settle settling
 }
 
 // unpaid reports whether this is the first delivery of a first-run message:
@@ -139,11 +142,11 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	if env.ID == "" {
 		return nil, fmt.Errorf("work message without a record id")
 	}
-	meta, err := msg.Metadata()
+	delivered, err := numDelivered(msg)
 	if err != nil {
 		return nil, err
 	}
-	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(meta.NumDelivered),
+	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(delivered),
 		revision: rev, started: jr.p.cfg.Clock.Now()}
 	if idx+1 < len(wf.Actions) {
 		d.next = wf.Actions[idx+1].Name
@@ -154,4 +157,18 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	d.firstRun = h.Get(broker.HeaderFirstRun) == "1" && d.replays == 0 && !jr.replicated.Load() && !jr.keepsAcked.Load()
 	d.nonce = h.Get(broker.HeaderNonce)
 	return d, nil
+}
+
+// numDelivered is JetStream's delivery count of msg, read from its ack
+// subject without the metadata's allocation where msg is the pool's own.
+func numDelivered(msg jetstream.Msg) (uint64, error) {
+	if m, ok := msg.(*pulledMsg); ok {
+		f, err := ackTokens(m.msg.Reply)
+		return f.delivered, err
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return meta.NumDelivered, nil
 }
