@@ -55,7 +55,7 @@ type puller struct {
 // pullReq is one pull: what its grant may fill, what it filled.
 type pullReq struct {
 	g       grant
-	token   string
+	reply   string // prefix + the pull's number
 	got     int
 	slotted int
 	seen    int // got at the last look for silence (pullSilence)
@@ -102,11 +102,11 @@ func (pl *puller) pull(g grant, done <-chan struct{}) (got, slotted int, err err
 	r := &pullReq{g: g, done: make(chan struct{}), every: pl.every()}
 	pl.mu.Lock()
 	pl.seq++
-	r.token = strconv.FormatUint(pl.seq, 10)
+	r.reply = pl.prefix + strconv.FormatUint(pl.seq, 10)
 	pl.cur = r
 	pl.mu.Unlock()
 	body := fmt.Appendf(nil, `{"batch":%d,"no_wait":true}`, g.slots+g.ahead)
-	if err := pl.nc.PublishRequest(pl.subject, pl.prefix+r.token, body); err != nil {
+	if err := pl.nc.PublishRequest(pl.subject, r.reply, body); err != nil {
 		pl.end(r, err)
 	}
 	silence := time.NewTimer(pl.silence)
@@ -158,7 +158,7 @@ func (pl *puller) onMsg(m *nats.Msg) {
 	case !record:
 		// The end of the pull its subject names (a status of an earlier
 		// pull, which ended already, is let be); 100 is a heartbeat.
-		if err != nil && r != nil && m.Subject == pl.prefix+r.token {
+		if err != nil && r != nil && m.Subject == r.reply {
 			pl.endLocked(r, err)
 		}
 		pl.mu.Unlock()

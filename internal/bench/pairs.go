@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -30,11 +28,7 @@ import (
 // on a nats-server process of its own (in a child process, as the
 // external rounds), and adds their rows.
 func (h *harness) pairs(ctx context.Context) error {
-	in := filepath.Join(h.dir, "records.jsonl")
-	if err := writeRecords(in, h.o.Records, h.o.Size); err != nil {
-		return err
-	}
-	wf, err := writeWorkflow(h.dir, "zero", "reply: ok", "", "")
+	in, wf, err := h.zeroWork()
 	if err != nil {
 		return err
 	}
@@ -46,11 +40,7 @@ func (h *harness) pairs(ctx context.Context) error {
 	if !h.o.External {
 		return nil
 	}
-	bin := findNatsServer(h.o.NatsServer)
-	if bin == "" {
-		return fmt.Errorf("--external: no nats-server on PATH or in $GOPATH/bin (go install github.com/nats-io/nats-server/v2@v2.15.2, or --nats-server PATH)")
-	}
-	ext, stop, err := h.startExternal(ctx, h.cfg, bin, h.cfg.SyncInterval)
+	ext, stop, err := h.externalServer(ctx)
 	if err != nil {
 		return err
 	}
@@ -86,11 +76,7 @@ func (h *harness) pairsOn(ctx context.Context, s *server, wf *workflow.Workflow,
 			if _, err := s.d.Dispatch(ctx, wf, dispatcher.Options{Input: in, JobID: job}); err != nil {
 				return err
 			}
-			if h.o.WorkerGOGC > 0 && h.o.RoundOn != "" {
-				// A worker process's GC target, as the external rounds
-				// run jetpool's measures (throughput.go round).
-				defer debug.SetGCPercent(debug.SetGCPercent(h.o.WorkerGOGC))
-			}
+			defer h.workerGC()()
 			// A heap profile before and after the first pair's work
 			// (Options.HeapProfile): what it allocated is their
 			// difference (pprof -sample_index=alloc_space -diff_base).

@@ -73,11 +73,7 @@ func (rs rounds) cpuNote(get func(round) cpuUse) string {
 // their rows: on the embedded server and, with Options.External, on a
 // nats-server process of its own, in turn in each round.
 func (h *harness) throughput(ctx context.Context) error {
-	in := filepath.Join(h.dir, "records.jsonl")
-	if err := writeRecords(in, h.o.Records, h.o.Size); err != nil {
-		return err
-	}
-	wf, err := writeWorkflow(h.dir, "zero", "reply: ok", "", "")
+	in, wf, err := h.zeroWork()
 	if err != nil {
 		return err
 	}
@@ -87,11 +83,7 @@ func (h *harness) throughput(ctx context.Context) error {
 	}
 	servers := []*server{h.emb}
 	if h.o.External {
-		bin := findNatsServer(h.o.NatsServer)
-		if bin == "" {
-			return errors.New("--external: no nats-server on PATH or in $GOPATH/bin (go install github.com/nats-io/nats-server/v2@v2.15.2, or --nats-server PATH)")
-		}
-		ext, stop, err := h.startExternal(ctx, h.cfg, bin, h.cfg.SyncInterval)
+		ext, stop, err := h.externalServer(ctx)
 		if err != nil {
 			return err
 		}
@@ -121,6 +113,39 @@ func (h *harness) throughput(ctx context.Context) error {
 		h.throughputRows(s, rs[i])
 	}
 	return nil
+}
+
+// zeroWork writes the zero-latency measures' input (Records records of
+// Size bytes) and workflow into the work dir.
+func (h *harness) zeroWork() (in string, wf *workflow.Workflow, err error) {
+	in = filepath.Join(h.dir, "records.jsonl")
+	if err := writeRecords(in, h.o.Records, h.o.Size); err != nil {
+		return "", nil, err
+	}
+	wf, err = writeWorkflow(h.dir, "zero", "reply: ok", "", "")
+	return in, wf, err
+}
+
+// externalServer starts the nats-server process of Options.External
+// (startExternal), syncing as the embedded server does.
+func (h *harness) externalServer(ctx context.Context) (*server, func(), error) {
+	bin := findNatsServer(h.o.NatsServer)
+	if bin == "" {
+		return nil, nil, errors.New("--external: no nats-server on PATH or in $GOPATH/bin (go install github.com/nats-io/nats-server/v2@v2.15.2, or --nats-server PATH)")
+	}
+	return h.startExternal(ctx, h.cfg, bin, h.cfg.SyncInterval)
+}
+
+// workerGC sets a worker process's GC target (Options.WorkerGOGC) for
+// jetpool's measures in the child of an external round, as a `jetpool
+// worker` runs (the raw ones keep the process's own, as a plain program
+// would); the returned func restores it.
+func (h *harness) workerGC() (restore func()) {
+	if h.o.WorkerGOGC <= 0 || h.o.RoundOn == "" {
+		return func() {}
+	}
+	old := debug.SetGCPercent(h.o.WorkerGOGC)
+	return func() { debug.SetGCPercent(old) }
 }
 
 // throughputRows adds a row for each throughput measure on s.
@@ -187,9 +212,7 @@ func (h *harness) round(ctx context.Context, s *server, wf *workflow.Workflow, i
 	if err := h.rawRound(ctx, s, &rd, wf); err != nil {
 		return rd, err
 	}
-	if h.o.WorkerGOGC > 0 && h.o.RoundOn != "" {
-		defer debug.SetGCPercent(debug.SetGCPercent(h.o.WorkerGOGC))
-	}
+	defer h.workerGC()()
 	if err := h.jetpoolRound(ctx, s, &rd, wf, in, r); err != nil {
 		return rd, err
 	}
