@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/profile"
@@ -162,21 +159,16 @@ func (h *harness) pairRows(s *server, rs rounds) {
 // externalPairs runs the pairs on the external server s in a child process
 // (`jetpool bench --round-on URL --pairs N`) and returns its figures.
 func (h *harness) externalPairs(ctx context.Context, s *server) (rounds, error) {
-	args := []string{"bench", "--round-on", s.url, "--server-pid", strconv.Itoa(s.pid), "--pairs", strconv.Itoa(h.o.Pairs),
-		"--dir", h.dir, "--records", strconv.Itoa(h.o.Records), "--size", strconv.Itoa(h.o.Size),
-		"--concurrency", strconv.Itoa(h.o.Concurrency)}
+	args := []string{"--pairs", strconv.Itoa(h.o.Pairs)}
 	if h.o.CPUProfile != "" {
 		args = append(args, "--cpuprofile-work", h.o.CPUProfile+".external")
 	}
-	c := exec.CommandContext(ctx, h.o.Self, args...)
-	c.Env = append(os.Environ(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=", "JETPOOL_BATCH_WRITES="+s.b.Cfg.BatchWrites)
-	c.Stderr = h.out
-	out, err := c.Output()
-	if err != nil {
-		return nil, fmt.Errorf("external pairs (jetpool %s): %w", strings.Join(args, " "), err)
-	}
 	var rs []round
-	if err := json.Unmarshal(out, &rs); err != nil {
+	out, err := h.child(ctx, s, args...)
+	if err == nil {
+		err = json.Unmarshal(out, &rs)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("external pairs: %w", err)
 	}
 	return rs, nil

@@ -154,27 +154,39 @@ func procCPU(pid int) time.Duration {
 // externalRound runs round r on the external server s in a child process
 // and returns its figures.
 func (h *harness) externalRound(ctx context.Context, s *server, r int) (round, error) {
-	args := []string{"bench", "--round-on", s.url, "--server-pid", strconv.Itoa(s.pid), "--round", strconv.Itoa(r),
-		"--dir", h.dir, "--records", strconv.Itoa(h.o.Records), "--size", strconv.Itoa(h.o.Size),
-		"--concurrency", strconv.Itoa(h.o.Concurrency), "--nats", h.cli}
+	args := []string{"--round", strconv.Itoa(r), "--nats", h.cli}
 	if h.o.WorkProcess {
 		args = append(args, "--work-process")
 	}
 	if h.o.CPUProfile != "" && r == 0 {
 		args = append(args, "--cpuprofile-work", h.o.CPUProfile+".external")
 	}
+	var rd round
+	out, err := h.child(ctx, s, args...)
+	if err == nil {
+		err = rd.UnmarshalJSON(out)
+	}
+	if err != nil {
+		return round{}, fmt.Errorf("external round %d: %w", r, err)
+	}
+	return rd, nil
+}
+
+// child runs `jetpool bench --round-on URL` against the external server s
+// with the run's records, size and concurrency and the arguments args (a
+// round, or the pairs), and returns what it prints: its figures as JSON.
+func (h *harness) child(ctx context.Context, s *server, args ...string) ([]byte, error) {
+	args = append([]string{"bench", "--round-on", s.url, "--server-pid", strconv.Itoa(s.pid),
+		"--dir", h.dir, "--records", strconv.Itoa(h.o.Records), "--size", strconv.Itoa(h.o.Size),
+		"--concurrency", strconv.Itoa(h.o.Concurrency)}, args...)
 	c := exec.CommandContext(ctx, h.o.Self, args...)
 	c.Env = append(os.Environ(), "JETPOOL_LOG_LEVEL=error", "JETPOOL_CPUPROFILE=", "JETPOOL_BATCH_WRITES="+s.b.Cfg.BatchWrites)
 	c.Stderr = h.out
 	out, err := c.Output()
 	if err != nil {
-		return round{}, fmt.Errorf("external round %d (jetpool %s): %w", r, strings.Join(args, " "), err)
+		return nil, fmt.Errorf("jetpool %s: %w", strings.Join(args, " "), err)
 	}
-	var rd round
-	if err := rd.UnmarshalJSON(out); err != nil {
-		return round{}, fmt.Errorf("external round %d: %w", r, err)
-	}
-	return rd, nil
+	return out, nil
 }
 
 // RunRound is the child of an external round (Options.RoundOn): it runs one
