@@ -62,10 +62,21 @@ func (h *harness) pairsOn(ctx context.Context, s *server, wf *workflow.Workflow,
 		// The first pair is profiled (Options.CPUProfile): jetpool's work
 		// to the file, the loop's to the file + ".loop" (once its stream
 		// is filled), for pprof's -diff_base.
+		// Its heap profiles (Options.HeapProfile) likewise, the loop's
+		// to the file + ".loop" and ".loop.before".
 		prof := &profiler{on: h.o.CPUProfile != "" && i == 0}
+		heap := i == 0 && h.o.HeapProfile != ""
 		loop := func() (err error) {
 			rd.loopWork, rd.loopWorkCPU, err = rawLoop(ctx, s, h.o.Records, h.o.Size, h.o.Concurrency, iw,
-				func() { prof.start(h.o.CPUProfile + ".loop") })
+				func() {
+					if heap {
+						profile.WriteHeap(h.o.HeapProfile + ".loop.before")
+					}
+					prof.start(h.o.CPUProfile + ".loop")
+				})
+			if heap && err == nil {
+				profile.WriteHeap(h.o.HeapProfile + ".loop")
+			}
 			return errors.Join(prof.end(), err)
 		}
 		work := func() error {
@@ -77,7 +88,7 @@ func (h *harness) pairsOn(ctx context.Context, s *server, wf *workflow.Workflow,
 			// A heap profile before and after the first pair's work
 			// (Options.HeapProfile): what it allocated is their
 			// difference (pprof -sample_index=alloc_space -diff_base).
-			if i == 0 && h.o.HeapProfile != "" {
+			if heap {
 				profile.WriteHeap(h.o.HeapProfile + ".before")
 				defer profile.WriteHeap(h.o.HeapProfile)
 			}
