@@ -2,10 +2,13 @@ package broker
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -117,4 +120,44 @@ func BenchmarkResultJSON(b *testing.B) {
 			_, _ = json.Marshal(r)
 		}
 	})
+}
+
+// A result's buffer is another result's only once ReleaseResult gave it
+// back (its ack came): until then each result keeps its own bytes, and a
+// result encoded after a release is whole. A result larger than the
+// buffers is encoded in one of its own, which a release leaves alone.
+func TestReleaseResultHandsItsBufferOn(t *testing.T) {
+	t.Parallel()
+	result := func(i int, out string) *Result {
+		return &Result{ID: fmt.Sprintf("r%d", i), Status: StatusOK, Output: out, Action: "act", Job: "j",
+			Finished: time.Unix(int64(i), 0).UTC(), Recovery: Recovery{Attempts: 1, Deliveries: 1}}
+	}
+	want := func(r *Result) string {
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		return string(b)
+	}
+	var held []*nats.Msg
+	var wants []string
+	for i := range 200 {
+		r := result(i, strings.Repeat("a", i%7))
+		m, err := resultMsg(r)
+		require.NoError(t, err)
+		if i%2 == 0 {
+			ReleaseResult(m) // acked: its buffer goes to a later result
+			require.Nil(t, m.Data)
+			continue
+		}
+		held, wants = append(held, m), append(wants, want(r))
+	}
+	for i, m := range held {
+		require.Equal(t, wants[i], string(m.Data), "a result not released keeps its bytes")
+	}
+
+	big := result(1, strings.Repeat("b", 4*resultBufSize))
+	m, err := resultMsg(big)
+	require.NoError(t, err)
+	ReleaseResult(m)
+	require.Equal(t, want(big), string(m.Data), "a result larger than the buffers is not taken back")
+	ReleaseResult(nil)
 }

@@ -202,7 +202,8 @@ func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
 // the future (AwaitResult) before acting on the result being stored. Async
 // publish, then a wait on its ack, stores a result as PublishMsg does,
 // without a request (an inbox, a context and a timer) per result: many
-// handlers share one reply subscription.
+// handlers share one reply subscription. Once the future's ack came, the
+// caller may give the message's buffer back (ReleaseResult).
 func (b *Broker) PublishResult(r *Result) (jetstream.PubAckFuture, error) {
 	m, err := resultMsg(r)
 	if err != nil {

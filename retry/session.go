@@ -88,6 +88,20 @@ type NotCalled struct{ Err error }
 func (e *NotCalled) Error() string { return "no call was made: " + e.Err.Error() }
 func (e *NotCalled) Unwrap() error { return e.Err }
 
+// AsNotCalled is err's NotCalled (errors.As), nil when it has none. A nil
+// err, every successful call's, is answered without errors.As, whose
+// target would be an allocation a call.
+func AsNotCalled(err error) *NotCalled {
+	if err == nil {
+		return nil
+	}
+	var nc *NotCalled
+	if errors.As(err, &nc) {
+		return nc
+	}
+	return nil
+}
+
 // Run calls call up to Policy.Attempts() times, until it succeeds or fails
 // with an error that is not Retryable. attempt is 1-based and continues
 // across deliveries (PriorAttempts + n). Between calls it waits
@@ -127,8 +141,7 @@ func (s *Session) Run(ctx context.Context, call func(ctx context.Context, attemp
 		}
 		attempt := s.PriorAttempts + n
 		err := safeCall(ctx, call, attempt)
-		var nc *NotCalled
-		if errors.As(err, &nc) {
+		if nc := AsNotCalled(err); nc != nil {
 			out.NotCalled = nc.Err
 			return out
 		}

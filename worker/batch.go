@@ -149,7 +149,7 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 		bill(jr, a, d, resp)
 		return h.succeed(ctx, a, it, d, resp, vectorOutput(a, resp.Embedding)) // worker/embed.go
 	}
-	if _, ferr := Finish(a, resp); ferr != nil { // worker/outcome_finish.go
+	if ferr := finishErr(a, resp); ferr != nil { // worker/outcome_finish.go
 		reason := a.Retry.Decide(retry.Outcome{Err: ferr}, d.n).Reason
 		return h.Fail(ctx, a, it, ferr, reason, retry.Diagnose(ferr, nil, d.n)+"; last output: "+clipOutput(answerText(a, resp)))
 	}

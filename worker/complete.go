@@ -81,6 +81,9 @@ type store interface {
 // future is a publish waiting for the store's ack.
 type future interface {
 	wait(ctx context.Context) error
+	// release, after wait returned nil, lets the write's buffer go to
+	// another record's write.
+	release()
 }
 
 // settling is a record whose outcome the completer is carrying out.
@@ -242,7 +245,9 @@ func (c *completer) commitLoop(quit <-chan struct{}) {
 				continue
 			}
 			c.faults.ok("result", c.log)
+			s.result.release()
 			c.finish(s)
+			recycle(s.d)
 			<-c.room
 		case <-quit:
 			return

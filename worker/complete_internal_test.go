@@ -122,6 +122,7 @@ func (s *fakeStore) try(what string) error {
 type doneFuture struct{ err error }
 
 func (f doneFuture) wait(context.Context) error { return f.err }
+func (f doneFuture) release()                   {}
 
 func (s *fakeStore) publishResult(r *broker.Result) (future, error) {
 	s.countResult(r.ID)

@@ -205,7 +205,16 @@ func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *brok
 	if prior := d.prior(); len(prior) > 0 {
 		all = append(append([]retry.Attempt(nil), prior...), end.attempts...)
 	}
-	r := &broker.Result{
+	var r *broker.Result
+	if d.reusable {
+		// In the delivery, with its accounting (account): used again with
+		// it once the completer is done (recycle).
+		d.ok = okBlock{}
+		r = &d.ok.r
+	} else {
+		r = new(broker.Result)
+	}
+	*r = broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: end.output, Action: d.action.Name, Job: d.job,
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: end.model, Replays: d.replays,
 		Finished: now.UTC(),
@@ -230,10 +239,32 @@ func account(r *broker.Result, d *delivery, all []retry.Attempt, now time.Time) 
 	}
 	r.Revision = d.revision
 	r.RecordSum = d.env.Sum
-	r.Actions = append(slices.Clip(d.env.Accounts), own)
-	t := broker.Sum(r.Actions)
-	r.Totals, r.Usage = &t, t.Usage
+	if b := &d.ok; r == &b.r {
+		// The delivery's own result (okResult): its accounting is the
+		// delivery's too, the record's first action's in place.
+		if len(d.env.Accounts) == 0 {
+			b.own[0] = own
+			r.Actions = b.own[:]
+		} else {
+			r.Actions = append(slices.Clip(d.env.Accounts), own)
+		}
+		b.totals = broker.Sum(r.Actions)
+		r.Totals = &b.totals
+	} else {
+		r.Actions = append(slices.Clip(d.env.Accounts), own)
+		t := broker.Sum(r.Actions)
+		r.Totals = &t
+	}
+	r.Usage = r.Totals.Usage
 	d.account = &r.Actions[len(r.Actions)-1] // own's copy: own stays on the stack
+}
+
+// okBlock is a success's result and its accounting, in its delivery
+// (delivery.ok): three allocations a record less.
+type okBlock struct {
+	r      broker.Result
+	totals broker.Totals
+	own    [1]broker.Account
 }
 
 // ownAccount is the entry of r's own action in its accounting (nil for a

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,6 +56,31 @@ type delivery struct {
 	// settle is the completer's hold on the delivery's outcome
 	// (completer.complete), allocated with it.
 	settle settling
+	// conv is the delivery's conversation with the model (jobRunner.
+	// converse), allocated with it too.
+	conv conversationBlock
+	// ok is its result when it succeeds (okResult), with its accounting.
+	ok okBlock
+	// reusable: once the completer is done with the delivery nothing else
+	// holds it, and it goes back to deliveries (recycle).
+	reusable bool
+}
+
+// deliveries keeps the deliveries the completer is done with, for the
+// records after them. A delivery and its conversation are a kilobyte a
+// record, and the collector's work on them was the largest part of what
+// a worker spent beyond a plain work loop (docs/performance.md).
+var deliveries = sync.Pool{New: func() any { return new(delivery) }}
+
+// recycle gives d back to deliveries when it is reusable: called by the
+// completer when it is done with d, which nothing else holds then (see
+// jobRunner.handle, which marks the deliveries for which that is so).
+func recycle(d *delivery) {
+	if d == nil || !d.reusable {
+		return
+	}
+	*d = delivery{}
+	deliveries.Put(d)
 }
 
 // unpaid reports whether this is the first delivery of a first-run message:
@@ -146,7 +172,8 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(delivered),
+	d := deliveries.Get().(*delivery)
+	*d = delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(delivered),
 		revision: rev, started: jr.p.cfg.Clock.Now()}
 	if idx+1 < len(wf.Actions) {
 		d.next = wf.Actions[idx+1].Name

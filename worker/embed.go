@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -142,8 +141,7 @@ func (b *embedBatcher) do(ctx context.Context, input, record string) embedResult
 // send makes the request of items and gives each its result.
 func (b *embedBatcher) send(ctx context.Context, items []*embedItem) {
 	resp, err := b.request(ctx, items)
-	var nc *retry.NotCalled
-	if err != nil && len(items) > 1 && !errors.As(err, &nc) && retry.AsError(err).Class.Permanent() {
+	if err != nil && len(items) > 1 && retry.AsNotCalled(err) == nil && retry.AsError(err).Class.Permanent() {
 		// One input may be at fault: each alone finds which.
 		sem := make(chan struct{}, embedSplitConcurrency)
 		var wg sync.WaitGroup
@@ -173,8 +171,7 @@ func (b *embedBatcher) send(ctx context.Context, items []*embedItem) {
 // results are the items' results of one request's outcome.
 func (b *embedBatcher) results(resp provider.EmbedResponse, err error, n int) []embedResult {
 	calls := 1
-	var nc *retry.NotCalled
-	if errors.As(err, &nc) {
+	if retry.AsNotCalled(err) != nil {
 		calls = 0
 	}
 	out := make([]embedResult, n)

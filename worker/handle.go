@@ -42,6 +42,10 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 	run := jr.runSession
 	if d.action.IsEmbed() {
 		run = jr.runEmbed // worker/embed.go
+	} else {
+		// Nothing keeps an online session's delivery once the completer
+		// is done with it: it is used again (recycle).
+		d.reusable = true
 	}
 	end := run(ctx, d)
 	d.run = end

@@ -27,28 +27,35 @@ import (
 // for the failed result. Anything else (stop, tool_calls, other, or a
 // provider that gave no reason) is accepted as it is.
 func Finish(a *workflow.Action, resp provider.Response) (output any, err *retry.Error) {
+	return resp.Text, finishErr(a, resp)
+}
+
+// finishErr is Finish's error alone: the sessions read no output from it
+// (the answer's output is answerOutput's), and a string made an any is an
+// allocation a record.
+func finishErr(a *workflow.Action, resp provider.Response) *retry.Error {
 	switch resp.FinishReason {
 	case provider.FinishLength:
 		switch a.OnTruncated {
 		case workflow.OnTruncatedOK:
-			return resp.Text, nil
+			return nil
 		case workflow.OnTruncatedDefault:
 			if a.Expect != nil && a.Expect.Format == workflow.FormatJSON && a.Expect.RepairAttempts > 0 {
-				return resp.Text, nil // the repair loop's business
+				return nil // the repair loop's business
 			}
 		}
-		return resp.Text, &retry.Error{Class: retry.ClassTruncated, TypeName: "TruncatedError",
+		return &retry.Error{Class: retry.ClassTruncated, TypeName: "TruncatedError",
 			Message:  fmt.Sprintf("answer cut at max_tokens after %d output tokens (finish_reason %s)", resp.Usage.OutputTokens, rawReason(resp)),
 			Provider: a.Provider, Model: resp.Model}
 	case provider.FinishContentFilter:
 		if a.OnFiltered == workflow.OnFilteredOK {
-			return resp.Text, nil
+			return nil
 		}
-		return resp.Text, &retry.Error{Class: retry.ClassContentFilter, TypeName: "ContentFilterError",
+		return &retry.Error{Class: retry.ClassContentFilter, TypeName: "ContentFilterError",
 			Message:  fmt.Sprintf("answer stopped by the provider's content filter (finish_reason %s)", rawReason(resp)),
 			Provider: a.Provider, Model: resp.Model}
 	}
-	return resp.Text, nil
+	return nil
 }
 
 func rawReason(resp provider.Response) string {

@@ -37,15 +37,20 @@ actions:
 `
 
 // N records in, N results out, ids match, outputs of a two-action pipeline.
+// A delivery, its conversation, its result and the result's buffer are
+// used again for a later record once the completer is done with them
+// (worker/delivery.go recycle, broker.ReleaseResult): under many slots and
+// records each result is still its own record's, whole (its output, its
+// line, both actions' accounts and their totals).
 func TestPipelineEndToEnd(t *testing.T) {
 	t.Parallel()
 	b := testenv.Broker(t)
 	wf := testenv.Workflow(t, pipelineWorkflow)
-	const n = 120
+	const n = 1000
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{})
 	counter := testenv.NewCounter()
-	testenv.Pool(t, b, worker.Config{Concurrency: 8, NewProvider: counter.New})
-	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	testenv.Pool(t, b, worker.Config{Concurrency: 64, NewProvider: counter.New})
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 60*time.Second)
 	require.EqualValues(t, n, p.OK)
 	require.Zero(t, p.Failed)
 	results := testenv.Results(t, b, job)
@@ -61,6 +66,14 @@ func TestPipelineEndToEnd(t *testing.T) {
 		require.Equal(t, 1, r.Recovery.Attempts)
 		require.Equal(t, 1, r.Recovery.Deliveries)
 		require.Equal(t, 2, counter.Calls(id), "one call per action")
+		require.Equal(t, i, r.Line, id)
+		require.Len(t, r.Actions, 2, id)
+		require.Equal(t, []string{"upper", "wrap"}, []string{r.Actions[0].Action, r.Actions[1].Action}, id)
+		require.NotNil(t, r.Totals, id)
+		require.Equal(t, 2, r.Totals.Calls, id)
+		require.Positive(t, r.Actions[0].Usage.InputTokens, id)
+		require.Equal(t, r.Actions[0].Usage.InputTokens+r.Actions[1].Usage.InputTokens, r.Totals.Usage.InputTokens, id)
+		require.Equal(t, r.Totals.Usage, r.Usage, id)
 	}
 }
 

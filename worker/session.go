@@ -150,8 +150,8 @@ type conversation struct {
 	prior, repairs int
 }
 
-// conversationBlock holds what converse makes for a delivery, allocated
-// together.
+// conversationBlock holds what converse makes for a delivery, in the
+// delivery (delivery.conv).
 type conversationBlock struct {
 	c    conversation
 	run  sessionEnd
@@ -183,10 +183,10 @@ func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 		// not compile here is a bug, not the model's fault.
 		return nil, failed(retry.ReasonProgrammingError, retry.ClassProgramming, "SchemaError", err.Error())
 	}
-	// One allocation (576 bytes) for the conversation, its end, its
-	// history and room for the prompt and the answer, where there were five
-	// (600 bytes: the history's slice was grown once for the answer).
-	b := &conversationBlock{run: sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}}
+	// The delivery's own (no allocation): the conversation, its end, its
+	// history and room for the prompt and the answer.
+	b := &d.conv
+	*b = conversationBlock{run: sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}}
 	run := &b.run
 	if end := jr.beforeCalls(d, run); end != nil {
 		return nil, end
@@ -242,7 +242,7 @@ func (c *conversation) round(ctx context.Context) bool {
 		return false
 	}
 	run.text = answerText(c.a, resp)               // worker/parts.go: with tools, {text, tool_calls}
-	if _, ferr := Finish(c.a, resp); ferr != nil { // worker/outcome_finish.go
+	if ferr := finishErr(c.a, resp); ferr != nil { // worker/outcome_finish.go
 		return c.unfinished(ferr)
 	}
 	if c.chk == nil {
@@ -376,8 +376,7 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 		}
 	}
 	resp, err := jr.call(ctx, a.Provider, pr, req)
-	var nc *retry.NotCalled
-	if !errors.As(err, &nc) {
+	if retry.AsNotCalled(err) == nil {
 		run.calls++
 	}
 	if err != nil {

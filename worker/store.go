@@ -29,10 +29,17 @@ func (f pubFuture) wait(ctx context.Context) error {
 	return broker.AwaitPublish(ctx, f.f, f.sent, f.rc)
 }
 
+// release gives the result's buffer back once its ack came
+// (broker.ReleaseResult).
+func (f pubFuture) release() { broker.ReleaseResult(f.f.Msg()) }
+
 // batchFuture is a result in a group commit (broker.ResultBatcher).
 type batchFuture struct{ f *broker.BatchedResult }
 
 func (f batchFuture) wait(ctx context.Context) error { return f.f.Wait(ctx) }
+
+// release keeps the buffer: a group commit's messages are its batcher's.
+func (f batchFuture) release() {}
 
 // ack acks msg on the main connection, the one its result was written on
 // (pulls, heartbeats and naks go on the pulls connection, docs/decisions.md):
