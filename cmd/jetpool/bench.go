@@ -28,7 +28,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			"`jetpool status` takes on it. With --pairs N, instead of the throughput rounds, only jetpool's zero-latency\n"+
 			"work against the program that does the same work without jetpool (the raw work loop with jetpool's\n"+
 			"record work), N times back to back, the order turned each time: each pair's ratio is of two runs\n"+
-			"seconds apart.")
+			"seconds apart. Against an external server jetpool's work runs at GOGC 400, as a worker process\n"+
+			"does, and the loop at Go's default; set GOGC (GOGC=100) to run both under the same collector.\n"+
+			"JETPOOL_MEMPROFILE=FILE writes a heap profile after jetpool's zero-latency work (FILE); with --pairs,\n"+
+			"before it too (FILE.before) and around the loop's (FILE.loop.before, FILE.loop).")
 	var o bench.Options
 	fs.IntVar(&o.Records, "records", bench.RecordsDefault, "records (and raw messages) for the throughput runs")
 	fs.IntVar(&o.Size, "size", bench.SizeDefault, "record size in bytes")
