@@ -67,9 +67,10 @@ type delivery struct {
 }
 
 // deliveries keeps the deliveries the completer is done with, for the
-// records after them. A delivery and its conversation are a kilobyte a
-// record, and the collector's work on them was the largest part of what
-// a worker spent beyond a plain work loop (docs/performance.md).
+// records after them. A delivery with its conversation and result is
+// about 2 KiB; what a worker allocated a record beyond a plain work loop
+// doing the same work was most of its gap to that loop at zero latency
+// (docs/performance.md, docs/decisions.md).
 var deliveries = sync.Pool{New: func() any { return new(delivery) }}
 
 // recycle gives d back to deliveries when it is reusable: called by the
