@@ -205,13 +205,10 @@ func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *brok
 	if prior := d.prior(); len(prior) > 0 {
 		all = append(append([]retry.Attempt(nil), prior...), end.attempts...)
 	}
-	var r *broker.Result
-	if d.reusable {
-		// In the delivery, with its accounting (account): used again with
-		// it once the completer is done (recycle).
-		d.ok = okBlock{}
-		r = &d.ok.r
-	} else {
+	// In a reusable delivery, with its accounting (account): used again
+	// with it once the completer is done (recycle).
+	r := &d.ok.r
+	if !d.reusable {
 		r = new(broker.Result)
 	}
 	*r = broker.Result{
@@ -239,22 +236,20 @@ func account(r *broker.Result, d *delivery, all []retry.Attempt, now time.Time) 
 	}
 	r.Revision = d.revision
 	r.RecordSum = d.env.Sum
-	if b := &d.ok; r == &b.r {
-		// The delivery's own result (okResult): its accounting is the
-		// delivery's too, the record's first action's in place.
-		if len(d.env.Accounts) == 0 {
-			b.own[0] = own
-			r.Actions = b.own[:]
-		} else {
-			r.Actions = append(slices.Clip(d.env.Accounts), own)
-		}
-		b.totals = broker.Sum(r.Actions)
-		r.Totals = &b.totals
+	// The delivery's own result (okResult) keeps its accounting in the
+	// delivery too: its totals, and a first action's account.
+	inDelivery := r == &d.ok.r
+	if inDelivery && len(d.env.Accounts) == 0 {
+		d.ok.own[0] = own
+		r.Actions = d.ok.own[:]
 	} else {
 		r.Actions = append(slices.Clip(d.env.Accounts), own)
-		t := broker.Sum(r.Actions)
-		r.Totals = &t
 	}
+	r.Totals = &d.ok.totals
+	if !inDelivery {
+		r.Totals = new(broker.Totals)
+	}
+	*r.Totals = broker.Sum(r.Actions)
 	r.Usage = r.Totals.Usage
 	d.account = &r.Actions[len(r.Actions)-1] // own's copy: own stays on the stack
 }

@@ -28,8 +28,9 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			"`jetpool status` takes on it. With --pairs N, instead of the throughput rounds, only jetpool's zero-latency\n"+
 			"work against the program that does the same work without jetpool (the raw work loop with jetpool's\n"+
 			"record work), N times back to back, the order turned each time: each pair's ratio is of two runs\n"+
-			"seconds apart. Against an external server jetpool's work runs at GOGC 400, as a worker process\n"+
-			"does, and the loop at Go's default; set GOGC (GOGC=100) to run both under the same collector.\n"+
+			"seconds apart. Against an external server jetpool's measures run at GOGC 400, as a worker process\n"+
+			"does, and the raw ones at Go's default (the rows say so); set GOGC (GOGC=100) to run both under\n"+
+			"the same collector.\n"+
 			"JETPOOL_MEMPROFILE=FILE writes a heap profile after jetpool's zero-latency work (FILE); with --pairs,\n"+
 			"before it too (FILE.before) and around the loop's (FILE.loop.before, FILE.loop).")
 	var o bench.Options

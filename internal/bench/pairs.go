@@ -163,14 +163,7 @@ func (h *harness) pairRows(s *server, rs rounds) {
 	loopWork := func(rd round) float64 { return rd.loopWork }
 	h.addStat(rs, s.row(fmt.Sprintf("pairs: raw work loop with jetpool's record work, %d goroutines", h.o.Concurrency)), loopWork, "msgs/s",
 		func(rd round) cpuUse { return rd.loopWorkCPU })
-	gc := ""
-	if s.name != "" && h.o.WorkerGOGC > 0 {
-		// The child runs jetpool's work as a worker process runs
-		// (workerGC), the loop at Go's default: said in the row, so
-		// that the ratio is not read as like for like.
-		gc = fmt.Sprintf(", GOGC %d as a worker process (the loop's 100; GOGC=100 in the environment: both)", h.o.WorkerGOGC)
-	}
-	h.addStat(rs, s.row(fmt.Sprintf("pairs: jetpool work, 0 ms latency, concurrency %d%s", h.o.Concurrency, gc)), func(rd round) float64 { return rd.work }, "",
+	h.addStat(rs, h.jetpoolRow(s, fmt.Sprintf("pairs: jetpool work, 0 ms latency, concurrency %d", h.o.Concurrency)), func(rd round) float64 { return rd.work }, "",
 		func(rd round) cpuUse { return rd.workCPU }, ratio{"the raw work loop with the record work, pair by pair", loopWork})
 }
 

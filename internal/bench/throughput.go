@@ -148,6 +148,17 @@ func (h *harness) workerGC() (restore func()) {
 	return func() { debug.SetGCPercent(old) }
 }
 
+// jetpoolRow is s's row name for a measure of jetpool's: on the external
+// server its child ran the measure at a worker process's GC target
+// (workerGC) and the raw ones beside it at Go's default, which the name
+// says, so that a ratio between them is not read as like for like.
+func (h *harness) jetpoolRow(s *server, name string) string {
+	if s.name != "" && h.o.WorkerGOGC > 0 {
+		name += fmt.Sprintf(", GOGC %d as a worker process (the raw rows' 100; GOGC=100 in the environment: both)", h.o.WorkerGOGC)
+	}
+	return s.row(name)
+}
+
 // throughputRows adds a row for each throughput measure on s.
 func (h *harness) throughputRows(s *server, rs rounds) {
 	rawPub := func(rd round) float64 { return rd.rawPub }
@@ -175,20 +186,20 @@ func (h *harness) throughputRows(s *server, rs rounds) {
 	h.addStat(rs, s.row("raw inline: the floor + jetpool's work on a record (envelope, template, call, result JSON), one goroutine"),
 		func(rd round) float64 { return rd.inline }, "msgs/s: jetpool without its machinery",
 		func(rd round) cpuUse { return rd.inlineCPU }, ratio{"raw consume", rawConsume})
-	h.addStat(rs, s.row("jetpool dispatch (validated as published)"), func(rd round) float64 { return rd.dispatch }, "", nil,
+	h.addStat(rs, h.jetpoolRow(s, "jetpool dispatch (validated as published)"), func(rd round) float64 { return rd.dispatch }, "", nil,
 		ratio{"raw pub", rawPub}, ratio{"nats.go async pub + Nats-Msg-Id", func(rd round) float64 { return rd.goPubPaired }})
 	// Zero-latency work, against each consume-side baseline.
 	workRatios := []ratio{{"raw consume", rawConsume}, {"raw work-queue consume", rawConsumeWQ}, {"the raw floor", floor}, {"the raw work loop", loop},
 		{"the raw work loop with the record work", loopWork}}
-	h.addStat(rs, s.row(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", h.o.Concurrency)), func(rd round) float64 { return rd.work }, "",
+	h.addStat(rs, h.jetpoolRow(s, fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d", h.o.Concurrency)), func(rd round) float64 { return rd.work }, "",
 		func(rd round) cpuUse { return rd.workCPU }, workRatios...)
 	if h.o.WorkProcess {
 		h.addStat(rs, s.row(fmt.Sprintf("jetpool work, 0 ms latency, concurrency %d, worker process of its own (loopback TCP, as the nats CLI)", h.o.Concurrency)),
 			func(rd round) float64 { return rd.workChild }, "",
 			func(rd round) cpuUse { return rd.workChildCPU }, workRatios...)
 	}
-	h.addStat(rs, s.row("jetpool dispatch, then work"), func(rd round) float64 { return rd.both }, "records/s, one after the other", nil)
-	h.addStat(rs, s.row("jetpool dispatch + work + result + ack, overlapped"), func(rd round) float64 { return rd.e2e }, "", nil,
+	h.addStat(rs, h.jetpoolRow(s, "jetpool dispatch, then work"), func(rd round) float64 { return rd.both }, "records/s, one after the other", nil)
+	h.addStat(rs, h.jetpoolRow(s, "jetpool dispatch + work + result + ack, overlapped"), func(rd round) float64 { return rd.e2e }, "", nil,
 		ratio{"raw consume", rawConsume},
 		ratio{"raw pub then consume", func(rd round) float64 { return 1 / (1/rd.rawPub + 1/rd.rawConsume) }})
 }
