@@ -78,7 +78,13 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 		p.log.Debug().Str("job", d.job).Str("record", d.env.ID).Str("nonce", d.nonce).Msg("dropped a work message of a dispatch that lost the job")
 		return outcome{kind: outcomeSettled}, true
 	}
-	if j := jr.current(); j.Status == broker.JobFailed {
+	j := jr.current()
+	if j.Status == broker.JobFailed && d.replays > 0 {
+		// A replayed record: `jetpool retry` reopened the job before it
+		// republished, and the watch may be behind it (as workflowAt).
+		j = jr.reread(ctx, j)
+	}
+	if j.Status == broker.JobFailed {
 		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
 		reason := retry.ReasonJobFailed
 		if j.OverBudget() { // worker/cost.go

@@ -64,6 +64,21 @@ func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {
 	return jr
 }
 
+// reread reads the job's entry from the jobs bucket and holds it instead
+// of seen, unless the watch replaced seen meanwhile; it returns the entry
+// held (seen when the read fails).
+func (jr *jobRunner) reread(ctx context.Context, seen *broker.Job) *broker.Job {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	j, _, err := jr.p.b.GetJob(ctx, jr.id)
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	if err == nil && jr.job == seen {
+		jr.job = j
+	}
+	return jr.job
+}
+
 func (jr *jobRunner) setJob(j *broker.Job) {
 	jr.mu.Lock()
 	jr.job = j
