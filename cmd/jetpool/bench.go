@@ -27,8 +27,9 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 			"(with --big N) peak RSS of a dispatcher and a worker process on an N-record job and the time\n"+
 			"`jetpool status` takes on it. With --pairs N, instead of the throughput rounds, only jetpool's zero-latency\n"+
 			"work against the program that does the same work without jetpool (the raw work loop with jetpool's\n"+
-			"record work), N times back to back, the order turned each time: each pair's ratio is of two runs\n"+
-			"seconds apart. Against an external server jetpool's measures run at GOGC 400, as a worker process\n"+
+			"record work; and that loop again storing jetpool's whole result: its accounting, the same bytes),\n"+
+			"N times back to back, the order turned each time: each pair's ratios are of runs seconds apart.\n"+
+			"Against an external server jetpool's measures run at GOGC 400, as a worker process\n"+
 			"does, and the raw ones at Go's default (the rows say so); set GOGC (GOGC=100) to run both under\n"+
 			"the same collector.\n"+
 			"JETPOOL_MEMPROFILE=FILE writes a heap profile after jetpool's zero-latency work (FILE); with --pairs,\n"+
@@ -45,7 +46,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	fs.StringVar(&o.Sync, "sync", "", "embedded server fsync policy for the run (default: $JETPOOL_SYNC_INTERVAL)")
 	fs.StringVar(&o.Dir, "dir", "", "work dir (default: a temp dir, removed after)")
 	fs.IntVar(&o.Repeat, "repeat", 1, "rounds of the throughput measures (raw engine, then jetpool, in turn) and of each latency run: figures are medians, with the range")
-	fs.IntVar(&o.Pairs, "pairs", 0, "instead of the throughput rounds, N pairs of the raw work loop with jetpool's record work and jetpool's zero-latency work, back to back, the order turned each time: jetpool's share of the loop pair by pair (with --external, on the external server too)")
+	fs.IntVar(&o.Pairs, "pairs", 0, "instead of the throughput rounds, N pairs of the raw work loop with jetpool's record work (storing its answer, and again storing jetpool's whole result) and jetpool's zero-latency work, back to back, the order turned each time: jetpool's share of each loop pair by pair (with --external, on the external server too)")
 	fs.BoolVar(&o.External, "external", false, "also run each throughput round against a nats-server process of its own (a store of its own, synced as --sync), over loopback TCP, as users deploy one")
 	fs.StringVar(&o.NatsServer, "nats-server", "", "path of the nats-server binary for --external (default: nats-server on PATH or in $GOPATH/bin)")
 	fs.StringVar(&o.RoundOn, "round-on", "", "run one throughput round against the server at this URL and print its figures as JSON (how --external runs each of its rounds, in a process of its own)")

@@ -72,9 +72,9 @@ type Options struct {
 	// run (at least 1): the figures are medians, with the range.
 	Repeat int
 	// Pairs, when set, replaces the throughput rounds with that many pairs
-	// of the raw work loop with jetpool's record work and jetpool's
-	// zero-latency work, back to back, the order turned each time
-	// (pairs.go).
+	// of the raw work loop with jetpool's record work (storing its answer,
+	// and again storing jetpool's whole result) and jetpool's zero-latency
+	// work, back to back, the order turned each time (pairs.go).
 	Pairs int
 	// WorkProcess adds the zero-latency work with the pool in a worker
 	// process of its own, over loopback TCP.

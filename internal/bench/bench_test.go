@@ -2,11 +2,14 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
 )
@@ -149,9 +153,9 @@ func TestChildWorkerExit(t *testing.T) {
 // An external round's figures survive the trip from its child process.
 func TestRoundJSON(t *testing.T) {
 	t.Parallel()
-	in := round{rawPub: 1, goPub: 2, floor: 3, loop: 4, loopWork: 4.5, dispatch: 5, work: 6, workChild: 7, e2e: 8,
+	in := round{rawPub: 1, goPub: 2, floor: 3, loop: 4, loopWork: 4.5, loopWhole: 4.25, dispatch: 5, work: 6, workChild: 7, e2e: 8,
 		floorCPU: cpuUse{perMsg: 31 * time.Microsecond, cores: 1.5}, workCPU: cpuUse{perMsg: 64 * time.Microsecond, cores: 1.8},
-		loopWorkCPU: cpuUse{perMsg: 40 * time.Microsecond, cores: 1.7, alloc: 2048}}
+		loopWorkCPU: cpuUse{perMsg: 40 * time.Microsecond, cores: 1.7, alloc: 2048}, loopWholeCPU: cpuUse{perMsg: 42 * time.Microsecond, cores: 1.7}}
 	data, err := in.MarshalJSON()
 	require.NoError(t, err)
 	var out round
@@ -159,12 +163,13 @@ func TestRoundJSON(t *testing.T) {
 	require.Equal(t, in, out)
 }
 
-// The pairs on a tiny job: each pair runs the loop with the record work and
-// jetpool's work in turn (the order turned), on the embedded server and,
-// where nats-server is installed, on an external one; the two rows carry
-// jetpool's share of the loop pair by pair (a pair's job is deleted after
-// it: a failure there fails the run); the first pair's CPU profiles are
-// written, the loop's and jetpool's.
+// The pairs on a tiny job: each pair runs the loop with the record work,
+// the same loop storing jetpool's whole result and jetpool's work in turn
+// (the order turned), on the embedded server and, where nats-server is
+// installed, on an external one; jetpool's row carries its share of each
+// loop pair by pair, and each embedded pair the bytes the server took in
+// (a pair's job is deleted after it: a failure there fails the run); the
+// first pair's CPU profiles are written, the loop's and jetpool's.
 func TestRunPairs(t *testing.T) {
 	dir := t.TempDir()
 	var progress strings.Builder
@@ -177,11 +182,14 @@ func TestRunPairs(t *testing.T) {
 	WriteTable(&table, rows)
 	stdout, stderr := table.String(), progress.String()
 	require.Regexp(t, `\| pairs: raw work loop with jetpool's record work, 8 goroutines \| [0-9]+/s \([0-9]+–[0-9]+\) \| msgs/s; CPU `, stdout)
-	require.Regexp(t, `\| pairs: jetpool work, 0 ms latency, concurrency 8 \| [0-9]+/s \([0-9]+–[0-9]+\) \| [0-9]+% \([0-9]+–[0-9]+%\) of the raw work loop with the record work, pair by pair; CPU `, stdout)
+	require.Regexp(t, `\| pairs: raw work loop with jetpool's record work, storing jetpool's whole result, 8 goroutines \| [0-9]+/s \([0-9]+–[0-9]+\) \| msgs/s; CPU `, stdout)
+	require.Regexp(t, `\| pairs: jetpool work, 0 ms latency, concurrency 8 \| [0-9]+/s \([0-9]+–[0-9]+\) \| [0-9]+% \([0-9]+–[0-9]+%\) of the raw work loop with the record work, pair by pair, [0-9]+% \([0-9]+–[0-9]+%\) of the loop storing the whole result; CPU `, stdout)
+	require.Regexp(t, `(?m)^   pair 1 of 3: the loop with the record work [0-9]+/s \([^)]*\), storing jetpool's whole result [0-9]+/s \([^)]*\), jetpool [0-9]+/s \([^)]*\): [0-9]+%, [0-9]+% \(the server took in [0-9]+, [0-9]+ and [0-9]+ B a record\)$`, stderr)
 	require.NotContains(t, stdout, "raw floor", "the pairs replace the throughput rounds")
 	require.Len(t, regexp.MustCompile(`(?m)^   pair [1-3] of 3: `).FindAllString(stderr, -1), 3, "three pairs on the embedded server")
 	if external {
-		require.Regexp(t, `\| pairs: jetpool work, 0 ms latency, concurrency 8 — external nats-server \(loopback TCP\) \| [0-9]+/s [^\n]* pair by pair; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message \([0-9]+ `, stdout)
+		require.Regexp(t, `\| pairs: jetpool work, 0 ms latency, concurrency 8 — external nats-server \(loopback TCP\) \| [0-9]+/s [^\n]* pair by pair, [^\n]* of the loop storing the whole result; CPU [0-9]+ \([0-9]+–[0-9]+\) µs a message \([0-9]+ `, stdout)
+		require.Contains(t, stdout, "| pairs: raw work loop with jetpool's record work, storing jetpool's whole result, 8 goroutines — external nats-server (loopback TCP) |")
 		require.FileExists(t, prof+".external")
 	}
 	for _, f := range []string{prof, prof + ".loop"} {
@@ -189,4 +197,79 @@ func TestRunPairs(t *testing.T) {
 		require.NoError(t, err)
 		require.Positive(t, st.Size(), f)
 	}
+}
+
+// The loop that stores jetpool's whole result (inlineWork.whole) stores
+// what jetpool does: its result has every field, nested ones too, of the
+// result jetpool's worker stores for the same record answered at its first
+// try, and as many bytes but for the job's id; and the loops' work messages
+// carry what a dispatch's do.
+func TestWholeResultIsJetpools(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := testenv.Broker(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "records.jsonl")
+	require.NoError(t, writeRecords(in, 1, 1024))
+	wf, err := writeWorkflow(dir, "whole", "reply: ok", "", "")
+	require.NoError(t, err)
+	res := testenv.Dispatch(t, b, wf, in, dispatcher.Options{})
+	job := res.Job.ID
+	stream, err := b.JS.Stream(ctx, broker.StreamWork)
+	require.NoError(t, err)
+	dispatched, err := stream.GetLastMsgForSubject(ctx, broker.WorkSubject(job, "act"))
+	require.NoError(t, err)
+
+	s := &server{b: b}
+	h := &harness{o: Options{}, out: io.Discard, emb: s, log: testenv.Logger(t)}
+	_, err = h.work(ctx, s, job, 1, 1)
+	require.NoError(t, err)
+	results, err := b.JS.Stream(ctx, broker.StreamResults)
+	require.NoError(t, err)
+	stored, err := results.GetLastMsgForSubject(ctx, broker.ResultSubject(job, "act", broker.OutcomeOK, "r0"))
+	require.NoError(t, err)
+
+	iw, err := newInlineWork(wf)
+	require.NoError(t, err)
+	iw.whole = true
+	m, err := iw.message(1024)("x", 0)
+	require.NoError(t, err)
+	require.Equal(t, keyPaths(t, dispatched.Data), keyPaths(t, m.Data), "the loops' work message is a dispatched one")
+	require.ElementsMatch(t, slices.Collect(maps.Keys(dispatched.Header)), slices.Collect(maps.Keys(m.Header)), "with a dispatch's headers")
+	whole, err := iw.result(ctx, m.Data)
+	require.NoError(t, err)
+	require.Equal(t, keyPaths(t, stored.Data), keyPaths(t, whole), "jetpool stored %s", stored.Data)
+	idGap := len(inlineJob.ID) - len(job)
+	require.InDelta(t, len(stored.Data), len(whole)-idGap, 8, "jetpool stored %s\nthe loop %s", stored.Data, whole)
+
+	iw.whole = false
+	part, err := iw.result(ctx, m.Data)
+	require.NoError(t, err)
+	require.Less(t, len(part)+200, len(stored.Data), "without whole, the loop stores less")
+}
+
+// keyPaths lists every key of the JSON object data, nested ones as a.b
+// (an array's members as a[]).
+func keyPaths(t *testing.T, data []byte) []string {
+	t.Helper()
+	var v any
+	require.NoError(t, json.Unmarshal(data, &v))
+	var out []string
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				out = append(out, prefix+k)
+				walk(prefix+k+".", e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(strings.TrimSuffix(prefix, ".")+"[].", e)
+			}
+		}
+	}
+	walk("", v)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -356,6 +356,11 @@ type inlineWork struct {
 	a      *workflow.Action
 	pr     provider.Provider
 	failed atomic.Pointer[error]
+	// whole: each result is the one jetpool stores for a record answered at
+	// its first try (its recovery, its action's account and the totals,
+	// the finish reason, the latency, the line, the revision, the record's
+	// sum), not only the answer and its usage: the same bytes to the store.
+	whole bool
 }
 
 func newInlineWork(wf *workflow.Workflow) (*inlineWork, error) {
@@ -373,7 +378,8 @@ func (iw *inlineWork) message(size int) func(subject string, i int) (*nats.Msg, 
 	pad := strings.Repeat("x", max(size-40, 1))
 	return func(subject string, i int) (*nats.Msg, error) {
 		id := "r" + strconv.Itoa(i)
-		env := &broker.Envelope{ID: id, RawRecord: json.RawMessage(`{"id":"` + id + `","text":"` + pad + `"}`), Line: i + 1}
+		raw := json.RawMessage(`{"id":"` + id + `","text":"` + pad + `"}`)
+		env := &broker.Envelope{ID: id, RawRecord: raw, Line: i + 1, Sum: broker.RecordSum(raw)}
 		m, err := broker.NewDispatchMsg(inlineJob, inlineAction, env, 0)
 		if err != nil {
 			return nil, err
@@ -385,10 +391,11 @@ func (iw *inlineWork) message(size int) func(subject string, i int) (*nats.Msg, 
 }
 
 // inlineJob and inlineAction name the raw rows' work as a dispatcher would:
-// their messages carry a dispatched record's headers (message id, record,
-// first run, nonce), which the server stores and delivers and nats.go
-// decodes, and each result goes to the subject a worker would give it.
-var inlineJob, inlineAction = &broker.Job{ID: "bench-0123456789ab", Nonce: "4f9c2a7d1e3b5a60"}, "act"
+// their messages carry a dispatched record's headers (record, first run,
+// nonce; no message id: a new job is published under its dispatch's
+// lease), which the server stores and delivers and nats.go decodes, and
+// each result goes to the subject a worker would give it.
+var inlineJob, inlineAction = &broker.Job{ID: "bench-0123456789ab", Nonce: "4f9c2a7d1e3b5a60", Lease: time.Unix(1, 0)}, "act"
 
 // resultSubject is the subject of the result of work message m: jetpool's
 // shape (broker.ResultSubject) under the raw results stream when iw does
@@ -444,9 +451,18 @@ func (iw *inlineWork) result(ctx context.Context, data []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(&broker.Result{ID: env.ID, Status: broker.StatusOK, Output: resp.Text, Action: iw.a.Name, Job: "inline",
+	r := &broker.Result{ID: env.ID, Status: broker.StatusOK, Output: resp.Text, Action: iw.a.Name, Job: "inline",
 		Provider: iw.a.Provider, Model: resp.Model, Finished: time.Now().UTC(),
-		Usage: broker.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}})
+		Usage: broker.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}}
+	if iw.whole {
+		acct := broker.Account{Action: iw.a.Name, Revision: 1, Status: broker.StatusOK, Attempts: 1, Calls: 1, Deliveries: 1,
+			Usage: r.Usage, LatencyMS: resp.Latency.Milliseconds()}
+		t := broker.Sum([]broker.Account{acct})
+		r.Job, r.Recovery, r.Actions, r.Totals = inlineJob.ID, broker.Recovery{Attempts: 1, Deliveries: 1}, []broker.Account{acct}, &t
+		r.FinishReason, r.FinishReasonRaw = resp.FinishReason, resp.FinishReasonRaw
+		r.LatencyMS, r.Line, r.Revision, r.RecordSum = float64(resp.Latency.Microseconds())/1000, env.Line, 1, env.Sum
+	}
+	return json.Marshal(r)
 }
 
 // rawLoop is the plain nats.go program a user would write for jetpool's

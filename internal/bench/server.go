@@ -229,10 +229,10 @@ func RunRound(ctx context.Context, cfg broker.Config, o Options) ([]byte, error)
 func (rd *round) cells() (rates map[string]*float64, cpus map[string]*cpuUse) {
 	return map[string]*float64{
 			"raw_pub": &rd.rawPub, "raw_consume": &rd.rawConsume, "raw_consume_wq": &rd.rawConsumeWQ, "go_pub": &rd.goPub, "go_pub_paired": &rd.goPubPaired,
-			"go_consume": &rd.goConsume, "floor": &rd.floor, "loop": &rd.loop, "loop_work": &rd.loopWork, "inline": &rd.inline, "dispatch": &rd.dispatch,
+			"go_consume": &rd.goConsume, "floor": &rd.floor, "loop": &rd.loop, "loop_work": &rd.loopWork, "loop_whole": &rd.loopWhole, "inline": &rd.inline, "dispatch": &rd.dispatch,
 			"work": &rd.work, "work_child": &rd.workChild, "both": &rd.both, "e2e": &rd.e2e,
 		}, map[string]*cpuUse{
-			"raw_consume": &rd.rawConsumeCPU, "raw_consume_wq": &rd.rawConsumeWQCPU, "floor": &rd.floorCPU, "loop": &rd.loopCPU, "loop_work": &rd.loopWorkCPU,
+			"raw_consume": &rd.rawConsumeCPU, "raw_consume_wq": &rd.rawConsumeWQCPU, "floor": &rd.floorCPU, "loop": &rd.loopCPU, "loop_work": &rd.loopWorkCPU, "loop_whole": &rd.loopWholeCPU,
 			"inline": &rd.inlineCPU, "work": &rd.workCPU, "work_child": &rd.workChildCPU,
 		}
 }

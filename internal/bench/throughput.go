@@ -25,8 +25,11 @@ type round struct {
 	// goPubPaired is the nats.go publisher again, just before the dispatch:
 	// the pair the dispatch's ratio is of, measured back to back.
 	goPubPaired float64
+	// loopWhole is the raw work loop storing jetpool's whole result
+	// (inlineWork.whole), in the pairs only.
+	loopWhole float64
 	// CPU of the consume-side measures (process and children).
-	rawConsumeCPU, rawConsumeWQCPU, floorCPU, loopCPU, loopWorkCPU, inlineCPU, workCPU, workChildCPU cpuUse
+	rawConsumeCPU, rawConsumeWQCPU, floorCPU, loopCPU, loopWorkCPU, loopWholeCPU, inlineCPU, workCPU, workChildCPU cpuUse
 }
 
 // ratio is a baseline a measure is compared with, by name.
