@@ -17,7 +17,8 @@
 //     (latency.go): adaptive, `limits: {adaptive: false}`, and the pool in a
 //     worker process of its own;
 //   - or, with Options.Pairs, only jetpool's zero-latency work and the raw
-//     work loop with its record work, in pairs back to back (pairs.go);
+//     work loop with its record work (storing the answer, and again storing
+//     jetpool's whole result), in pairs back to back (pairs.go);
 //   - retry overhead with 10 % transient faults;
 //   - with Options.Big, the peak RSS of a dispatcher and a worker process on a
 //     big job, and the time `jetpool status` takes on it (big.go).

@@ -203,8 +203,8 @@ func suffix(s *server) string {
 	return " on the " + s.name
 }
 
-// pairRows adds the pairs' two rows on s: the loop's, and jetpool's with
-// its share of the loop pair by pair.
+// pairRows adds the pairs' three rows on s: the loop's, the loop's storing
+// jetpool's whole result, and jetpool's with its share of each pair by pair.
 func (h *harness) pairRows(s *server, rs rounds) {
 	loopWork := func(rd round) float64 { return rd.loopWork }
 	loopWhole := func(rd round) float64 { return rd.loopWhole }
