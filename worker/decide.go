@@ -245,8 +245,9 @@ func account(r *broker.Result, d *delivery, all []retry.Attempt, now time.Time) 
 	} else {
 		r.Actions = append(slices.Clip(d.env.Accounts), own)
 	}
-	r.Totals = &d.ok.totals
-	if !inDelivery {
+	if inDelivery {
+		r.Totals = &d.ok.totals
+	} else {
 		r.Totals = new(broker.Totals)
 	}
 	*r.Totals = broker.Sum(r.Actions)

@@ -64,13 +64,20 @@ func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {
 	return jr
 }
 
-// reread reads the job's entry from the jobs bucket and holds it instead
-// of seen, unless the watch replaced seen meanwhile; it returns the entry
-// held (seen when the read fails).
-func (jr *jobRunner) reread(ctx context.Context, seen *broker.Job) *broker.Job {
+// readJob reads the job's entry from the jobs bucket (on its leader), for
+// a delivery that finds the watch's copy behind.
+func (jr *jobRunner) readJob(ctx context.Context) (*broker.Job, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	j, _, err := jr.p.b.GetJob(ctx, jr.id)
+	return j, err
+}
+
+// reread reads the job's entry (readJob) and holds it instead of seen,
+// unless the watch replaced seen meanwhile; it returns the entry held
+// (seen when the read fails).
+func (jr *jobRunner) reread(ctx context.Context, seen *broker.Job) *broker.Job {
+	j, err := jr.readJob(ctx)
 	jr.mu.Lock()
 	defer jr.mu.Unlock()
 	if err == nil && jr.job == seen {

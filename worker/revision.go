@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/provider"
@@ -38,9 +37,7 @@ func (jr *jobRunner) workflowAt(rev int) (*workflow.Workflow, error) {
 	// Not under revs.mu: jr.mu is taken before it elsewhere (limiter).
 	raw, ok := jr.current().WorkflowOf(rev)
 	if !ok {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		j, _, err := jr.p.b.GetJob(ctx, jr.id)
-		cancel()
+		j, err := jr.readJob(context.Background())
 		if err != nil {
 			return nil, fmt.Errorf("revision %d of the workflow: %w", rev, err)
 		}

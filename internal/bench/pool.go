@@ -117,8 +117,8 @@ func (h *harness) work(ctx context.Context, s *server, job string, conc, records
 	defer stopPool()
 	// Sample the records the pool has finished (handled, no longer in
 	// flight): two counters, not a Snapshot, whose maps and locks every
-	// 5 ms were 1 % of the run's CPU.
-	// Every record handled closes near (waitHandled).
+	// 5 ms were 1 % of the run's CPU. Every record handled closes near
+	// (waitHandled).
 	win := window{records: int64(records)}
 	stop := make(chan struct{})
 	sampled, near := make(chan struct{}), make(chan struct{})
