@@ -83,11 +83,12 @@ func (c *anthropic) Status(ctx context.Context, id string) (Status, error) {
 }
 
 // Results reads the results JSONL. The key is sent only to the provider's
-// own host: a results_url elsewhere is replaced by the documented path.
+// own host: a results_url elsewhere (or with credentials of its own) is
+// replaced by the documented path.
 func (c *anthropic) Results(ctx context.Context, st Status, fn func(Entry) error) error {
 	target := c.w.Endpoint("messages/batches/" + url.PathEscape(st.ID) + "/results")
 	if u, err := url.Parse(st.ResultsURL); err == nil && st.ResultsURL != "" {
-		if base, err := url.Parse(target); err == nil && u.Scheme == base.Scheme && u.Host == base.Host {
+		if base, err := url.Parse(target); err == nil && u.Scheme == base.Scheme && u.Host == base.Host && u.User == nil {
 			target = st.ResultsURL
 		}
 	}

@@ -40,6 +40,8 @@ type Broker struct {
 	mu      sync.Mutex
 	kv      map[string]jetstream.KeyValue
 	streams map[string]jetstream.Stream
+
+	perms perms // broker/perms.go
 }
 
 // ServerFile is written into the data dir by `jetpool server`, so other local

@@ -66,6 +66,9 @@ type Job struct {
 	// letters, and cleared when the job completes: a retry killed half way
 	// is found and finished by the next one.
 	Replay *ReplayMark `json:"replay,omitempty"`
+	// Ledger is the part of the budget the workers hold (ledger.go): their
+	// leases, what stopped workers may have spent, the budget's stop.
+	Ledger Ledger `json:"-"`
 
 	// Deleted is set on the job a JobWatch passes on when its entry was
 	// removed (jetpool job delete): only ID is set then.
@@ -134,9 +137,6 @@ type ReplayMark struct {
 	Records int       `json:"records"` // dead letters it set out to replay
 }
 
-// OverBudget reports whether the job has a budget and has spent it.
-func (j *Job) OverBudget() bool { return j.MaxCost > 0 && j.Cost >= j.MaxCost }
-
 // jobState is a job's entry in BucketJobState.
 type jobState struct {
 	Status  string      `json:"status"`
@@ -147,15 +147,17 @@ type jobState struct {
 	Replay  *ReplayMark `json:"replay,omitempty"`
 	// Finished: when the job last completed (its rate's end).
 	Finished time.Time `json:"finished,omitzero"`
+	Ledger
 }
 
 func (j *Job) state() jobState {
 	return jobState{Status: j.Status, Reason: j.Reason, Updated: j.Updated, MaxCost: j.MaxCost, Cost: j.Cost, Replay: j.Replay,
-		Finished: j.Finished}
+		Finished: j.Finished, Ledger: j.Ledger}
 }
 
 func (j *Job) apply(s jobState) {
 	j.Status, j.Reason, j.MaxCost, j.Cost, j.Replay, j.Finished = s.Status, s.Reason, s.MaxCost, s.Cost, s.Replay, s.Finished
+	j.Ledger = s.Ledger
 	if s.Updated.After(j.Updated) {
 		j.Updated = s.Updated
 	}

@@ -240,6 +240,9 @@ func (b *Broker) DeleteJob(ctx context.Context, id string) (*DeleteReport, error
 	if !rep.Entry && rep.Consumers == 0 && rep.Work+rep.Results+rep.DeadLetter+rep.Attempts+rep.Batches == 0 {
 		return nil, fmt.Errorf("%w: %s", ErrJobNotFound, id)
 	}
+	if err := b.unindexJob(ctx, id); err != nil {
+		return rep, fmt.Errorf("delete job %s: index: %w", id, err)
+	}
 	if rep.Entry {
 		kv, err := b.KV(ctx, BucketJobs)
 		if err != nil {

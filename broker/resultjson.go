@@ -125,6 +125,10 @@ func marshalResult(r *Result) ([]byte, error) {
 		w.usage(&t.Usage)
 		w.raw(`,"latency_ms":`)
 		w.int(t.LatencyMS)
+		if t.Cost != nil {
+			w.raw(`,"cost":`)
+			w.float(*t.Cost)
+		}
 		w.raw(`}`)
 	}
 	w.optStr(`,"record_sum":`, r.RecordSum)
@@ -300,6 +304,10 @@ func (w *jsonWriter) account(a *Account) {
 	w.usage(&a.Usage)
 	w.raw(`,"latency_ms":`)
 	w.int(a.LatencyMS)
+	if a.Cost != nil {
+		w.raw(`,"cost":`)
+		w.float(*a.Cost)
+	}
 	w.raw(`}`)
 }
 
@@ -338,9 +346,10 @@ var resultFields = map[reflect.Type][]string{
 	reflect.TypeFor[Account](): {
 		"Action string action", "Revision int revision,omitempty", "Status string status", "Attempts int attempts",
 		"Calls int calls", "Deliveries int deliveries", "Repairs int repairs,omitempty", "Usage broker.Usage usage",
-		"LatencyMS int64 latency_ms",
+		"LatencyMS int64 latency_ms", "Cost *float64 cost,omitempty",
 	},
-	reflect.TypeFor[Totals](): {"Attempts int attempts", "Calls int calls", "Usage broker.Usage usage", "LatencyMS int64 latency_ms"},
+	reflect.TypeFor[Totals](): {"Attempts int attempts", "Calls int calls", "Usage broker.Usage usage", "LatencyMS int64 latency_ms",
+		"Cost *float64 cost,omitempty"},
 }
 
 // resultFast: the types have exactly the fields marshalResult writes.

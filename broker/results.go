@@ -100,6 +100,9 @@ type Account struct {
 	Repairs    int    `json:"repairs,omitempty"`
 	Usage      Usage  `json:"usage"`
 	LatencyMS  int64  `json:"latency_ms"`
+	// Cost is what those calls cost, every delivery of the generation;
+	// nil at an unknown price.
+	Cost *float64 `json:"cost,omitempty"`
 }
 
 // Totals is a record's accounting over all its Actions entries.
@@ -108,6 +111,9 @@ type Totals struct {
 	Calls     int   `json:"calls"`
 	Usage     Usage `json:"usage"`
 	LatencyMS int64 `json:"latency_ms"`
+	// Cost adds up the entries' costs (nil when none is priced): the
+	// record's cost, every action, generation and delivery.
+	Cost *float64 `json:"cost,omitempty"`
 }
 
 // Sum adds up accounts.
@@ -122,6 +128,12 @@ func Sum(accounts []Account) Totals {
 		t.Usage.CacheWriteTokens += a.Usage.CacheWriteTokens
 		t.Usage.ReasoningTokens += a.Usage.ReasoningTokens
 		t.LatencyMS += a.LatencyMS
+		if a.Cost != nil {
+			if t.Cost == nil {
+				t.Cost = new(float64)
+			}
+			*t.Cost += *a.Cost
+		}
 	}
 	return t
 }
@@ -150,8 +162,9 @@ type Result struct {
 	FinishReason    string `json:"finish_reason,omitempty"`
 	FinishReasonRaw string `json:"finish_reason_raw,omitempty"`
 	// Cost is what this action's calls for the record cost, in dollars, at
-	// the action's price; TotalCost adds the record's earlier actions. Nil
-	// when the price is unknown.
+	// the action's price, every delivery of this replay generation;
+	// TotalCost adds the record's earlier actions and generations. Nil when
+	// the price is unknown.
 	Cost      *float64 `json:"cost,omitempty"`
 	TotalCost *float64 `json:"total_cost,omitempty"`
 	// LatencyMS is how long the call that answered took, in milliseconds

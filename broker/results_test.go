@@ -153,34 +153,59 @@ func TestAwaitPublishEndsSoonAfterAReconnect(t *testing.T) {
 	require.ErrorContains(t, err, "no ack from the store within")
 }
 
-// Of two deliveries that claim a record's call, one wins; a claim lapses
-// after its ttl, a claim of an earlier replay generation does not stand,
-// and one of an earlier delivery stands only against a bidder that waited
-// for it already; a claim let go stands against nobody.
+// Of two deliveries that claim a record's call, one wins, whatever their
+// numbers; a claim lapses once left alone for its ttl, and the delivery
+// that takes it over learns the calls made under it; a claim of an
+// earlier replay generation does not stand; a claim let go stands against
+// nobody.
 func TestClaim(t *testing.T) {
 	b := testenv.Broker(t)
 	ctx := context.Background()
-	bid := func(record string, replays int, holder string, n int, waited bool, ttl time.Duration) bool {
+	bid := func(record string, replays int, holder string, n int, ttl time.Duration) (broker.Claimed, bool) {
 		t.Helper()
-		_, ok, err := b.Claim(ctx, broker.Bid{Job: "j", Action: "a", Record: record, Replays: replays, Holder: holder, Delivery: n, Waited: waited, TTL: ttl})
+		c, ok, err := b.Claim(ctx, broker.Bid{Job: "j", Action: "a", Record: record, Replays: replays, Holder: holder, Delivery: n, Calls: 1, TTL: ttl})
 		require.NoError(t, err)
+		return c, ok
+	}
+	won := func(record string, replays int, holder string, n int, ttl time.Duration) bool {
+		t.Helper()
+		_, ok := bid(record, replays, holder, n, ttl)
 		return ok
 	}
-	require.True(t, bid("r1", 0, "w1/1", 1, false, time.Minute), "the first claim wins")
-	require.False(t, bid("r1", 0, "w2/7", 1, false, time.Minute), "a twin's claim loses (the same delivery, as new)")
-	require.False(t, bid("r1", 0, "w2/7", 2, true, time.Minute), "a twin that waited for it waits again")
-	require.True(t, bid("r1", 0, "w2/8", 2, true, time.Nanosecond), "a lapsed claim is taken over")
-	require.True(t, bid("r1", 0, "w3/1", 3, false, time.Minute), "a later delivery takes an earlier one's claim over (it ended, or its process died)")
-	require.True(t, bid("r1", 1, "w3/2", 1, false, time.Minute), "a claim of an earlier replay does not stand")
-	require.True(t, bid("r2", 0, "w2/7", 1, false, time.Minute), "another record's claim is its own")
-
-	rev, ok, err := b.Claim(ctx, broker.Bid{Job: "j", Action: "a", Record: "r3", Holder: "w1/1", Delivery: 1, TTL: time.Minute})
+	first, ok := bid("r1", 0, "w1/1", 1, time.Minute)
+	require.True(t, ok, "the first claim wins")
+	require.False(t, won("r1", 0, "w2/7", 1, time.Minute), "a twin's claim loses (the same delivery, as new)")
+	require.False(t, won("r1", 0, "w2/7", 2, time.Minute), "so does a later delivery's, while the claim stands (its holder may be stopped, holding its answer)")
+	// The holder makes two more calls, each recorded first.
+	rev, retaken, err := b.RenewClaim(ctx, broker.Bid{Job: "j", Action: "a", Record: "r1", Holder: "w1/1", Delivery: 1, Calls: 3, TTL: time.Minute}, first.Rev)
 	require.NoError(t, err)
+	require.False(t, retaken)
+	require.Greater(t, rev, first.Rev)
+	took, ok := bid("r1", 0, "w2/8", 2, time.Nanosecond)
+	require.True(t, ok, "a lapsed claim is taken over")
+	require.Equal(t, 3, took.LapsedCalls, "with the calls its holder recorded")
+	_, _, err = b.RenewClaim(ctx, broker.Bid{Job: "j", Action: "a", Record: "r1", Holder: "w1/1", Delivery: 1, Calls: 4, TTL: time.Minute}, rev)
+	require.ErrorIs(t, err, broker.ErrClaimTaken, "the silent holder, back, finds its claim taken")
+	require.True(t, won("r1", 1, "w3/2", 1, time.Minute), "a claim of an earlier replay does not stand")
+	require.True(t, won("r2", 0, "w2/7", 1, time.Minute), "another record's claim is its own")
+
+	c, ok := bid("r3", 0, "w1/1", 1, time.Minute)
 	require.True(t, ok)
-	require.NoError(t, b.Unclaim(ctx, "j", "a", "r3", rev))
-	require.True(t, bid("r3", 0, "w2/1", 2, true, time.Minute), "a claim let go stands against nobody")
-	require.NoError(t, b.Unclaim(ctx, "j", "a", "r3", rev), "letting go of a claim taken over since leaves it alone")
-	require.False(t, bid("r3", 0, "w3/1", 2, true, time.Minute), "the claim taken over stands")
+	require.NoError(t, b.Unclaim(ctx, "j", "a", "r3", c.Rev))
+	again, ok := bid("r3", 0, "w2/1", 2, time.Minute)
+	require.True(t, ok, "a claim let go stands against nobody")
+	require.Zero(t, again.LapsedCalls, "and hands on no calls: its delivery recorded them")
+	require.NoError(t, b.Unclaim(ctx, "j", "a", "r3", c.Rev), "letting go of a claim taken over since leaves it alone")
+	require.False(t, won("r3", 0, "w3/1", 2, time.Minute), "the claim taken over stands")
+
+	// A claim that vanished under its holder (aged out while it was
+	// stopped) is taken again on renewal, and said so.
+	d, ok := bid("r4", 0, "w1/1", 1, time.Minute)
+	require.True(t, ok)
+	require.NoError(t, b.Unclaim(ctx, "j", "a", "r4", d.Rev))
+	_, retaken, err = b.RenewClaim(ctx, broker.Bid{Job: "j", Action: "a", Record: "r4", Holder: "w1/1", Delivery: 1, Calls: 2, TTL: time.Minute}, d.Rev)
+	require.NoError(t, err)
+	require.True(t, retaken)
 }
 
 // EachResult hands a job's results on in stream order (they are decoded

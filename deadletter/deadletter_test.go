@@ -213,7 +213,8 @@ func TestDeadLetterPublishFailureLosesNothing(t *testing.T) {
 }
 
 // Two pools on one consumer, a record that kills whichever worker takes it:
-// jetpool's own budget (retry.LostDeliveriesMax, counted in the record's
+// jetpool's own budget (retry.LostDeliveriesMax losses while it ran alone,
+// after worker.AloneAfterLost made it a suspect, counted in the record's
 // state, no server advisory) moves it to the DLQ exactly once.
 func TestPoisonRecordCaughtOnce(t *testing.T) {
 	t.Parallel()
@@ -231,8 +232,8 @@ func TestPoisonRecordCaughtOnce(t *testing.T) {
 	require.Len(t, es, 1, "exactly one dead letter")
 	require.Equal(t, "r4", es[0].Record)
 	require.Equal(t, retry.ReasonMaxDeliveries, es[0].Reason)
-	require.Equal(t, retry.LostDeliveriesMax+2, es[0].Deliveries, "caught on the delivery after its allowance")
-	require.Contains(t, es[0].Error, "no word from any worker")
+	require.Equal(t, worker.AloneAfterLost+retry.LostDeliveriesMax+1, es[0].Deliveries, "caught on the delivery after its allowance")
+	require.Contains(t, es[0].Error, "no word from any worker while it ran alone in its worker")
 	n, err := b.Count(context.Background(), broker.StreamWork, broker.WorkFilter(job.ID))
 	require.NoError(t, err)
 	require.Zero(t, n, "removed from the work stream")

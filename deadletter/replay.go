@@ -94,6 +94,8 @@ func reopen(ctx context.Context, b *broker.Broker, job string, n int) (int, erro
 	j, err := b.UpdateJob(ctx, job, func(j *broker.Job) bool {
 		if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
 			j.Status, j.Reason = broker.JobRunning, ""
+			// Its budget, if it stopped it, is asked again call by call.
+			j.Ledger.Reached = false
 		}
 		j.Replay = &broker.ReplayMark{At: time.Now().UTC(), Records: n}
 		return true
@@ -124,6 +126,9 @@ func replayOne(ctx context.Context, b *broker.Broker, o ReplayOptions, e *Entry,
 		var r broker.Result
 		if json.Unmarshal(old.Data, &r) == nil && len(r.Actions) > 0 {
 			env.Accounts = append(env.Accounts, r.Actions[len(r.Actions)-1])
+			if r.Cost != nil {
+				env.Cost += *r.Cost // the record's total_cost keeps it
+			}
 		}
 	}
 	m, err := broker.NewWorkMsg(e.Job, e.Action, env, e.Replays+1)

@@ -23,13 +23,29 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// The tenants and roles of nats/accounts.conf: every tenant is an account
+// with one user per role, named <tenant>-<role>.
+var (
+	tenants = []string{"acme", "globex"}
+	roles   = []string{"dispatcher", "worker", "viewer", "operator"}
+)
+
 // Passwords the tests put in the environment for the $NATS_*_PASSWORD references of
-// nats/accounts.conf. Letters and digits only (see the note in accounts.conf).
-var testPasswords = map[string]string{
-	"NATS_DISPATCHER_PASSWORD": "dispatcherTestPw1",
-	"NATS_WORKER_PASSWORD":     "workerTestPw1",
-	"NATS_OPERATOR_PASSWORD":   "operatorTestPw1",
-	"NATS_SYS_PASSWORD":        "sysTestPw1",
+// nats/accounts.conf: NATS_<TENANT>_<ROLE>_PASSWORD, and NATS_SYS_PASSWORD. Letters and
+// digits only (see the note in accounts.conf).
+var testPasswords = func() map[string]string {
+	pw := map[string]string{"NATS_SYS_PASSWORD": "sysTestPw1"}
+	for _, t := range tenants {
+		for _, r := range roles {
+			pw[passwordVar(t+"-"+r)] = t + r + "TestPw1"
+		}
+	}
+	return pw
+}()
+
+// passwordVar is the variable that holds user's password.
+func passwordVar(user string) string {
+	return "NATS_" + strings.ToUpper(strings.ReplaceAll(user, "-", "_")) + "_PASSWORD"
 }
 
 var nodeConfigs = []string{"nats/nats-1.conf", "nats/nats-2.conf", "nats/nats-3.conf"}
@@ -150,18 +166,28 @@ func TestComposeContract(t *testing.T) {
 		assert.Contains(t, dig(svc, "image"), "nats:2", "%s uses the official nats:2.x image", n)
 		assert.Contains(t, strings.Join(toStrings(dig(svc, "command")), " "), "/etc/nats/"+n+".conf")
 	}
-	w := services["worker"]
-	require.NotNil(t, w)
-	assert.EqualValues(t, 3, dig(w, "deploy", "replicas"))
-	env, _ := dig(w, "environment").(map[string]any)
-	require.NotNil(t, env)
-	assert.Equal(t, "3", env["JETPOOL_REPLICAS"])
-	url, _ := env["JETPOOL_NATS_URL"].(string)
-	for _, n := range []string{"nats-1", "nats-2", "nats-3"} {
-		assert.Contains(t, url, n+":4222")
+	for _, tenant := range tenants {
+		w := services["worker-"+tenant]
+		require.NotNil(t, w, "a worker pool per tenant: worker-%s", tenant)
+		assert.EqualValues(t, 2, dig(w, "deploy", "replicas"))
+		env, _ := dig(w, "environment").(map[string]any)
+		require.NotNil(t, env)
+		assert.Equal(t, "3", env["JETPOOL_REPLICAS"])
+		url, _ := env["JETPOOL_NATS_URL"].(string)
+		for _, n := range []string{"nats-1", "nats-2", "nats-3"} {
+			assert.Contains(t, url, n+":4222")
+		}
+		assert.Equal(t, tenant+"-worker", env["JETPOOL_NATS_USER"], "the tenant's worker user")
+		assert.Contains(t, env["JETPOOL_NATS_PASSWORD"], "${"+passwordVar(tenant+"-worker")+":?")
+		assert.Contains(t, env["OPENAI_API_KEY"], "${"+strings.ToUpper(tenant)+"_OPENAI_API_KEY", "the tenant's own provider keys")
+		assert.Equal(t, []string{"worker", "--drain", "130s"}, toStrings(dig(w, "command")), "drain: TestDrainFitsGrace")
 	}
-	assert.Equal(t, "worker", env["JETPOOL_NATS_USER"])
-	assert.Equal(t, []string{"worker", "--drain", "130s"}, toStrings(dig(w, "command")), "drain: TestDrainFitsGrace")
+	// The servers get every password accounts.conf reads.
+	env, _ := dig(services["nats-1"], "environment").(map[string]any)
+	for v := range testPasswords {
+		assert.Contains(t, env, v)
+	}
+	assert.Len(t, env, len(testPasswords))
 }
 
 func TestKubernetesContract(t *testing.T) {
@@ -178,6 +204,8 @@ func TestKubernetesContract(t *testing.T) {
 		env[dig(e, "name").(string)] = e
 	}
 	assert.Equal(t, ":9090", dig(env["JETPOOL_METRICS_ADDR"], "value"))
+	assert.Equal(t, "acme-worker", dig(env["JETPOOL_NATS_USER"], "value"), "one tenant's worker pool")
+	assert.Equal(t, "jetpool-acme", dig(dep, "metadata", "namespace"), "a namespace per tenant")
 	assert.Equal(t, "3", dig(env["JETPOOL_REPLICAS"], "value"))
 	assert.NotNil(t, dig(env["JETPOOL_NATS_PASSWORD"], "valueFrom", "secretKeyRef"), "NATS password comes from a Secret")
 
@@ -190,7 +218,7 @@ func TestKubernetesContract(t *testing.T) {
 	query, _ := dig(trig, "metadata", "query").(string)
 	assert.Contains(t, query, "sum(max by (jetpool_job) (jetpool_backlog", "the max per job across workers, summed over jobs")
 	assert.Contains(t, query, "or vector(0)", "no job: a backlog of 0, not an empty result")
-	assert.NotContains(t, query, "jetpool-", "no job named in the trigger")
+	assert.NotContains(t, strings.ReplaceAll(query, `namespace="jetpool-acme"`, ""), "jetpool-", "no job named in the trigger")
 	assert.Equal(t, "false", dig(trig, "metadata", "ignoreNullValues"))
 	assert.EqualValues(t, 1, dig(so, "spec", "minReplicaCount"), "one worker reports the backlog")
 
@@ -205,6 +233,13 @@ func TestKubernetesContract(t *testing.T) {
 	pc := dig(cj, "spec", "jobTemplate", "spec", "template", "spec", "containers", 0)
 	assert.Equal(t, []string{"job", "purge", "--yes"}, toStrings(dig(pc, "args")))
 	assert.Equal(t, dig(c, "image"), dig(pc, "image"), "the worker's image")
+	assert.Equal(t, dig(dep, "metadata", "namespace"), dig(cj, "metadata", "namespace"), "the tenant's namespace")
+	for _, e := range dig(pc, "env").([]any) {
+		if dig(e, "name") == "JETPOOL_NATS_USER" {
+			assert.Equal(t, "acme-operator", dig(e, "value"), "purged by the tenant's operator")
+		}
+	}
+	assert.Contains(t, query, `namespace="jetpool-acme"`, "the tenant's backlog only")
 
 	pdb := byKind(decodeAll(t, "k8s/worker-pdb.yaml"), "PodDisruptionBudget")
 	require.NotNil(t, pdb)
@@ -242,12 +277,17 @@ func TestNodeConfigsLoad(t *testing.T) {
 			for _, u := range opts.Users {
 				users[u.Username] = u
 			}
-			for _, name := range []string{"dispatcher", "worker", "operator"} {
-				u := users[name]
-				require.NotNil(t, u, "user %s", name)
-				assert.Equal(t, "JETPOOL", u.Account.Name)
-				assert.Equal(t, testPasswords["NATS_"+strings.ToUpper(name)+"_PASSWORD"], u.Password)
+			assert.Len(t, users, len(tenants)*len(roles)+1, "the tenants' users and sys")
+			for _, tenant := range tenants {
+				for _, role := range roles {
+					name := tenant + "-" + role
+					u := users[name]
+					require.NotNil(t, u, "user %s", name)
+					assert.Equal(t, strings.ToUpper(tenant), u.Account.Name, "each tenant is an account")
+					assert.Equal(t, testPasswords[passwordVar(name)], u.Password)
+				}
 			}
+			assert.Equal(t, "SYS", users["sys"].Account.Name)
 		})
 	}
 }
@@ -301,13 +341,13 @@ func TestNodeConfigsNatsServerCheck(t *testing.T) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, bin, "--config", nodeConfigs[0], "-t")
 		for _, kv := range env {
-			if !strings.HasPrefix(kv, "NATS_WORKER_PASSWORD=") {
+			if !strings.HasPrefix(kv, "NATS_GLOBEX_WORKER_PASSWORD=") {
 				cmd.Env = append(cmd.Env, kv)
 			}
 		}
 		out, err := cmd.CombinedOutput()
 		require.Error(t, err, "config with an unset password variable must be refused:\n%s", out)
-		assert.Contains(t, string(out), "NATS_WORKER_PASSWORD")
+		assert.Contains(t, string(out), "NATS_GLOBEX_WORKER_PASSWORD")
 	})
 }
 
@@ -331,7 +371,7 @@ type client struct {
 func connect(t *testing.T, url, user string) *client {
 	t.Helper()
 	c := &client{notify: make(chan struct{}, 1)}
-	pw := testPasswords["NATS_"+strings.ToUpper(user)+"_PASSWORD"]
+	pw := testPasswords[passwordVar(user)]
 	nc, err := nats.Connect(url,
 		nats.UserInfo(user, pw),
 		nats.Name("deploy-test-"+user),
@@ -437,7 +477,7 @@ func TestPermissions(t *testing.T) {
 	defer cancel()
 
 	// ---- operator: sets up the topology the other roles use.
-	op := connect(t, url, "operator")
+	op := connect(t, url, "acme-operator")
 	defer op.nc.Close()
 	_, err := op.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: "JETPOOL_WORK", Subjects: []string{"jetpool.work.>"},
@@ -484,7 +524,7 @@ func TestPermissions(t *testing.T) {
 
 	// Workers answer control requests (jetpool.ctl.>) through allow_responses.
 	t.Run("worker", func(t *testing.T) {
-		w := connect(t, url, "worker")
+		w := connect(t, url, "acme-worker")
 		defer w.nc.Close()
 
 		// consume: fetch + double ack (the server confirms the ack)
@@ -610,7 +650,7 @@ func TestPermissions(t *testing.T) {
 	})
 
 	t.Run("dispatcher", func(t *testing.T) {
-		d := connect(t, url, "dispatcher")
+		d := connect(t, url, "acme-dispatcher")
 		defer d.nc.Close()
 
 		// topology: idempotent create/update of a stream, a new job's consumer, KV write
@@ -631,6 +671,22 @@ func TestPermissions(t *testing.T) {
 			_, err = kv.Put(ctx, "job2", []byte(`{"status":"queued"}`))
 			require.NoError(t, err)
 		}
+
+		// the job index (dispatcher.Matching): made, written, listed by one
+		// workflow's prefix and cleaned key by key by the dispatcher (never
+		// purged whole: below)
+		idx, err := d.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "JETPOOL_JOB_INDEX", History: 1, Storage: jetstream.FileStorage})
+		require.NoError(t, err)
+		_, err = idx.Put(ctx, "def1.job2", []byte(`{"job":"job2"}`))
+		require.NoError(t, err)
+		kl, err := idx.ListKeysFiltered(ctx, "def1.*")
+		require.NoError(t, err)
+		var keys []string
+		for k := range kl.Keys() {
+			keys = append(keys, k)
+		}
+		assert.Equal(t, []string{"def1.job2"}, keys)
+		require.NoError(t, idx.Purge(ctx, "def1.job2"))
 
 		// publish work
 		before := workMsgs()
@@ -668,6 +724,13 @@ func TestPermissions(t *testing.T) {
 		denied(t, d, "$JS.API.STREAM.PURGE.JETPOOL_RESULTS", func(ctx context.Context) error {
 			return res.Purge(ctx)
 		})
+		denied(t, d, "$JS.API.STREAM.PURGE.KV_JETPOOL_JOB_INDEX", func(ctx context.Context) error {
+			s, err := d.js.Stream(ctx, "KV_JETPOOL_JOB_INDEX")
+			if err != nil {
+				return err
+			}
+			return s.Purge(ctx)
+		})
 		require.NoError(t, d.nc.Publish("$JS.ACK.JETPOOL_WORK.jetpool-job1.1.1.1.1.0", []byte("+ACK")))
 		d.expectViolation(t, "$JS.ACK.JETPOOL_WORK.jetpool-job1.1.1.1.1.0")
 		denied(t, d, "$JS.API.STREAM.DELETE.JETPOOL_WORK", func(ctx context.Context) error {
@@ -686,7 +749,107 @@ func TestPermissions(t *testing.T) {
 		assert.Zero(t, info.CachedInfo().NumAckPending, "no delivery went to the dispatcher")
 	})
 
-	t.Run("sys user is not in JETPOOL", func(t *testing.T) {
+	t.Run("viewer", func(t *testing.T) {
+		v := connect(t, url, "acme-viewer")
+		defer v.nc.Close()
+
+		// reads: stream and consumer info, results by subject, job entries, their keys
+		work, err := v.js.Stream(ctx, "JETPOOL_WORK")
+		require.NoError(t, err)
+		_, err = v.js.Consumer(ctx, "JETPOOL_WORK", "jetpool-job1")
+		require.NoError(t, err)
+		res, err := v.js.Stream(ctx, "JETPOOL_RESULTS")
+		require.NoError(t, err)
+		_, err = op.js.Publish(ctx, "jetpool.results.job1.c", []byte(`{"status":"ok"}`))
+		require.NoError(t, err)
+		_, err = res.GetLastMsgForSubject(ctx, "jetpool.results.job1.c")
+		require.NoError(t, err)
+		jobs, err := v.js.KeyValue(ctx, "JETPOOL_JOBS")
+		require.NoError(t, err)
+		_, err = jobs.Get(ctx, "job1")
+		require.NoError(t, err)
+		keys, err := jobs.ListKeys(ctx)
+		require.NoError(t, err)
+		for range keys.Keys() {
+		}
+		states, err := v.js.KeyValue(ctx, "JETPOOL_JOB_STATE")
+		require.NoError(t, err)
+		v.noViolations(t)
+
+		before := workMsgs()
+		// never: forge a result, fail a job, consume, purge, delete, make a work consumer
+		denied(t, v, "jetpool.results.job1.c", func(ctx context.Context) error {
+			_, err := v.js.Publish(ctx, "jetpool.results.job1.c", []byte(`{"status":"ok","output":"forged"}`))
+			return err
+		})
+		denied(t, v, "$KV.JETPOOL_JOB_STATE.job1", func(ctx context.Context) error {
+			_, err := states.Put(ctx, "job1", []byte(`{"status":"failed"}`))
+			return err
+		})
+		denied(t, v, "$JS.API.STREAM.PURGE.JETPOOL_WORK", func(ctx context.Context) error {
+			return work.Purge(ctx)
+		})
+		denied(t, v, "$JS.API.STREAM.MSG.DELETE.JETPOOL_RESULTS", func(ctx context.Context) error {
+			return res.DeleteMsg(ctx, 1)
+		})
+		denied(t, v, "$JS.API.CONSUMER.CREATE.JETPOOL_WORK.spy.jetpool.work.job1.>", func(ctx context.Context) error {
+			_, err := v.js.CreateConsumer(ctx, "JETPOOL_WORK", jetstream.ConsumerConfig{Durable: "spy", FilterSubject: "jetpool.work.job1.>"})
+			return err
+		})
+		require.NoError(t, v.nc.Publish("$JS.API.CONSUMER.MSG.NEXT.JETPOOL_WORK.jetpool-job1", []byte(`{"batch":1}`)))
+		v.expectViolation(t, "$JS.API.CONSUMER.MSG.NEXT.JETPOOL_WORK.jetpool-job1")
+		assert.Equal(t, before, workMsgs(), "nothing was taken off the work queue")
+		last, err := op.js.Stream(ctx, "JETPOOL_RESULTS")
+		require.NoError(t, err)
+		m, err := last.GetLastMsgForSubject(ctx, "jetpool.results.job1.c")
+		require.NoError(t, err)
+		assert.Equal(t, `{"status":"ok"}`, string(m.Data), "the result is as the worker wrote it")
+	})
+
+	// Another tenant's users, even its operator, see nothing of this one:
+	// its own account has its own streams (none yet), and whatever it does
+	// there — make a JETPOOL_WORK and purge it, publish a result on this
+	// tenant's subjects, write a job state — leaves this tenant as it was.
+	t.Run("another tenant", func(t *testing.T) {
+		before := workMsgs()
+		sniff, err := op.nc.SubscribeSync("jetpool.>")
+		require.NoError(t, err)
+		defer func() { _ = sniff.Unsubscribe() }()
+		sniffKV, err := op.nc.SubscribeSync("$KV.>")
+		require.NoError(t, err)
+		defer func() { _ = sniffKV.Unsubscribe() }()
+		require.NoError(t, op.nc.Flush())
+		for _, user := range []string{"globex-dispatcher", "globex-worker", "globex-viewer", "globex-operator"} {
+			g := connect(t, url, user)
+			_, err := g.js.Stream(ctx, "JETPOOL_WORK")
+			require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "%s sees no JETPOOL_WORK of acme's", user)
+			_, err = g.js.KeyValue(ctx, "JETPOOL_JOBS")
+			require.ErrorIs(t, err, jetstream.ErrBucketNotFound, user)
+			g.nc.Close()
+		}
+		g := connect(t, url, "globex-operator")
+		defer g.nc.Close()
+		gw, err := g.js.CreateStream(ctx, jetstream.StreamConfig{Name: "JETPOOL_WORK", Subjects: []string{"jetpool.work.>"}, Retention: jetstream.WorkQueuePolicy})
+		require.NoError(t, err)
+		require.NoError(t, gw.Purge(ctx), "globex purges its own work stream")
+		require.NoError(t, g.nc.Publish("jetpool.results.job1.a", []byte(`{"status":"ok","output":"forged"}`)))
+		require.NoError(t, g.nc.Publish("$KV.JETPOOL_JOB_STATE.job1", []byte(`{"status":"failed"}`)))
+		require.NoError(t, g.nc.Flush())
+		g.noViolations(t)
+
+		assert.Equal(t, before, workMsgs(), "acme's work is untouched")
+		st, err := op.js.KeyValue(ctx, "JETPOOL_JOB_STATE")
+		require.NoError(t, err)
+		e, err := st.Get(ctx, "job1")
+		require.NoError(t, err)
+		assert.Equal(t, `{"status":"running"}`, string(e.Value()), "acme's job state is as the worker wrote it")
+		for _, sub := range []*nats.Subscription{sniff, sniffKV} {
+			m, err := sub.NextMsg(200 * time.Millisecond)
+			require.ErrorIs(t, err, nats.ErrTimeout, "nothing globex published reached acme's account: %v", m)
+		}
+	})
+
+	t.Run("sys user is not in a tenant", func(t *testing.T) {
 		nc, err := nats.Connect(url, nats.UserInfo("sys", testPasswords["NATS_SYS_PASSWORD"]))
 		require.NoError(t, err)
 		defer nc.Close()
@@ -697,7 +860,7 @@ func TestPermissions(t *testing.T) {
 	})
 
 	t.Run("wrong password", func(t *testing.T) {
-		nc, err := nats.Connect(url, nats.UserInfo("worker", "nope"), nats.MaxReconnects(0))
+		nc, err := nats.Connect(url, nats.UserInfo("acme-worker", "nope"), nats.MaxReconnects(0))
 		if nc != nil {
 			nc.Close()
 		}

@@ -27,8 +27,7 @@ func TestWorkerKeepsOlderStreams(t *testing.T) {
 	as := func(user string, edit func(*broker.Config)) *broker.Broker {
 		t.Helper()
 		cfg := testenv.Config(t, testenv.Options{})
-		cfg.NATSURL, cfg.NATSUser, cfg.NATSPassword = s.ClientURL(), user, testPasswords["NATS_"+map[string]string{
-			"operator": "OPERATOR", "worker": "WORKER"}[user]+"_PASSWORD"]
+		cfg.NATSURL, cfg.NATSUser, cfg.NATSPassword = s.ClientURL(), user, testPasswords[passwordVar(user)]
 		if edit != nil {
 			edit(&cfg)
 		}
@@ -43,18 +42,18 @@ func TestWorkerKeepsOlderStreams(t *testing.T) {
 		require.NoError(t, err)
 		return st.CachedInfo().Config.Compression
 	}
-	op := as("operator", nil) // the default: no compression
+	op := as("acme-operator", nil) // the default: no compression
 	require.NoError(t, op.Ensure(ctx))
 	require.Equal(t, jetstream.NoCompression, compression(op))
 
 	s2 := func(c *broker.Config) { c.Compression = "s2" }
-	w := as("worker", s2) // wants s2, may not update streams
+	w := as("acme-worker", s2) // wants s2, may not update streams
 	start := time.Now()
 	require.NoError(t, w.Ensure(ctx), "a worker on an older store starts")
 	t.Logf("worker Ensure with two refused updates: %s", time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, jetstream.NoCompression, compression(w))
 	require.NoError(t, w.WriteResult(ctx, &broker.Result{ID: "r1", Job: "j", Action: "a", Status: broker.StatusOK}))
 
-	require.NoError(t, as("operator", s2).Ensure(ctx))
+	require.NoError(t, as("acme-operator", s2).Ensure(ctx))
 	assert.Equal(t, jetstream.S2Compression, compression(op), "the operator's Ensure updates it")
 }

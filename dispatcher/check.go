@@ -180,11 +180,11 @@ func (c *Checked) duplicates(wf *workflow.Workflow, opts Options, seed maphash.S
 			c.Duplicates++
 			return nil
 		}
-		reason := fmt.Sprintf("id %q already used at line %d", rec.ID, f.line)
+		reason := fmt.Sprintf("id %q already used at %s", rec.ID, (&Record{Line: f.line, rows: rec.rows}).where())
 		if raw != f.raw {
 			reason += fmt.Sprintf(" (there as %s, here as %s: ids are compared as text)", f.raw, raw)
 		}
-		c.DupErrs = append(c.DupErrs, &LineError{File: opts.Input, Line: rec.Line, Reason: reason})
+		c.DupErrs = append(c.DupErrs, &LineError{File: opts.Input, Line: rec.Line, rows: rec.rows, Reason: reason})
 		return nil
 	})
 	return err

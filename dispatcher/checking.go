@@ -158,6 +158,7 @@ func (d *Dispatcher) dispatchChecking(ctx context.Context, wf *workflow.Workflow
 	if err := d.B.PutJob(ctx, job); err != nil {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
+	d.index(ctx, wf, id) // match.go: a run of an edited input finds it
 	return d.checkingPass(ctx, wf, opts, job, hashed)
 }
 
@@ -253,6 +254,9 @@ func (d *Dispatcher) checkingPass(ctx context.Context, wf *workflow.Workflow, op
 		}
 		if errors.Is(err, errCheckFirst) {
 			d.Log.Debug().Str("job", job.ID).Msg("the input is not good all through: checking it before publishing")
+		}
+		if fe := (*FileError)(nil); errors.As(err, &fe) {
+			return nil, &RefusedError{Err: err} // a file that cannot be read on: nothing of it ran
 		}
 		return nil, err
 	}

@@ -212,6 +212,9 @@ func eachRecord(wf *workflow.Workflow, opts Options, fn func(Record, *LineError)
 		if err != nil && !errors.As(err, &le) {
 			return "", err
 		}
+		if le != nil && rec.rows {
+			le.rows = true // a Parquet row: "file: row N: reason"
+		}
 		if err := fn(rec, le); err != nil {
 			return "", err
 		}
@@ -314,6 +317,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	if err := d.B.PutJob(ctx, job); err != nil {
 		return nil, fmt.Errorf("job %s: %w", jobID, err)
 	}
+	d.index(ctx, wf, jobID) // match.go
 	if _, err := d.B.EnsureConsumer(ctx, jobID, maxDeliver); err != nil {
 		return nil, err
 	}

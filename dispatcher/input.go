@@ -23,7 +23,7 @@ import (
 	"github.com/jetpool/jetpool/internal/rawjson"
 )
 
-// Formats of input files.
+// Formats of input files (and FormatParquet, parquet.go).
 const (
 	FormatJSONL = "jsonl"
 	FormatCSV   = "csv"
@@ -31,7 +31,7 @@ const (
 
 // Record is one input record.
 type Record struct {
-	Line int    // 1-based line of the file where the record starts
+	Line int    // 1-based line of the file where the record starts (Parquet: its row)
 	ID   string // from the id field, or a stable hash of the record
 	// Fields are the record's top-level fields, undecoded: the dispatcher
 	// never needs more, and passes the record's JSON through as it is.
@@ -47,6 +47,16 @@ type Record struct {
 	// dispatcher's own passes (Reader.views), in place of Fields: views of
 	// the reader's buffer, as Raw is then, valid until the next record.
 	members []member
+	// rows: Line is a row number (a Parquet file's), and errors say so.
+	rows bool
+}
+
+// where is "line N", or "row N" for a Parquet row.
+func (r *Record) where() string {
+	if r.rows {
+		return fmt.Sprintf("row %d", r.Line)
+	}
+	return fmt.Sprintf("line %d", r.Line)
 }
 
 // member is one top-level field of a record, undecoded.
@@ -91,11 +101,15 @@ type LineError struct {
 	field  string // the field the record lacks, when that is the reason
 
 	tooLarge bool // the record does not fit in a message (checkSize)
+	rows     bool // Line is a Parquet file's row: "file: row N: reason"
 }
 
 func (e *LineError) Error() string {
-	if e.Line == 0 {
+	switch {
+	case e.Line == 0:
 		return fmt.Sprintf("%s: %s", e.File, e.Reason)
+	case e.rows:
+		return fmt.Sprintf("%s: row %d: %s", e.File, e.Line, e.Reason)
 	}
 	return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason)
 }
@@ -124,6 +138,8 @@ type Reader struct {
 
 	cr     *csv.Reader
 	header []string
+
+	pq *parquetReader
 }
 
 type hashSum interface {
@@ -138,8 +154,10 @@ func FormatOf(path string) (string, error) {
 		return FormatJSONL, nil
 	case ".csv":
 		return FormatCSV, nil
+	case ".parquet":
+		return FormatParquet, nil
 	}
-	return "", fmt.Errorf("%s: unknown input format (use .jsonl, .ndjson or .csv, or --format)", path)
+	return "", fmt.Errorf("%s: unknown input format (use .jsonl, .ndjson, .csv or .parquet, or --format)", path)
 }
 
 // Open opens path. format "" picks it from the extension. idField "" hashes
@@ -151,8 +169,8 @@ func Open(path, format, idField string) (*Reader, error) {
 			return nil, err
 		}
 	}
-	if format != FormatJSONL && format != FormatCSV {
-		return nil, fmt.Errorf("--format %q: use jsonl or csv", format)
+	if format != FormatJSONL && format != FormatCSV && format != FormatParquet {
+		return nil, fmt.Errorf("--format %q: use jsonl, csv or parquet", format)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -160,6 +178,15 @@ func Open(path, format, idField string) (*Reader, error) {
 	}
 	h := xxhash.New()
 	r := &Reader{path: path, format: format, idField: idField, f: f, hash: h, sum: h}
+	if format == FormatParquet {
+		// Read at offsets, not as a stream: the content hash is taken
+		// of the whole file at the end (ContentHash).
+		if r.pq, err = openParquet(f, path, idField); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return r, nil
+	}
 	r.br = bufio.NewReaderSize(io.TeeReader(f, h), 256<<10)
 	if format == FormatCSV {
 		r.cr = csv.NewReader(r.br)
@@ -197,14 +224,31 @@ func Open(path, format, idField string) (*Reader, error) {
 }
 
 // Close closes the file.
-func (r *Reader) Close() error { return r.f.Close() }
+func (r *Reader) Close() error {
+	if r.pq != nil {
+		r.pq.close()
+	}
+	return r.f.Close()
+}
 
 // ContentHash is the hash of every byte read so far (the whole file after
 // io.EOF): 64 bits of xxHash, in hex. It names a job (its derived id) and
 // tells a changed input from the same one; it need not resist an attacker,
 // and at a few GB/s it costs the validation pass next to nothing (SHA-256
 // was a tenth of a dispatch's CPU).
-func (r *Reader) ContentHash() string { return hex.EncodeToString(r.sum.Sum(nil)) }
+func (r *Reader) ContentHash() string {
+	if r.pq != nil && r.pq.hash == "" {
+		h, err := hashFile(r.path)
+		if err != nil {
+			h = "unreadable: " + err.Error() // matches no hash: "changed"
+		}
+		r.pq.hash = h
+	}
+	if r.pq != nil {
+		return r.pq.hash
+	}
+	return hex.EncodeToString(r.sum.Sum(nil))
+}
 
 // readLine is the next line, newline included: a copy, or with views a
 // view of the buffer.
@@ -227,8 +271,11 @@ func (r *Reader) readLine() ([]byte, error) {
 // Next returns the next record, io.EOF at the end, or a *LineError for a
 // bad line (reading can go on after it).
 func (r *Reader) Next() (Record, error) {
-	if r.format == FormatCSV {
+	switch r.format {
+	case FormatCSV:
 		return r.nextCSV()
+	case FormatParquet:
+		return r.nextParquet()
 	}
 	return r.nextJSONL()
 }

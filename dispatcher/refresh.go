@@ -23,6 +23,9 @@ type Refreshed struct {
 	// of their line) whose line now holds something else: their results
 	// and dead letters are removed, and they no longer count.
 	Fixed int64
+	// Missing is the job's records that this input lacks: they keep their
+	// results (and are in the job's export).
+	Missing int64
 }
 
 // Refresh dispatches into job, dispatched before from an earlier version of
@@ -106,6 +109,7 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 		}
 		res.Fixed++
 	}
+	res.Missing = max(job.Total-res.Changed-res.Unchanged-res.Fixed, 0)
 	// The totals and the input are the job's spec (the dispatcher's); its
 	// status is its state (broker.UpdateJob).
 	if _, err := d.B.UpdateJobSpec(ctx, job.ID, func(j *broker.Job) bool {
@@ -135,8 +139,12 @@ func (d *Dispatcher) Refresh(ctx context.Context, wf *workflow.Workflow, job *br
 func (d *Dispatcher) refreshBad(ctx context.Context, job *broker.Job, first string, rec Record, le *LineError, res *Refreshed) error {
 	id := badID(rec)
 	last, _, err := d.B.LastOutcome(ctx, job.ID, first, id)
-	if err != nil || last != nil {
+	if err != nil {
 		return err
+	}
+	if last != nil {
+		res.Unchanged++ // the same bad line as before: its dead letter stays
+		return nil
 	}
 	res.BadLines++
 	return d.deadLetterBad(ctx, job.ID, first, rec, le)

@@ -262,8 +262,9 @@ func writePEM(t testing.TB, dir, name, typ string, der []byte) string {
 
 // deployServer starts a loopback nats-server with the accounts file the
 // cluster ships with (deploy/nats/accounts.conf) and returns its URL and
-// the environment of a jetpool child as one of its users (dispatcher,
-// worker, operator).
+// the environment of a jetpool child as one of its users (deployUser:
+// "dispatcher", "worker", "viewer", "operator" of tenant acme, or
+// "<tenant>-<role>").
 func deployServer(t testing.TB) (string, func(user string) map[string]string) {
 	t.Helper()
 	// The shipped accounts file with its $NATS_*_PASSWORD references filled
@@ -282,8 +283,8 @@ func deployServer(t testing.TB) (string, func(user string) map[string]string) {
 	conf := filepath.Join(dir, "server.conf")
 	require.NoError(t, os.WriteFile(conf, []byte(`listen: 127.0.0.1:-1
 jetstream {
-  max_memory_store: 64MB
-  max_file_store: 256MB
+  max_memory_store: 128MB
+  max_file_store: 16GB
 }
 include accounts.conf
 `), 0o600))
@@ -292,17 +293,42 @@ include accounts.conf
 	s := startAuthServer(t, opts)
 	url := s.ClientURL()
 	return url, func(user string) map[string]string {
-		return map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_USER": user, "JETPOOL_NATS_PASSWORD": deployPassword(user),
+		return map[string]string{"JETPOOL_NATS_URL": url, "JETPOOL_NATS_USER": deployUser(user), "JETPOOL_NATS_PASSWORD": deployPassword(user),
 			"JETPOOL_ACK_WAIT": "5s", "JETPOOL_LOG_LEVEL": "info"}
 	}
 }
 
-var deployPasswords = map[string]string{"NATS_DISPATCHER_PASSWORD": "dispatcherTestPw1", "NATS_WORKER_PASSWORD": "workerTestPw1",
-	"NATS_OPERATOR_PASSWORD": "operatorTestPw1", "NATS_SYS_PASSWORD": "sysTestPw1"}
+// The tenants and roles of deploy/nats/accounts.conf.
+var (
+	deployTenants = []string{"acme", "globex"}
+	deployRoles   = []string{"dispatcher", "worker", "viewer", "operator"}
+)
 
-func deployPassword(user string) string {
-	return deployPasswords["NATS_"+strings.ToUpper(user)+"_PASSWORD"]
+// deployPasswords fill the $NATS_<TENANT>_<ROLE>_PASSWORD and
+// $NATS_SYS_PASSWORD references of deploy/nats/accounts.conf.
+var deployPasswords = func() map[string]string {
+	pw := map[string]string{"NATS_SYS_PASSWORD": "sysTestPw1"}
+	for _, t := range deployTenants {
+		for _, r := range deployRoles {
+			pw[deployPasswordVar(t+"-"+r)] = t + r + "TestPw1"
+		}
+	}
+	return pw
+}()
+
+// deployUser is a deploy user's name: a role alone is tenant acme's.
+func deployUser(user string) string {
+	if !strings.Contains(user, "-") && user != "sys" {
+		return "acme-" + user
+	}
+	return user
 }
+
+func deployPasswordVar(user string) string {
+	return "NATS_" + strings.ToUpper(strings.ReplaceAll(deployUser(user), "-", "_")) + "_PASSWORD"
+}
+
+func deployPassword(user string) string { return deployPasswords[deployPasswordVar(user)] }
 
 // The deploy/ permissions, end to end: the accounts file the cluster ships
 // with, a `jetpool dispatch` as the dispatcher user and a `jetpool worker`

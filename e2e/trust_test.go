@@ -147,7 +147,7 @@ actions:
 
 	// A dispatcher that writes the job itself, as the dispatcher user.
 	cfg := testenv.Config(t, testenv.Options{})
-	cfg.NATSURL, cfg.NATSUser, cfg.NATSPassword = natsURL, "dispatcher", deployPassword("dispatcher")
+	cfg.NATSURL, cfg.NATSUser, cfg.NATSPassword = natsURL, deployUser("dispatcher"), deployPassword("dispatcher")
 	cfg.DedupeWindow = 2 * time.Hour // the topology a `jetpool worker` expects (as the CLI makes it)
 	d, err := broker.Connect(context.Background(), cfg, testenv.Logger(t))
 	require.NoError(t, err)
@@ -194,7 +194,7 @@ func TestWorkerCannotRewriteAWorkflow(t *testing.T) {
 	require.Zero(t, d.code, d.stderr)
 
 	// The worker user, with the nats.go client.
-	nc, err := nats.Connect(natsURL, nats.UserInfo("worker", deployPassword("worker")))
+	nc, err := nats.Connect(natsURL, nats.UserInfo(deployUser("worker"), deployPassword("worker")))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	violations := make(chan string, 8)

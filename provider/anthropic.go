@@ -303,7 +303,7 @@ func (p *anthropic) call(ctx context.Context, req Request) (Response, error) {
 	if kerr != nil {
 		return Response{}, kerr
 	}
-	ctx, cancel := p.withTimeout(ctx)
+	ctx, cancel := p.callContext(ctx, req.Stream) // idle.go
 	defer cancel()
 	hdr := p.headers()
 	if req.Stream {
@@ -346,7 +346,10 @@ func (p *anthropic) decode(b []byte, model, key string) (Response, *retry.Error)
 // message_stop. An error event (overloaded_error after a 200, typically)
 // is normalised like an HTTP error; an end before message_stop is a broken stream.
 func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key string) (Response, error) {
+	w := p.watchIdle(ctx) // idle.go
+	defer w.end()
 	sr := newSSEReader(body)
+	sr.idle = w
 	var text strings.Builder
 	var calls toolAcc
 	structured := map[int]bool{} // content blocks of the structured-output tool
@@ -384,6 +387,8 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 				Text        json.RawMessage `json:"text"`
 				PartialJSON string          `json:"partial_json"`
 				StopReason  string          `json:"stop_reason"`
+				Thinking    string          `json:"thinking"`
+				Signature   string          `json:"signature"`
 			} `json:"delta"`
 			Usage *anthropicUsage `json:"usage"`
 		}
@@ -395,7 +400,13 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 			}
 			return Response{}, p.streamBroken(ctx, badEvent(ev.data, err), req.Model, key)
 		}
-		switch cmp.Or(ev.event, data.Type) {
+		kind := cmp.Or(ev.event, data.Type)
+		if anthropicMoves(kind, data.Delta.Text, data.Delta.PartialJSON, data.Delta.Thinking, data.Delta.Signature) { // idle.go
+			w.progress()
+		} else {
+			w.keepalive() // ping, message_start, a block's start or stop, an empty delta
+		}
+		switch kind {
 		case "message_start":
 			out.Model = cmp.Or(data.Message.Model, out.Model)
 			out.Usage = data.Message.Usage.usage()

@@ -76,7 +76,11 @@
 // content_filter, tool_calls or other (FinishReasonRaw keeps the provider's
 // own word: OpenAI finish_reason, Anthropic stop_reason max_tokens /
 // end_turn / refusal, Gemini finishReason MAX_TOKENS / SAFETY / RECITATION
-// …), streamed or not; whether a truncated or filtered answer fails its
+// …), streamed or not. A refusal is content_filter in every wire format:
+// OpenAI's message.refusal or streamed delta.refusal (raw "refusal", the
+// refusal's text as Text), Anthropic's stop_reason refusal, and a Gemini
+// prompt blocked before any candidate (raw "blockReason SAFETY", usage
+// kept). Whether a truncated or filtered answer fails its
 // record is the worker's decision (worker/outcome_finish.go). Usage counts
 // every input token (cached ones included) and every output token
 // (reasoning included), and the cached, cache-write and reasoning parts

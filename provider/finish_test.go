@@ -68,6 +68,33 @@ func finishCases() []suiteCase {
 			"sim":       {skip: "the sim's filter has no stream of its own: see content filter"},
 		},
 	}, {
+		// A model that declines is a content filter's answer in every wire
+		// format: OpenAI's message.refusal (finish_reason stop), Anthropic's
+		// stop_reason refusal, Gemini's promptFeedback.blockReason (no
+		// candidates). The refusal's text and the usage stay: it is billed.
+		name: "refusal",
+		cells: map[string]cell{
+			"openai": {serve: providertest.Reply{Status: 200, Body: providertest.OpenAIRefusal("gpt-4o-mini", refused, 12, 5)},
+				want: want{text: refused, finish: "content_filter", finishRaw: "refusal"}},
+			"anthropic": {serve: providertest.Reply{Status: 200, Body: providertest.AnthropicMessageStop("claude-sonnet-4-5", refused, "refusal", 12, 5)},
+				want: want{text: refused, finish: "content_filter", finishRaw: "refusal"}},
+			"gemini": {serve: providertest.Reply{Status: 200, Body: providertest.GeminiPromptBlocked("gemini-2.5-flash", "PROHIBITED_CONTENT", 12)},
+				want: want{noText: true, finish: "content_filter", finishRaw: "blockReason PROHIBITED_CONTENT", usage: provider.Usage{InputTokens: 12}}},
+			"sim": {skip: "the sim's filter answers no text: see content filter"},
+		},
+	}, {
+		name:   "refusal, streaming",
+		stream: true,
+		cells: map[string]cell{
+			"openai": {serve: providertest.SSE{Events: providertest.OpenAIRefusalStream("gpt-4o-mini", refusedPieces, 12, 5)},
+				want: want{text: refused, finish: "content_filter", finishRaw: "refusal"}},
+			"anthropic": {serve: providertest.SSE{Events: providertest.AnthropicStreamStop("claude-sonnet-4-5", refusedPieces, "refusal", 12, 5)},
+				want: want{text: refused, finish: "content_filter", finishRaw: "refusal"}},
+			"gemini": {serve: providertest.SSE{Events: providertest.GeminiPromptBlockedStream("gemini-2.5-flash", "SAFETY", 12)},
+				want: want{noText: true, finish: "content_filter", finishRaw: "blockReason SAFETY", usage: provider.Usage{InputTokens: 12}}},
+			"sim": {skip: "the sim's filter has no stream of its own: see content filter"},
+		},
+	}, {
 		name: "usage with cached and reasoning tokens",
 		cells: map[string]cell{
 			"openai": {serve: providertest.Reply{Status: 200, Body: strings.Replace(strings.Replace(providertest.OpenAIChat("gpt-4o-mini", answer, 12, 5),
@@ -124,5 +151,10 @@ func finishCases() []suiteCase {
 		},
 	}}
 }
+
+// refused is a model's refusal, whole and in streamed pieces.
+const refused = "I'm sorry, I can't help with that."
+
+var refusedPieces = []string{"I'm sorry,", " I can't help", " with that."}
 
 var wireOnlyCell = cell{skip: "wire-only: the sim has no HTTP layer"}

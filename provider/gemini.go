@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-
-	"github.com/jetpool/jetpool/retry"
 )
 
 // GeminiBaseURLDefault is the base URL of a gemini provider that sets none.
@@ -283,17 +281,22 @@ func (r *geminiResponse) apply(out *Response) (string, error) {
 	return b.String(), nil
 }
 
-// blocked is the error of a prompt that Gemini refused to answer at all.
-func (r *geminiResponse) blocked(p *gemini, model string) *retry.Error {
+// blocked reports a prompt that Gemini refused to answer at all
+// (promptFeedback.blockReason, no candidates), and makes out its answer: a
+// content filter's, its usage kept, since the prompt's tokens are counted
+// (usageMetadata) and the same prompt is blocked again.
+func (r *geminiResponse) blocked(out *Response) bool {
 	if len(r.Candidates) > 0 || r.PromptFeedback == nil || r.PromptFeedback.BlockReason == "" {
-		return nil
+		return false
 	}
-	// The same prompt will be blocked again: permanent.
-	return &retry.Error{Class: retry.ClassInvalidRequest, TypeName: "PromptBlockedError",
-		ProviderType: "BLOCKED", ProviderCode: r.PromptFeedback.BlockReason,
-		Message:  "prompt blocked: " + r.PromptFeedback.BlockReason,
-		Provider: p.cfg.Name, Model: model}
+	_, _ = r.apply(out) // without candidates: the usage and the model alone, no error
+	out.FinishReason, out.FinishReasonRaw = FinishContentFilter, FinishRawBlockPrefix+r.PromptFeedback.BlockReason
+	return true
 }
+
+// FinishRawBlockPrefix begins FinishReasonRaw of a Gemini prompt that was
+// blocked before any answer ("blockReason SAFETY").
+const FinishRawBlockPrefix = "blockReason "
 
 func hasError(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
@@ -307,7 +310,7 @@ func (p *gemini) call(ctx context.Context, req Request) (res Response, err error
 	if kerr != nil {
 		return Response{}, kerr
 	}
-	ctx, cancel := p.withTimeout(ctx)
+	ctx, cancel := p.callContext(ctx, req.Stream) // idle.go
 	defer cancel()
 	target := p.endpoint(modelPath(req.Model)+":generateContent", nil)
 	if req.Stream {
@@ -333,13 +336,13 @@ func (p *gemini) call(ctx context.Context, req Request) (res Response, err error
 	if hasError(r.Error) {
 		return Response{}, p.inBandError(b, req.Model, key)
 	}
-	if e := r.blocked(p, req.Model); e != nil {
-		return Response{}, e
+	out := Response{Model: req.Model}
+	if r.blocked(&out) {
+		return out, nil
 	}
 	if len(r.Candidates) == 0 {
 		return Response{}, p.invalidResponse(req.Model, "response has no candidates")
 	}
-	out := Response{Model: req.Model}
 	text, err := r.apply(&out)
 	if err != nil {
 		return Response{}, p.invalidResponse(req.Model, err.Error())
@@ -353,7 +356,10 @@ func (p *gemini) call(ctx context.Context, req Request) (res Response, err error
 // stream has no end marker: a clean end after a finishReason is success,
 // anything else a broken stream.
 func (p *gemini) stream(ctx context.Context, body io.Reader, req Request, key string) (Response, error) {
+	w := p.watchIdle(ctx) // idle.go
+	defer w.end()
 	sr := newSSEReader(body)
+	sr.idle = w
 	var text strings.Builder
 	out := Response{Model: req.Model}
 	for {
@@ -381,12 +387,18 @@ func (p *gemini) stream(ctx context.Context, body io.Reader, req Request, key st
 		if hasError(chunk.Error) {
 			return Response{}, p.inBandError(ev.data, req.Model, key)
 		}
-		if e := chunk.blocked(p, req.Model); e != nil {
-			return Response{}, e
+		if chunk.blocked(&out) {
+			continue // the stream ends after it
 		}
+		calls := len(out.ToolCalls)
 		d, err := chunk.apply(&out)
 		if err != nil {
 			return Response{}, p.invalidResponse(req.Model, "stream chunk: "+err.Error())
+		}
+		if d != "" || len(out.ToolCalls) > calls || out.FinishReason != "" || geminiThinks(&chunk) { // idle.go
+			w.progress()
+		} else {
+			w.keepalive() // a chunk without candidates, or with empty parts
 		}
 		if d != "" {
 			text.WriteString(d)

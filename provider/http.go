@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetpool/jetpool/internal/pause"
 	"github.com/jetpool/jetpool/retry"
 )
 
@@ -70,7 +71,7 @@ func newClient(cfg Config, defaultBase string) (*client, error) {
 		// No Client.Timeout: the per-request timeout is a context deadline (see
 		// withTimeout) so that it also bounds reading a stream, and so that its
 		// expiry can be told from the caller's cancellation.
-		http:  &http.Client{Transport: tr},
+		http:  &http.Client{Transport: tr, CheckRedirect: checkRedirect},
 		known: func(*retry.Error) retry.Class { return retry.ClassNone },
 		now:   time.Now,
 	}, nil
@@ -108,9 +109,12 @@ func (c *client) key(model string) (string, *retry.Error) {
 	return k, nil
 }
 
-// withTimeout bounds one request, its body or stream included, by Config.Timeout.
+// withTimeout bounds one request, its body or stream included, by Config.Timeout
+// of the time the process runs: an answer that arrived while the process was
+// stopped (SIGSTOP, a suspended VM) is read when it thaws, not cut off by a
+// timer that fell due meanwhile and paid for again (internal/pause).
 func (c *client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(ctx, cmp.Or(c.cfg.Timeout, TimeoutDefault), errRequestTimeout)
+	return pause.Process().WithTimeoutCause(ctx, cmp.Or(c.cfg.Timeout, TimeoutDefault), errRequestTimeout)
 }
 
 // send makes one request. A non-2xx status comes back as a classified
@@ -226,6 +230,10 @@ func typeName(e *retry.Error) string {
 // at all, or a body or stream that broke. when says where it broke: "" before
 // the response headers, otherwise e.g. "reading response body".
 func (c *client) transportError(ctx context.Context, err error, model, key, when string) *retry.Error {
+	var re *redirectError
+	if errors.As(err, &re) {
+		return c.redirectRefused(re, model, key)
+	}
 	e := &retry.Error{Class: retry.ClassNetwork, Provider: c.cfg.Name, Model: model}
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -243,6 +251,10 @@ func (c *client) transportError(ctx context.Context, err error, model, key, when
 		// endpoint is fixed.
 		e.Class, e.TypeName = retry.ClassInvalidRequest, "ResponseTooLargeError"
 		e.Message = fmt.Sprintf("response body exceeds %d MiB, the most jetpool reads of one answer", MaxBodyBytes>>20)
+	case isStreamIdle(ctx):
+		ie, _ := streamIdle(ctx) // idle.go
+		e.TypeName, e.Message = "StreamIdleError", ie.Error()
+		e.Err = fmt.Errorf("%w: %w", ie, err)
 	case context.Cause(ctx) == errRequestTimeout:
 		e.TypeName = "APITimeoutError"
 		e.Message = fmt.Sprintf("request timed out after %s", cmp.Or(c.cfg.Timeout, TimeoutDefault))
@@ -375,8 +387,10 @@ type wireError struct {
 	Message json.RawMessage `json:"message"`
 	Type    string          `json:"type"`
 	Code    json.RawMessage `json:"code"`
-	Status  string          `json:"status"`
-	Detail  json.RawMessage `json:"detail"`
+	// Status is Google's status word ("UNAVAILABLE"); Azure OpenAI puts
+	// the HTTP status there as a number, which must not fail the decoding.
+	Status textOnly        `json:"status"`
+	Detail json.RawMessage `json:"detail"`
 	// llama.cpp's exceed_context_size_error counts the prompt and names the
 	// context size beside a message that says neither.
 	NPromptTokens int `json:"n_prompt_tokens"`
@@ -386,6 +400,17 @@ type wireError struct {
 		Reason     string `json:"reason"`
 		RetryDelay string `json:"retryDelay"`
 	} `json:"details"`
+}
+
+// textOnly is a JSON string; any other value decodes as "".
+type textOnly string
+
+func (t *textOnly) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*t = textOnly(s)
+	}
+	return nil
 }
 
 func parseAPIError(body []byte) apiError {
@@ -426,7 +451,7 @@ func parseAPIError(body []byte) apiError {
 		// reader of the dead letter find them.
 		ae.message += fmt.Sprintf(" (n_prompt_tokens %d, n_ctx %d)", w.NPromptTokens, w.NCtx)
 	}
-	ae.typ = cmp.Or(w.Status, w.Type)
+	ae.typ = cmp.Or(string(w.Status), w.Type)
 	if w.Type == "error" && w.Status == "" {
 		ae.typ = "" // Anthropic's envelope type, not an error type
 	}

@@ -255,7 +255,7 @@ func (p *openAI) call(ctx context.Context, req Request) (Response, error) {
 	if kerr != nil {
 		return Response{}, kerr
 	}
-	ctx, cancel := p.withTimeout(ctx)
+	ctx, cancel := p.callContext(ctx, req.Stream) // idle.go
 	defer cancel()
 	hdr := http.Header{}
 	if req.Stream {
@@ -291,7 +291,7 @@ func (p *openAI) decode(b []byte, model, key string) (Response, *retry.Error) {
 	if len(ch.Message) == 0 || string(ch.Message) == "null" {
 		return Response{}, p.invalidResponse(model, "choices[0] has no message")
 	}
-	text, err := messageText(ch.Message)
+	text, refused, err := messageText(ch.Message)
 	if err != nil {
 		return Response{}, p.invalidResponse(model, "choices[0].message"+err.Error())
 	}
@@ -304,15 +304,33 @@ func (p *openAI) decode(b []byte, model, key string) (Response, *retry.Error) {
 		out.FinishReasonRaw = *ch.FinishReason
 		out.FinishReason = openAIFinish(*ch.FinishReason)
 	}
+	if refused {
+		refusal(&out)
+	}
 	withCalls(&out)
 	return out, nil
 }
 
+// FinishRawRefusal is FinishReasonRaw of an OpenAI answer that carried a
+// refusal (message.refusal, or streamed delta.refusal) instead of content.
+const FinishRawRefusal = "refusal"
+
+// refusal marks an answer the model refused: OpenAI ends it with
+// finish_reason stop, but its text is the refusal, not an answer, and the
+// same request is refused again.
+func refusal(out *Response) {
+	out.FinishReason, out.FinishReasonRaw = FinishContentFilter, FinishRawRefusal
+}
+
 // stream reads an SSE stream of chat.completion.chunk objects up to data: [DONE].
 func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key string) (Response, error) {
+	w := p.watchIdle(ctx) // idle.go
+	defer w.end()
 	sr := newSSEReader(body)
+	sr.idle = w
 	var text strings.Builder
 	var calls toolAcc
+	refused := false
 	out := Response{Model: req.Model}
 	for {
 		ev, err := sr.next()
@@ -347,28 +365,42 @@ func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key st
 		if chunk.Usage != nil {
 			out.Usage = chunk.usage()
 		}
+		moved := false
 		for _, ch := range chunk.Choices {
-			d, err := messageText(ch.Delta)
+			d, r, err := messageText(ch.Delta)
+			refused = refused || r
 			if err != nil {
 				return Response{}, p.invalidResponse(req.Model, "stream chunk: choices[].delta"+err.Error())
 			}
 			if d != "" {
+				moved = true
 				text.WriteString(d)
 				if req.OnDelta != nil {
 					req.OnDelta(d)
 				}
+			} else if !moved {
+				moved = openAIDeltaMoves(ch.Delta) // idle.go
 			}
 			if err := calls.openAIDelta(ch.Delta); err != nil {
 				return Response{}, p.invalidResponse(req.Model, "stream chunk: choices[].delta"+err.Error())
 			}
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
+				moved = true
 				out.FinishReasonRaw = *ch.FinishReason
 				out.FinishReason = openAIFinish(*ch.FinishReason)
 			}
 		}
+		if moved {
+			w.progress()
+		} else {
+			w.keepalive() // a role chunk, an empty delta, a usage chunk
+		}
 	}
 	out.Text = text.String()
 	out.ToolCalls = calls.done()
+	if refused {
+		refusal(&out)
+	}
 	withCalls(&out)
 	return out, nil
 }
@@ -378,22 +410,31 @@ func (p *openAI) stream(ctx context.Context, body io.Reader, req Request, key st
 // "text":…} parts. Anything else is an error naming what was found
 // (".content is a number, want a string or a list of parts"). A message
 // whose content is null but that carries tool calls or a refusal is valid
-// (its text is the refusal, or empty).
-func messageText(raw json.RawMessage) (string, error) {
+// (its text is the refusal, or empty); refused reports a refusal that is
+// not empty.
+func messageText(raw json.RawMessage) (text string, refused bool, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil // a delta without content (a role chunk, the last chunk)
+		return "", false, nil // a delta without content (a role chunk, the last chunk)
 	}
 	var m openAIMessageOut
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return "", fmt.Errorf(" is %s, want an object", jsonKind(raw))
+		return "", false, fmt.Errorf(" is %s, want an object", jsonKind(raw))
 	}
+	refused = m.Refusal != nil && *m.Refusal != ""
 	c := bytes.TrimSpace(m.Content)
 	if len(c) == 0 || string(c) == "null" {
-		if m.Refusal != nil {
-			return *m.Refusal, nil
+		if refused {
+			return *m.Refusal, true, nil
 		}
-		return "", nil
+		return "", false, nil
 	}
+	text, err = contentText(c)
+	return text, refused, err
+}
+
+// contentText is a message's content that is not null: a string, or a
+// list of {"type":"text","text":…} parts.
+func contentText(c json.RawMessage) (string, error) {
 	switch c[0] {
 	case '"':
 		var s string

@@ -205,6 +205,10 @@ type Config struct {
 	Stream     bool              `json:"stream,omitempty"`
 	Limits     Limits            `json:"limits,omitzero"`
 	Sim        *SimConfig        `json:"sim,omitempty"`
+	// StreamIdleTimeout is how long a streamed answer may go without content
+	// before the call is cut as a network error (StreamIdle: half of
+	// Timeout when 0; provider/idle.go).
+	StreamIdleTimeout time.Duration `json:"stream_idle_timeout,omitempty"`
 	// MaxRetryAfter caps every wait the provider asks for (Retry-After,
 	// retry-after-ms, rate-limit resets, Gemini's RetryInfo):
 	// MaxRetryAfterDefault when 0.

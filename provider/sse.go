@@ -23,6 +23,8 @@ type sseReader struct {
 	// started is set by the first line that is SSE; until then a line that
 	// is not means the body is not a stream at all (see badStreamError).
 	started bool
+	// idle hears of keep-alive comments (idle.go); nil: nobody listens.
+	idle *idleWatch
 }
 
 func newSSEReader(body io.Reader) *sseReader {
@@ -70,6 +72,7 @@ func (s *sseReader) next() (sseEvent, error) {
 			s.started = true
 		}
 		if line[0] == ':' { // comment (keep-alive)
+			s.idle.keepalive()
 			continue
 		}
 		field, value, _ := bytes.Cut(line, []byte(":"))
@@ -171,7 +174,10 @@ func (s *sseReader) line() ([]byte, error) {
 		chunk, err := s.r.ReadSlice('\n')
 		buf = append(buf, chunk...)
 		if err == bufio.ErrBufferFull {
-			continue // a long line: the capReader below bounds it
+			// A long line: the capReader below bounds it. Its bytes are
+			// an event arriving, not a keep-alive: progress (idle.go).
+			s.idle.progress()
+			continue
 		}
 		if err != nil {
 			if err == io.EOF && len(buf) > 0 {

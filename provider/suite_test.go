@@ -102,6 +102,7 @@ type suiteCase struct {
 	name    string
 	stream  bool
 	timeout time.Duration // Config.Timeout; 5 s when 0
+	idle    time.Duration // Config.StreamIdleTimeout
 	cells   map[string]cell
 	// edit, when set, changes the request (tools, say).
 	edit func(r *provider.Request)
@@ -356,7 +357,7 @@ func suiteCases() []suiteCase {
 				want: want{bounded: gemHugeS, err: &wantErr{class: retry.ClassInvalidRequest, typeName: "ResponseTooLargeError", msg: "exceeds 32 MiB"}}},
 			"sim": wireOnly,
 		},
-	}}, append(finishCases(), toolCases()...)...) // finish_test.go, multimodal_test.go
+	}}, append(append(finishCases(), toolCases()...), idleCases()...)...) // finish_test.go, multimodal_test.go, idle_test.go
 }
 
 // textInStream is a 200 stream of kind's wire format that starts an answer
@@ -468,7 +469,7 @@ func TestSuite(t *testing.T) {
 					t.Skip(c.skip)
 				}
 				cfg := provider.Config{Name: "fake-" + kind, Kind: kind, Timeout: cmpOr(tc.timeout, 5*time.Second),
-					APIKeyEnv: keyEnv, Sim: c.sim, Headers: map[string]string{"X-Jetpool-Test": tc.name}}
+					StreamIdleTimeout: tc.idle, APIKeyEnv: keyEnv, Sim: c.sim, Headers: map[string]string{"X-Jetpool-Test": tc.name}}
 				var srv *providertest.Server
 				if kind != provider.KindSim {
 					srv = providertest.NewServer(t, c.serve)

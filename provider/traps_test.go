@@ -228,10 +228,13 @@ func TestTraps(t *testing.T) {
 		serve: providertest.Reply{Status: 403, Body: providertest.GeminiError(403, "PERMISSION_DENIED", "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.")},
 		want:  wantErr{class: retry.ClassAuth, status: 403, ptype: "PERMISSION_DENIED", msg: "unregistered callers"},
 	}, {
-		name:  "Gemini prompt blocked",
-		kind:  provider.KindGemini,
-		serve: providertest.Reply{Status: 200, Body: `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},"usageMetadata":{"promptTokenCount":8,"totalTokenCount":8},"modelVersion":"gemini-2.5-flash"}`},
-		want:  wantErr{class: retry.ClassInvalidRequest, typeName: "PromptBlockedError", pcode: "PROHIBITED_CONTENT", msg: "prompt blocked"},
+		// An OpenAI-compatible endpoint that filters the prompt itself
+		// answers no completion, only this 400: the content filter's class,
+		// never retried, not a malformed request.
+		name:  "Azure OpenAI prompt content filter",
+		kind:  provider.KindOpenAI,
+		serve: providertest.Reply{Status: 400, Body: providertest.AzureContentFilterError()},
+		want:  wantErr{class: retry.ClassContentFilter, status: 400, pcode: "content_filter", msg: "content management policy"},
 	}, {
 		name:  "Gemini truncated 200 body",
 		kind:  provider.KindGemini,

@@ -1033,11 +1033,21 @@ func (l *Limiter) Status() Status {
 // CircuitOpen reports whether the circuit is open now with no probe due:
 // a pool may stop pulling this provider's work.
 func (l *Limiter) CircuitOpen() bool {
+	_, open := l.CircuitOpenUntil()
+	return open
+}
+
+// CircuitOpenUntil is CircuitOpen with when the probe is due: a pool that
+// stops pulling this provider's work knows when to look again.
+func (l *Limiter) CircuitOpenUntil() (time.Time, bool) {
 	if l.breaker.Off {
-		return false
+		return time.Time{}, false
 	}
 	s, _ := l.view()
-	return s.Breaker.State == CircuitOpen && l.now().Before(s.Breaker.Until)
+	if s.Breaker.State == CircuitOpen && l.now().Before(s.Breaker.Until) {
+		return s.Breaker.Until, true
+	}
+	return time.Time{}, false
 }
 
 // servedWindow is how far back servedRate looks, in servedBuckets slices

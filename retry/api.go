@@ -34,10 +34,12 @@ const (
 	MaxWaitDefault = 30 * time.Minute
 	// LostDeliveriesMax is how many of a record's deliveries may end with no
 	// word from any worker (the process was killed or hung each time, and
-	// AckWait ran out) before it is a poison record: dead-lettered with
-	// ReasonMaxDeliveries before it runs again. jetpool counts them itself
-	// (broker.RecordState), not through the server's MaxDeliver advisories,
-	// which a full store cannot keep.
+	// AckWait ran out) while the record ran alone in it, before it is a
+	// poison record: dead-lettered with ReasonMaxDeliveries before it runs
+	// again (the worker decides which losses are a record's own:
+	// worker/poison.go). jetpool counts them itself (broker.RecordState),
+	// not through the server's MaxDeliver advisories, which a full store
+	// cannot keep.
 	LostDeliveriesMax = 3
 )
 

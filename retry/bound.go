@@ -42,6 +42,17 @@ type Bound struct {
 	Waiting time.Duration
 	// Total is Waiting plus every call taking its whole timeout.
 	Total time.Duration
+	// Killed is the most calls where processes die mid-call: Calls, plus,
+	// for each of up to LostDeliveriesMax deliveries lost with a process
+	// (more make the record a poison record), the calls of a delivery
+	// that nothing recorded. A worker records each call in its claim
+	// before it makes it, and a delivery taking the claim over counts
+	// them, so a worker killed alone costs nothing beyond Calls but for
+	// a first call on a single server that no heartbeat had claimed yet;
+	// the claims are in memory, so a process that dies with the store it
+	// hosts (`jetpool run`), or a cluster that loses every node at once,
+	// takes them with it.
+	Killed int
 }
 
 // Bound computes the worst case of a; see Bound.
@@ -54,6 +65,11 @@ func (a Action) Bound() Bound {
 	if a.MaxCalls > 0 && a.MaxCalls < b.Calls {
 		b.Calls = a.MaxCalls
 	}
+	lost := perDelivery // a lost delivery's session is cut to max_calls too
+	if a.MaxCalls > 0 {
+		lost = min(lost, a.MaxCalls)
+	}
+	b.Killed = b.Calls + LostDeliveriesMax*lost
 	// One round's session waits are bounded by its budget, or by its own
 	// schedule jittered up by a fifth, whichever is longer.
 	session := max(p.SessionBudget(), p.scheduledDelays()*6/5)

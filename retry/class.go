@@ -27,12 +27,16 @@ const (
 	// ClassContentFilter: the call succeeded but a safety filter stopped or
 	// refused the answer (finish_reason content_filter). Permanent too.
 	ClassContentFilter Class = "content_filter"
+	// ClassBudget: the job's max_cost left no room for the call's worst
+	// case, so no call was made. Permanent for both layers: only a larger
+	// budget (jetpool retry --max-cost) runs the record.
+	ClassBudget Class = "budget"
 )
 
 // Classes lists every class, in the order of docs/design.md §1.
 var Classes = []Class{ClassRateLimit, ClassServer, ClassNetwork, ClassContextOverflow,
 	ClassAuth, ClassInvalidRequest, ClassSchemaViolation, ClassProgramming, ClassUnknown,
-	ClassTruncated, ClassContentFilter}
+	ClassTruncated, ClassContentFilter, ClassBudget}
 
 // Transient reports whether the class is one that both layers retry.
 func (c Class) Transient() bool {
@@ -43,7 +47,7 @@ func (c Class) Transient() bool {
 func (c Class) Permanent() bool {
 	switch c {
 	case ClassAuth, ClassInvalidRequest, ClassContextOverflow, ClassSchemaViolation, ClassProgramming,
-		ClassTruncated, ClassContentFilter:
+		ClassTruncated, ClassContentFilter, ClassBudget:
 		return true
 	}
 	return false
@@ -73,6 +77,8 @@ func (c Class) TypeName() string {
 		return "TruncatedError"
 	case ClassContentFilter:
 		return "ContentFilterError"
+	case ClassBudget:
+		return "BudgetError"
 	}
 	return "Error"
 }

@@ -184,6 +184,11 @@ var permanentSignals = map[string]Class{
 	"forbidden":                  ClassAuth,
 	// A LiteLLM proxy's spend cap on a key or team: someone must raise it.
 	"budget_exceeded": ClassAuth,
+	// Azure OpenAI's content filter refusing the prompt (a 400): the same
+	// prompt is refused again, and it is a filter's verdict, not a bad
+	// request (jetpool retry --class content_filter finds it with the rest).
+	"content_filter":               ClassContentFilter,
+	"responsibleaipolicyviolation": ClassContentFilter,
 }
 
 // providerSignals are provider types/codes consulted when the status does

@@ -111,7 +111,11 @@ var (
 		`invalid[_ ]argument|invalid json payload|location is not supported|roles must alternate|` +
 		`must be (?:between|less than|greater than|one of|at most|at least)|` +
 		`unsupported parameter|unrecognized request argument|invalid (?:value|type) for|does not support|` +
-		`\binvalid '|unsupported image|content (?:management |filtering )?policy`)
+		`\binvalid '|unsupported image`)
+
+	// contentFilterText: a provider's filter refused the prompt (Azure
+	// OpenAI's "…triggering Azure OpenAI's content management policy").
+	contentFilterText = regexp.MustCompile(`content (?:management |filtering )?policy|content_filter|responsibleaipolicyviolation`)
 )
 
 // transientText classifies text (lower-cased) by docs/design.md §1's transient
@@ -142,6 +146,9 @@ func textClass(text, msg string) (Class, bool) {
 	}
 	if c, ok := transientText(text); ok {
 		return c, true
+	}
+	if contentFilterText.MatchString(text) {
+		return ClassContentFilter, true
 	}
 	if invalidRequestText.MatchString(text) || maxTokensParam.MatchString(text) {
 		return ClassInvalidRequest, true

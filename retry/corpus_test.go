@@ -284,7 +284,7 @@ var corpus = []corpusCase{
 		Message: "too many tokens: total number of tokens in the prompt cannot exceed 4081 - received 4500. Try using a shorter prompt, or enabling prompt truncating."}},
 	{src: "azure", name: "token rate limit", want: ClassRateLimit, err: &Error{Status: 429, ProviderCode: "429",
 		Message: "Requests to the ChatCompletions_Create Operation under Azure OpenAI API version 2024-02-01 have exceeded token rate limit of your current OpenAI S0 pricing tier. Please retry after 7 seconds."}},
-	{src: "azure", name: "content filter", want: ClassInvalidRequest, err: &Error{Status: 400, ProviderCode: "content_filter",
+	{src: "azure", name: "content filter", want: ClassContentFilter, err: &Error{Status: 400, ProviderCode: "content_filter",
 		Message: "The response was filtered due to the prompt triggering Azure OpenAI's content management policy. Please modify your prompt and retry."}},
 
 	// --- gateways and proxies ---

@@ -36,6 +36,8 @@ func (p Policy) Decide(o Outcome, delivery int) Decision {
 		return deadLetter(ReasonTruncated)
 	case ClassContentFilter:
 		return deadLetter(ReasonContentFilter)
+	case ClassBudget:
+		return deadLetter(ReasonBudget)
 	}
 	if p.Enabled && delivery < p.Deliveries() {
 		return Decision{Verdict: VerdictRedeliver, Delay: p.RedeliverDelay(delivery, o.Err.Wait())}

@@ -24,6 +24,7 @@ func TestDecide(t *testing.T) {
 		ClassProgramming:     ReasonProgrammingError,
 		ClassTruncated:       ReasonTruncated,
 		ClassContentFilter:   ReasonContentFilter,
+		ClassBudget:          ReasonBudget,
 	}
 	for _, c := range Classes {
 		for delivery := 1; delivery <= 4; delivery++ {

@@ -103,6 +103,20 @@ type Window struct {
 	PerToken   float64 // characters per token, measured on a request the provider counted
 }
 
+// CharsPerTokenMax is the most characters a token is taken to hold where
+// no overflow has measured a job's prompts: a window a price table gives is
+// estimated at this ratio, so that a prompt is moved or cut before its
+// first call only when no likely text fits it. English averages about
+// CharsPerToken; code and most other languages hold fewer.
+const CharsPerTokenMax = 1.5 * CharsPerToken
+
+// KnownWindow is a model's context window of limit input tokens, as a
+// price table gives it (the input limit: no room for the answer is
+// counted), before any overflow has measured the job's prompts.
+func KnownWindow(limit int) Window {
+	return Window{Limit: limit, PerToken: CharsPerTokenMax}
+}
+
 // Window is what o teaches, for a request of sent characters; ok is false
 // when o names no window or no count.
 func (o Overflow) Window(sent int) (Window, bool) {

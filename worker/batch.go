@@ -82,13 +82,31 @@ func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery, release func
 		fail(rerr)
 		return
 	}
+	// The record's worst case at the batch rates is set aside until its
+	// batch answers (worker/budget.go).
+	res, err := jr.reserveCall(ctx, d.action, req, true)
+	if err != nil {
+		if s := asBudgetStop(err); s != nil {
+			jr.complete(ctx, d, deadLetterOutcome(jr.decision(d), s.err, retry.ReasonBudget, retry.Diagnose(s.err, nil, d.delivery()), nil, nil), release)
+			return
+		}
+		later() // stopping
+		return
+	}
+	key := batchKey(d.action.Name, d.env.ID, d.replays)
+	if res != nil {
+		jr.budget().hold(key, res)
+	}
 	var embed *provider.EmbedRequest
 	if d.action.IsEmbed() { // worker/embed.go: one input per line, OpenAI Batch's /v1/embeddings
 		embed = &provider.EmbedRequest{Model: req.Model, Inputs: []string{req.Messages[0].Content}, Params: req.Params, RecordIDs: []string{d.env.ID}}
 	}
 	jr.p.beats.release(d.msg) // the batcher keeps it alive now
-	err := bt.Add(ctx, batch.Pending{Msg: d.msg, Action: d.action, Request: req, Embed: embed,
+	err = bt.Add(ctx, batch.Pending{Msg: d.msg, Action: d.action, Request: req, Embed: embed,
 		Item: batch.Item{ID: d.env.ID, Data: d.msg.Data(), Replays: d.replays, Deliveries: d.n}})
+	if err != nil {
+		jr.budget().release(key).settle(0) // not in a batch: nothing will be billed
+	}
 	switch {
 	case errors.Is(err, batch.ErrNoClient):
 		jr.p.beats.hold(d.msg, jr.heartbeatEvery(), time.Now())
@@ -145,15 +163,19 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 	if err != nil {
 		return err
 	}
+	// The answer is billed whatever becomes of it: a cut or failed answer
+	// costs what a good one does (worker/cost.go, at the batch rates).
+	bill(jr, a, d, resp)
 	if a.IsEmbed() {
-		bill(jr, a, d, resp)
 		return h.succeed(ctx, a, it, d, resp, vectorOutput(a, resp.Embedding)) // worker/embed.go
 	}
 	if ferr := finishErr(a, resp); ferr != nil { // worker/outcome_finish.go
+		// A cut or filtered answer (a refusal) was paid for (billed above):
+		// its text is kept in the failed result as online.
+		text := answerText(a, resp)
 		reason := a.Retry.Decide(retry.Outcome{Err: ferr}, d.n).Reason
-		return h.Fail(ctx, a, it, ferr, reason, retry.Diagnose(ferr, nil, d.n)+"; last output: "+clipOutput(answerText(a, resp)))
+		return h.fail(ctx, a, it, d, ferr, reason, retry.Diagnose(ferr, nil, d.n)+"; last output: "+clipOutput(text), text)
 	}
-	bill(jr, a, d, resp)            // the batch rates (worker/cost.go)
 	output := answerOutput(a, resp) // worker/parts.go: the text, or {text, tool_calls}
 	if a.Expect != nil {
 		// The batch's answer meets the expectation as an online one must.
@@ -164,7 +186,7 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 		chk, err := checkerFor(a.Expect)
 		if err != nil {
 			e := &retry.Error{Class: retry.ClassProgramming, TypeName: "SchemaError", Message: err.Error()}
-			return h.Fail(ctx, a, it, e, retry.ReasonProgrammingError, retry.Diagnose(e, nil, d.n))
+			return h.fail(ctx, a, it, d, e, retry.ReasonProgrammingError, retry.Diagnose(e, nil, d.n), "")
 		}
 		text := answerText(a, resp)
 		v, err := chk.Check(text, resp.FinishReason)
@@ -173,13 +195,14 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 			if a.Expect.RepairAttempts > 0 {
 				jr.p.log.Debug().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("violation", viol.Error()).
 					Msg("batch answer failed the expectation; repairing online")
-				// The batch's answer was a call: it counts against max_calls.
+				// The batch's answer was a call: it counts against max_calls,
+				// and what it cost goes with the record.
 				it.FailRound(retry.ClassSchemaViolation, viol.Error())
-				return h.Online(ctx, a, it)
+				return h.online(ctx, a, it, d)
 			}
 			final := schemaViolation(a, viol, cmp.Or(resp.Model, a.Model))
-			return h.Fail(ctx, a, it, final, retry.ReasonSchemaViolation,
-				retry.Diagnose(final, nil, d.n)+"; last output: "+clipOutput(text))
+			return h.fail(ctx, a, it, d, final, retry.ReasonSchemaViolation,
+				retry.Diagnose(final, nil, d.n)+"; last output: "+clipOutput(text), "")
 		}
 		output = v
 	}
@@ -189,7 +212,7 @@ func (h batchHandler) Succeed(ctx context.Context, a *workflow.Action, it *batch
 // bill bills a batch's answer at the batch rates (worker/cost.go).
 func bill(jr *jobRunner, a *workflow.Action, d *delivery, resp provider.Response) {
 	d.run = &sessionEnd{usage: resp.Usage, finish: resp.FinishReason, finishRaw: resp.FinishReasonRaw}
-	jr.spend(a, resp, d.run, true)
+	jr.spend(a, resp, d.run, true, jr.budget().release(batchKey(a.Name, d.env.ID, d.replays)))
 }
 
 // succeed writes the record's ok result and hands it to the next action.
@@ -218,12 +241,22 @@ func (h batchHandler) succeed(ctx context.Context, a *workflow.Action, it *batch
 	return nil
 }
 
+// Fail dead-letters a record its batch did not answer (an error, or a
+// batch that ended without it): nothing was billed for it.
 func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.Item, final *retry.Error, reason retry.Reason, diag string) error {
-	jr := h.jr
 	d, err := h.delivery(a, it)
 	if err != nil {
 		return err
 	}
+	h.jr.budget().release(batchKey(a.Name, d.env.ID, d.replays)).settle(0)
+	return h.fail(ctx, a, it, d, final, reason, diag, "")
+}
+
+// fail dead-letters d's record and writes its failed result, with what
+// its answer cost when it had one (d.run); an answer the batch returned
+// (text) stays in the result as its output.
+func (h batchHandler) fail(ctx context.Context, a *workflow.Action, it *batch.Item, d *delivery, final *retry.Error, reason retry.Reason, diag, text string) error {
+	jr := h.jr
 	e := &deadletter.Entry{
 		Job: d.job, Record: d.env.ID, Action: a.Name, Reason: reason, Class: final.Class, Error: diag,
 		Attempts: max(it.Round, 1), Deliveries: d.n, Provider: a.Provider, Model: cmp.Or(final.Model, a.Model),
@@ -237,6 +270,14 @@ func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.It
 		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
 		Outputs: d.env.Outputs, Provider: a.Provider, Model: e.Model, Replays: d.replays,
 		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: e.FailedAt,
+	}
+	run := d.run
+	if run == nil {
+		run = d.priorRun() // worker/ledger.go
+	}
+	answered(res, d, run, jr.wf.Carry) // worker/cost.go: usage and cost of a billed answer
+	if text != "" {
+		res.Output = text
 	}
 	account(res, d, it.Attempts, res.Finished)
 	if err := jr.p.b.WriteResult(ctx, res); err != nil {
@@ -255,11 +296,18 @@ func (h batchHandler) Fail(ctx context.Context, a *workflow.Action, it *batch.It
 // Online republishes the record to its action with Jetpool-Mode: online,
 // under its own Nats-Msg-Id (the original id would be deduplicated away).
 func (h batchHandler) Online(ctx context.Context, a *workflow.Action, it *batch.Item) error {
-	jr := h.jr
 	d, err := h.delivery(a, it)
 	if err != nil {
 		return err
 	}
+	h.jr.budget().release(batchKey(a.Name, d.env.ID, d.replays)).settle(0)
+	return h.online(ctx, a, it, d)
+}
+
+// online sends d's record online, with what its batch answer cost when it
+// had one (d.run).
+func (h batchHandler) online(ctx context.Context, a *workflow.Action, it *batch.Item, d *delivery) error {
+	jr := h.jr
 	m, err := broker.NewWorkMsg(d.job, a.Name, d.env, d.replays)
 	if err != nil {
 		return err
@@ -268,8 +316,10 @@ func (h batchHandler) Online(ctx context.Context, a *workflow.Action, it *batch.
 	// The rounds the record spent in batches are its first calls: the online
 	// session counts them against max_calls, numbers its attempts after
 	// them and lists them in a diagnostic.
-	if len(it.Attempts) > 0 {
-		if err := jr.p.b.SaveState(ctx, d.job, a.Name, d.env.ID, &broker.RecordState{Replays: d.replays, Attempts: it.Attempts}); err != nil {
+	if len(it.Attempts) > 0 || d.run != nil {
+		st := &broker.RecordState{Replays: d.replays, Attempts: it.Attempts}
+		keepSpend(st, d.run) // worker/ledger.go
+		if err := jr.p.b.SaveState(ctx, d.job, a.Name, d.env.ID, st); err != nil {
 			return err
 		}
 	}

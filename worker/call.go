@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/ratelimit"
@@ -32,9 +33,18 @@ type LimitMetrics interface {
 // hold limit is the limiter's *ratelimit.WaitError, returned as a
 // *retry.NotCalled: no request was made, so it is no attempt, and the record
 // is parked until WaitError.Until (worker/wait.go).
-func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.Provider, req provider.Request) (provider.Response, error) {
+//
+// gate, when set, runs once the call may go, just before it (after any
+// wait for the limiter): a *retry.NotCalled from it stops the call
+// (worker/lease.go fence).
+func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.Provider, req provider.Request, gate func() error) (provider.Response, error) {
 	lim := jr.limiter(providerName)
 	if lim == nil {
+		if gate != nil {
+			if err := gate(); err != nil {
+				return provider.Response{}, err
+			}
+		}
 		return jr.callOnce(ctx, providerName, pr, req)
 	}
 	permit, err := lim.Acquire(ctx, ratelimit.Estimate(req))
@@ -43,6 +53,12 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 			return provider.Response{}, &retry.NotCalled{Err: err}
 		}
 		return provider.Response{}, retry.AsError(err)
+	}
+	if gate != nil {
+		if err := gate(); err != nil {
+			permit.Done(provider.Response{}, context.Canceled) // no call: no signal to the limiter
+			return provider.Response{}, err
+		}
 	}
 	resp, err := jr.callOnce(ctx, providerName, pr, req)
 	permit.Done(resp, err)
@@ -95,20 +111,27 @@ func (jr *jobRunner) limiter(name string) *ratelimit.Limiter {
 }
 
 // circuitOpen reports whether every provider the job calls has an open
-// circuit: then the job's work is not pulled until a probe is due. While
-// one provider is open and another is not, records are pulled and those of
-// the open provider wait in the limiter.
-func (jr *jobRunner) circuitOpen() bool {
+// circuit: then the job's work is not pulled until a probe is due (until:
+// the first provider's). While one provider is open and another is not,
+// records are pulled and those of the open provider wait in the limiter.
+func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 	if jr.p.limits == nil || len(jr.wf.Actions) == 0 {
-		return false
+		return time.Time{}, false
 	}
 	for _, a := range jr.wf.Actions {
 		l := jr.limiter(a.Provider)
-		if l == nil || !l.CircuitOpen() {
-			return false
+		if l == nil {
+			return time.Time{}, false
+		}
+		u, open := l.CircuitOpenUntil()
+		if !open {
+			return time.Time{}, false
+		}
+		if until.IsZero() || u.Before(until) {
+			until = u
 		}
 	}
-	return true
+	return until, true
 }
 
 // Limits is the pool's limiter registry (nil before Start): the run

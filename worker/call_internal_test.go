@@ -43,7 +43,7 @@ func TestCallIsOneRequest(t *testing.T) {
 			Body: providertest.OpenAIError("Rate limit reached", "requests", "rate_limit_exceeded")}.ServeHTTP(w, r)
 	}))
 	jr, pr := callRunner(t, srv)
-	_, err := jr.call(context.Background(), pr.Name(), pr, askHi)
+	_, err := jr.call(context.Background(), pr.Name(), pr, askHi, nil)
 	require.Equal(t, retry.ClassRateLimit, retry.AsError(err).Class)
 	require.Equal(t, int64(1), n.Load())
 	require.Equal(t, int64(1), jr.p.Calls())
@@ -62,10 +62,10 @@ func TestCallReturnsWaitErrorUnchanged(t *testing.T) {
 			Body: providertest.OpenAIError("Rate limit reached", "requests", "rate_limit_exceeded")}.ServeHTTP(w, r)
 	}))
 	jr, pr := callRunner(t, srv)
-	_, err := jr.call(context.Background(), pr.Name(), pr, askHi) // the bucket is empty: a shared cooldown
+	_, err := jr.call(context.Background(), pr.Name(), pr, askHi, nil) // the bucket is empty: a shared cooldown
 	require.Equal(t, retry.ClassRateLimit, retry.AsError(err).Class)
 	start := time.Now()
-	_, err = jr.call(context.Background(), pr.Name(), pr, askHi)
+	_, err = jr.call(context.Background(), pr.Name(), pr, askHi, nil)
 	require.Less(t, time.Since(start), time.Second, "not waited in the slot")
 	var we *ratelimit.WaitError
 	require.True(t, errors.As(err, &we), "%T: %v", err, err)

@@ -157,7 +157,14 @@ func (c *completer) complete(ctx context.Context, d *delivery, o outcome, releas
 	*s = settling{d: d, o: o, own: own}
 	switch o.kind {
 	case outcomeAbandon:
-		c.beats.release(d.msg)
+		c.letGo(d)
+		return false
+	case outcomeYield:
+		c.letGo(d)
+		if d.run != nil && d.run.fence != nil {
+			c.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("calls", d.run.calls).
+				Msg("another delivery took this record's call over while this worker was silent (stopped or cut off) longer than its claim stands: no further call from here; the calls made here count in its budget")
+		}
 		return false
 	case outcomeDone:
 		if c.fast(ctx, s, release) {
@@ -444,6 +451,7 @@ func (c *completer) park(s *settling) {
 	}
 	_ = d.msg.Nak()
 	if s.o.kind != outcomeDone { // a parked answer keeps its claim
+		c.letGo(d) // no renewal after the claim is let go: it would take it again
 		c.unclaim(ctx, d)
 	}
 }
@@ -451,15 +459,22 @@ func (c *completer) park(s *settling) {
 // unclaim lets go of d's claim of its call, if it took one, so that its
 // next delivery need not wait for it.
 func (c *completer) unclaim(ctx context.Context, d *delivery) {
-	if d.claim != 0 {
+	if d.claimRev() != 0 && !d.claimTaken() {
 		_ = c.st.unclaim(ctx, d)
 	}
+}
+
+// letGo stops keeping d's message and claim alive (a renewal under way is
+// waited for) and ends its hold on its message (jobRunner.hold).
+func (c *completer) letGo(d *delivery) {
+	c.beats.release(d.msg)
+	d.unhold()
 }
 
 // giveUp lets go of a record whose outcome did not land: its message is
 // no longer kept alive, and is redelivered after AckWait.
 func (c *completer) giveUp(s *settling) {
-	c.beats.release(s.d.msg)
+	c.letGo(s.d)
 	if s.handed && s.own != nil {
 		s.own.finished()
 	}
@@ -473,10 +488,19 @@ func (c *completer) finish(s *settling) {
 		c.giveUp(s) // as a process killed before its ack
 		return
 	}
-	c.beats.release(d.msg)
+	c.letGo(d)
 	if !s.since.IsZero() {
-		c.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).
-			Dur("held", c.now().Sub(s.since).Round(time.Millisecond)).Msgf("%s stored after the store failed; nothing was called again", o.kind)
+		// What this worker knows: it made no call for the record while
+		// the write was held; another delivery may have, if its claim was
+		// taken over meanwhile (worker/lease.go).
+		ev := c.log.Info()
+		msg := "%s stored after its writes were held: this worker made no further call for the record meanwhile"
+		if d.claimTaken() {
+			ev = c.log.Warn()
+			msg = "%s stored after its writes were held: this worker made no further call for the record, but its claim was taken over meanwhile (it was silent longer than the claim stands), and the delivery that took it may have called again"
+		}
+		ev.Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).
+			Dur("held", c.now().Sub(s.since).Round(time.Millisecond)).Msgf(msg, o.kind)
 	}
 	// The writes after the ack, each bounded by writeTimeout. Most records
 	// have none: the context (and its timer) is made for those that do.
@@ -490,6 +514,12 @@ func (c *completer) finish(s *settling) {
 		return ctx
 	}
 	switch o.kind {
+	case outcomeRetry, outcomePark, outcomeHandBack:
+		// Let go before the nak: the next delivery, maybe a moment away,
+		// would otherwise find the claim standing and wait for it.
+		c.unclaim(wctx(), d)
+	}
+	switch o.kind {
 	case outcomeRetry, outcomePark:
 		_ = d.msg.NakWithDelay(o.delay)
 	case outcomeHandBack:
@@ -498,8 +528,6 @@ func (c *completer) finish(s *settling) {
 		c.st.ack(d.msg)
 	}
 	switch o.kind {
-	case outcomeRetry, outcomePark, outcomeHandBack:
-		c.unclaim(wctx(), d)
 	case outcomeDone, outcomeDeadLetter:
 		if d.state != nil || s.parked {
 			_ = c.st.clearState(wctx(), d)

@@ -137,46 +137,67 @@ func TestCostPipeline(t *testing.T) {
 	}, "job cost %v", total)
 }
 
-// max_cost stops new calls mid-job like a raise, with nothing lost: the
-// records not called are dead-lettered with reason budget, and a replay
-// after the budget is raised finishes the job.
+// max_cost stops new calls mid-job like a raise, with nothing lost: a call
+// goes only while what is spent and set aside for calls under way is below
+// the budget, the records not called are dead-lettered with class and
+// reason budget, and a replay after the budget is raised finishes the job.
 func TestMaxCostStopsThenReplayFinishes(t *testing.T) {
 	t.Parallel()
 	b := testenv.Broker(t)
 	ctx := context.Background()
-	// One action: 3 in + 2 out tokens = $3 + $4 = $7 a call.
+	// One action at $1 an input token and $2 an output token: "record N"
+	// is 3 input tokens to the sim and "abcd" 2 output: $7 a call. Its
+	// worst case: 32 input tokens (16 for the request, 8 for the message,
+	// 8 bytes of prompt) and max_tokens 2: $36.
 	wf := testenv.Workflow(t, `
 providers:
   sim: {kind: sim, sim: {reply: "abcd"}, price: {input_per_mtok: 1000000, output_per_mtok: 2000000}}
-defaults: {provider: sim, max_cost: 30}
+defaults: {provider: sim, max_cost: 60, params: {max_tokens: 2}}
 actions:
   - {name: a, prompt: "{{ .text }}"}
 `)
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 20), dispatcher.Options{})
-	require.Equal(t, 30.0, res.Job.MaxCost)
+	require.Equal(t, 60.0, res.Job.MaxCost)
 	pool := testenv.Pool(t, b, worker.Config{Concurrency: 1, ReadAhead: -1})
 	job, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
 	require.Equal(t, broker.JobFailed, job.Status)
-	require.Contains(t, job.Reason, "max_cost $30 reached")
-	// Five calls reach $35: the sixth record is not called.
-	require.EqualValues(t, 5, p.OK)
-	require.EqualValues(t, 15, p.Failed)
-	require.Equal(t, map[string]int64{"budget": 15}, p.ByReason, "nothing lost: every record is ok or dead-lettered for budget")
-	require.EqualValues(t, 5, pool.Calls())
+	require.Contains(t, job.Reason, "max_cost $60.00 reached")
+	// $7 a call, one at a time: the ninth goes with $56 spent, the tenth
+	// finds $63 spent. The cap is passed by $3, less than a call's worst
+	// case ($36).
+	require.EqualValues(t, 9, p.OK)
+	require.EqualValues(t, 11, p.Failed)
+	require.Equal(t, map[string]int64{"budget": 11}, p.ByReason, "nothing lost: every record is ok or dead-lettered for budget")
+	require.EqualValues(t, 9, pool.Calls())
 	results := testenv.Results(t, b, job)
 	for _, r := range results {
 		if r.Status == broker.StatusFailed {
 			require.Equal(t, 0, r.Recovery.Attempts, "no call made")
+			require.Equal(t, "budget", r.Error.Class, "its class says why")
 			require.True(t, r.Cost == nil || *r.Cost == 0, "nothing spent on it")
 		}
 	}
+	var dead []*deadletter.Entry
+	require.NoError(t, deadletter.Each(ctx, b, deadletter.Filter{Job: job.ID}, func(e *deadletter.Entry) error {
+		dead = append(dead, e)
+		return nil
+	}))
+	require.Len(t, dead, 11)
+	for _, e := range dead {
+		require.Equal(t, retry.ReasonBudget, e.Reason)
+		require.Equal(t, retry.ClassBudget, e.Class)
+	}
+	testenv.Eventually(t, 5*time.Second, func() bool {
+		j, _, err := b.GetJob(ctx, job.ID)
+		return err == nil && j.Cost == 63 && j.Ledger.Held() == 0
+	}, "the job's spend: 9 calls at $7, and no budget held once the job is over")
 
 	// The budget is raised and the dead letters replayed: the job finishes.
-	_, err := b.UpdateJob(ctx, job.ID, func(j *broker.Job) bool { j.MaxCost = 1000; return true })
+	_, err := b.UpdateJob(ctx, job.ID, func(j *broker.Job) bool { j.MaxCost = 1000; j.Ledger.Reached = false; return true })
 	require.NoError(t, err)
 	rep, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: deadletter.Filter{Job: job.ID, Reason: "budget"}})
 	require.NoError(t, err)
-	require.Equal(t, 15, rep.Replayed)
+	require.Equal(t, 11, rep.Replayed)
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		j, _, err := b.GetJob(ctx, job.ID)
 		if err != nil {
@@ -185,7 +206,7 @@ actions:
 		pr, err := b.JobProgress(ctx, j, false)
 		return err == nil && pr.OK == 20
 	}, "replayed records succeed")
-	require.EqualValues(t, 20, pool.Calls(), "the five paid ones are not called again")
+	require.EqualValues(t, 20, pool.Calls(), "the nine paid ones are not called again")
 	testenv.Eventually(t, 5*time.Second, func() bool {
 		j, _, err := b.GetJob(ctx, job.ID)
 		return err == nil && j.Cost == 140

@@ -8,7 +8,9 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // outcomeKind is what happens to a delivery once its session is over, or
@@ -39,10 +41,15 @@ const (
 	// outcomeAbandon: nothing at all, as a process that died would
 	// (Config.DieOn, for tests and drills).
 	outcomeAbandon
+	// outcomeYield: another delivery holds the record's call (worker/
+	// lease.go): this one lets go of its message with no write, no ack and
+	// no nak; the other's ack or nak settles it, and the calls this one
+	// made are in its claim, which the other took over.
+	outcomeYield
 )
 
 func (k outcomeKind) String() string {
-	return [...]string{"done", "settled", "retry", "park", "hand back", "dead letter", "abandon"}[k]
+	return [...]string{"done", "settled", "retry", "park", "hand back", "dead letter", "abandon", "yield"}[k]
 }
 
 // outcome is a delivery's fate, with everything the completer writes.
@@ -74,12 +81,15 @@ const parkJitterMax = 5 * time.Second
 // whole of the rules of docs/design.md §9 for a record that ran (pure, and
 // table-tested in decide_test.go without NATS):
 //
+//   - a delivery fenced before a call (worker/lease.go) settles a result
+//     stored meanwhile, or yields to the delivery that holds the call now;
 //   - a worker stopping hands the record back, its attempts kept;
 //   - a call that could not go (a wait) is not an attempt: the record is
 //     parked until the provider takes calls again, its delivery not spent
-//     — unless the session had made calls in this delivery, which then
-//     spent it like a session that gave up — and it is dead-lettered with
-//     reason max_wait once its waits pass the action's max_wait;
+//     — a session that had made calls in it is cut short, and the next
+//     delivery continues it with the calls it had left (worker/resume.go)
+//     — and it is dead-lettered with reason max_wait once its waits pass
+//     the action's max_wait, the diagnostic naming what it waited for;
 //   - a success is stored;
 //   - a session that ended the record itself (max_calls, a template or
 //     configuration error) dead-letters it with its reason;
@@ -87,9 +97,18 @@ const parkJitterMax = 5 * time.Second
 //     deliveries that made calls.
 func decide(in decision) outcome {
 	d, end := in.d, in.end
+	if f := end.fence; f != nil {
+		// Stopped before a call it may not make (worker/lease.go).
+		if f.settled != nil {
+			return outcome{kind: outcomeSettled, result: f.settled}
+		}
+		return outcome{kind: outcomeYield}
+	}
 	if end.canceled {
 		st := d.nextState(end.attempts)
+		keepSpend(st, end) // worker/ledger.go
 		st.HandBacks++
+		cutShort(st, end)
 		return outcome{kind: outcomeHandBack, state: st}
 	}
 	if w := end.wait; w != nil {
@@ -104,7 +123,8 @@ func decide(in decision) outcome {
 	}
 	if verdict.Verdict == retry.VerdictRedeliver {
 		st := d.nextState(end.attempts)
-		st.Deliveries++
+		keepSpend(st, end)
+		spent(st)
 		return outcome{kind: outcomeRetry, state: st, delay: verdict.Delay}
 	}
 	all := append(append([]retry.Attempt(nil), d.prior()...), end.attempts...)
@@ -119,45 +139,81 @@ func decide(in decision) outcome {
 }
 
 // decideWait parks a record whose call could not go, or dead-letters it
-// once its waits pass max_wait.
+// once it has waited max_wait in all.
+//
+// A cooldown the provider says outlasts what is left of max_wait is still
+// waited, up to max_wait: it may end before it said (`jetpool limits
+// reset`), and the park holds no slot. An open circuit is not (see below).
+// Only a record that has waited all of max_wait and still finds the
+// provider closed is dead-lettered, its diagnostic saying how long it
+// waited and how long the provider would still take.
 func decideWait(in decision, w *waitFor) outcome {
 	d, end := in.d, in.end
 	delay := max(w.until.Sub(in.now), 0)
 	delay += time.Duration(in.jitter * float64(min(max(delay/10, 100*time.Millisecond), parkJitterMax)))
 	st := d.nextState(end.attempts)
+	keepSpend(st, end)
 	waited := time.Duration(0)
 	if d.state != nil {
 		waited = d.state.Waited
 	}
-	if limit := d.action.Retry.WaitLimit(); waited+delay > limit {
+	limit := d.action.Retry.WaitLimit()
+	left := limit - waited
+	// An open circuit is not waited past max_wait: the pool pulls none of
+	// its provider's work until the probe is due, so a record parked for
+	// less would not come back before it anyway.
+	circuitOutlasts := w.kind == ratelimit.WaitCircuit && w.until.Sub(in.now) > left
+	if left <= 0 || circuitOutlasts {
 		all := append(append([]retry.Attempt(nil), d.prior()...), end.attempts...)
 		final := &retry.Error{Class: w.class, TypeName: "MaxWaitError", Provider: w.provider,
-			Message: fmt.Sprintf("provider %s: %s", w.provider, w.cause)}
-		return deadLetterOutcome(in, final, retry.ReasonMaxWait, waitDiag(w, waited, limit, all), all, end)
+			Message: fmt.Sprintf("provider %s: %s: %s", w.provider, w.what(), w.cause)}
+		return deadLetterOutcome(in, final, retry.ReasonMaxWait, waitDiag(w, waited, limit, w.until.Sub(in.now), all, d.action), all, end)
+	} else if delay > left {
+		delay = left // back when max_wait is up: called if the provider opened meanwhile, dead-lettered if not
 	}
 	st.Waits++
 	st.Waited = waited + delay
-	if end.calls > 0 {
-		// Calls made in this delivery spent it, as a session that gave up
-		// would have: the worst case stays attempts × deliveries.
-		st.Deliveries++
-		if st.Deliveries >= d.action.Retry.Deliveries() {
-			final := cmp.Or(end.err, &retry.Error{Class: w.class, Message: w.cause})
-			all := append(append([]retry.Attempt(nil), d.prior()...), end.attempts...)
-			diag := retry.Diagnose(final, all, d.delivery()) + "; then provider " + w.provider + " stopped taking calls: " + w.cause
-			return deadLetterOutcome(in, final, retry.ReasonExhausted, diag, all, end)
-		}
-	}
+	cutShort(st, end) // calls made in this delivery: the next continues it
 	return outcome{kind: outcomePark, state: st, delay: delay}
 }
 
-// waitDiag explains a record dead-lettered for waiting too long.
-func waitDiag(w *waitFor, waited, limit time.Duration, all []retry.Attempt) string {
-	s := fmt.Sprintf("waited %s in all for provider %s, past max_wait %s (%s)", waited.Round(time.Second), w.provider, limit, w.cause)
+// waitDiag explains a record dead-lettered for waiting too long: what it
+// waited for (the provider's open circuit, its cooldown, its schedule), how
+// long, how much longer the provider said it would take (ahead), and that
+// the wait, not the record's retry budget, ended it.
+func waitDiag(w *waitFor, waited, limit, ahead time.Duration, all []retry.Attempt, a *workflow.Action) string {
+	var s string
+	if waited < limit { // dead-lettered before max_wait was up: the provider said it stays closed past it
+		s = fmt.Sprintf("waited %s in all for provider %s: %s, and takes no calls for another %s, past max_wait %s",
+			roundWait(waited), w.provider, w.what(), roundWait(ahead), limit)
+	} else {
+		s = fmt.Sprintf("waited %s in all for provider %s, up to max_wait %s: %s", roundWait(waited), w.provider, limit, w.what())
+		if ahead > 0 {
+			s += fmt.Sprintf(", which takes no calls for another %s", roundWait(ahead))
+		}
+	}
+	s += " (" + w.cause + ")"
 	if len(all) == 0 {
 		return s + "; no call was made"
 	}
-	return s + "; before: " + retry.Diagnose(&retry.Error{Class: retry.ClassUnknown}, all, 0)
+	budget := a.Retry.Attempts() * a.Retry.Deliveries()
+	if a.MaxCalls > 0 {
+		budget = min(budget, a.MaxCalls)
+	}
+	return s + fmt.Sprintf("; %d of the %d calls its retry budget allows made before: ", len(all), budget) +
+		retry.Diagnose(&retry.Error{Class: retry.ClassUnknown}, all, 0)
+}
+
+// roundWait rounds a wait for a diagnostic, finer the shorter it is (a
+// short max_wait must read as itself, not as "0s" or "2s").
+func roundWait(d time.Duration) time.Duration {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
 }
 
 // deadLetterOutcome is the dead letter and failed result of a record
@@ -182,13 +238,14 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: e.Model, Replays: d.replays,
 		Recovery: recovery(all, calls, d.delivery(), repairsOf(all, true)), Finished: e.FailedAt,
 	}
-	if end != nil {
-		answered(res, d, end, in.carry) // worker/cost.go: usage, cost, finish reason, latency, line, carry
-		if end.text != "" {
-			// return_last: the last answer the model gave, when it gave one
-			// (an answer that failed the expectation, say).
-			res.Output = end.text
-		}
+	if end == nil {
+		end = d.priorRun() // worker/ledger.go: what earlier deliveries spent
+	}
+	answered(res, d, end, in.carry) // worker/cost.go: usage, cost, finish reason, latency, line, carry
+	if end.text != "" {
+		// return_last: the last answer the model gave, when it gave one
+		// (an answer that failed the expectation, say).
+		res.Output = end.text
 	}
 	story(&res.Recovery, d)
 	account(res, d, all, in.now)
@@ -230,7 +287,7 @@ func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *brok
 func account(r *broker.Result, d *delivery, all []retry.Attempt, now time.Time) {
 	own := broker.Account{Action: r.Action, Revision: d.revision, Status: r.Status,
 		Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts, Deliveries: r.Recovery.Deliveries,
-		Repairs: r.Recovery.Repairs, Usage: r.Usage}
+		Repairs: r.Recovery.Repairs, Usage: r.Usage, Cost: r.Cost}
 	if !d.started.IsZero() {
 		own.LatencyMS = max(now.Sub(d.started), 0).Milliseconds()
 	}

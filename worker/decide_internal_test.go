@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/workflow"
 )
@@ -22,6 +23,12 @@ func TestDecide(t *testing.T) {
 		return retry.Attempt{N: n, Delivery: 1, Class: retry.ClassServer, Error: "ServerError: 503"}
 	}
 	cooling := &waitFor{provider: "p", until: now.Add(time.Minute), cause: "RateLimitError: 429 slow down", class: retry.ClassRateLimit}
+	circuit := &waitFor{provider: "p", until: now.Add(time.Minute), cause: "ServerError: 503", class: retry.ClassServer, kind: ratelimit.WaitCircuit}
+	longCooling := &waitFor{provider: "p", until: now.Add(9*time.Minute + 40*time.Second), cause: "RateLimitError: 429 quota", class: retry.ClassRateLimit}
+	shortWait := on
+	shortWait.MaxWait = 12 * time.Second
+	subSecondWait := on
+	subSecondWait.MaxWait = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name  string
 		pol   retry.Policy
@@ -111,29 +118,106 @@ func TestDecide(t *testing.T) {
 				require.Equal(t, outcomePark, o.kind)
 				require.Equal(t, 4, o.state.Waits)
 			}},
-		{name: "past max_wait: dead-lettered, saying no call was made", pol: on, n: 31,
+		{name: "a wait longer than what is left of max_wait is waited up to max_wait", pol: on, n: 31,
 			state: &broker.RecordState{Handled: 30, Waits: 30, Waited: 29*time.Minute + 30*time.Second},
 			end:   sessionEnd{wait: cooling},
 			check: func(t *testing.T, o outcome) {
-				require.Equal(t, outcomeDeadLetter, o.kind)
-				require.Equal(t, retry.ReasonMaxWait, o.entry.Reason)
-				require.Contains(t, o.entry.Error, "no call was made")
-				require.Zero(t, o.entry.Attempts)
+				require.Equal(t, outcomePark, o.kind, "the cooldown may end early (limits reset)")
+				require.Equal(t, 30*time.Second, o.delay, "back when max_wait is up, not when the cooldown says")
+				require.Equal(t, retry.MaxWaitDefault, o.state.Waited)
 			}},
-		{name: "a wait after calls in the same delivery spends that delivery", pol: on, n: 1,
-			end: sessionEnd{wait: cooling, calls: 1, err: transient, attempts: []retry.Attempt{failedCall(1)}},
+		{name: "a known cooldown past max_wait is waited, not dead-lettered at once", pol: shortWait, n: 1,
+			end: sessionEnd{wait: longCooling},
 			check: func(t *testing.T, o outcome) {
 				require.Equal(t, outcomePark, o.kind)
-				require.Equal(t, 1, o.state.Deliveries)
-				require.Len(t, o.state.Attempts, 1)
+				require.Equal(t, 12*time.Second, o.delay)
+				require.Equal(t, 12*time.Second, o.state.Waited)
+				require.Zero(t, o.state.Deliveries)
 			}},
-		{name: "… and on the last delivery it is exhausted", pol: on, n: 3,
-			state: &broker.RecordState{Deliveries: 2, Handled: 2},
-			end:   sessionEnd{wait: cooling, calls: 1, err: transient, attempts: []retry.Attempt{failedCall(7)}},
+		{name: "max_wait waited and the provider still closed: dead-lettered, saying so", pol: shortWait, n: 2,
+			state: &broker.RecordState{Handled: 1, Waits: 1, Waited: 12 * time.Second},
+			end:   sessionEnd{wait: longCooling},
 			check: func(t *testing.T, o outcome) {
 				require.Equal(t, outcomeDeadLetter, o.kind)
-				require.Equal(t, retry.ReasonExhausted, o.entry.Reason)
-				require.Contains(t, o.entry.Error, "stopped taking calls")
+				require.Equal(t, retry.ReasonMaxWait, o.entry.Reason)
+				require.Equal(t, "waited 12s in all for provider p, up to max_wait 12s: it was in a shared cooldown, which takes no calls for another 9m40s "+
+					"(RateLimitError: 429 quota); no call was made", o.entry.Error)
+				require.Zero(t, o.entry.Attempts)
+			}},
+		{name: "max_wait under a second reads in milliseconds", pol: subSecondWait, n: 2,
+			state: &broker.RecordState{Handled: 1, Waits: 1, Waited: 300 * time.Millisecond},
+			end:   sessionEnd{wait: longCooling},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomeDeadLetter, o.kind)
+				require.Contains(t, o.entry.Error, "waited 300ms in all for provider p, up to max_wait 300ms")
+			}},
+		{name: "a wait after calls in the same delivery cuts it short: not spent, continued", pol: on, n: 1,
+			end: sessionEnd{wait: circuit, calls: 1, err: transient, attempts: []retry.Attempt{failedCall(1)}, cutRound: 1, cutFirst: true},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomePark, o.kind)
+				require.Zero(t, o.state.Deliveries, "waiting spends no delivery")
+				require.Len(t, o.state.Attempts, 1)
+				require.Equal(t, 1, o.state.OpenCalls)
+				require.Equal(t, 1, o.state.OpenRound)
+			}},
+		{name: "… on the last delivery too: parked, not exhausted", pol: on, n: 3,
+			state: &broker.RecordState{Deliveries: 2, Handled: 2},
+			end:   sessionEnd{wait: circuit, calls: 1, err: transient, attempts: []retry.Attempt{failedCall(7)}, cutRound: 1, cutFirst: true},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomePark, o.kind)
+				require.Equal(t, 2, o.state.Deliveries)
+				require.Equal(t, 1, o.state.OpenCalls)
+			}},
+		{name: "a delivery that continues one cut short and is cut again adds up", pol: on, n: 5,
+			state: &broker.RecordState{Deliveries: 1, Handled: 4, OpenCalls: 1, OpenRound: 1, Attempts: []retry.Attempt{failedCall(1), failedCall(2), failedCall(3), failedCall(4)}},
+			end:   sessionEnd{wait: circuit, calls: 1, err: transient, attempts: []retry.Attempt{failedCall(5)}, cutRound: 1, cutFirst: true},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomePark, o.kind)
+				require.Equal(t, 2, o.state.OpenCalls)
+				require.Equal(t, 2, o.state.OpenRound)
+			}},
+		{name: "a spent delivery starts the next budget afresh", pol: on, n: 4,
+			state: &broker.RecordState{Handled: 3, OpenCalls: 2, OpenRound: 2},
+			end:   sessionEnd{err: transient, calls: 1, attempts: []retry.Attempt{failedCall(3)}},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomeRetry, o.kind)
+				require.Equal(t, 1, o.state.Deliveries)
+				require.Zero(t, o.state.OpenCalls)
+				require.Zero(t, o.state.OpenRound)
+			}},
+		{name: "a hand-back at a stop cuts the delivery short too", pol: on, n: 1,
+			end: sessionEnd{canceled: true, calls: 2, err: transient, attempts: []retry.Attempt{failedCall(1), failedCall(2)}, cutRound: 2, cutFirst: true},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomeHandBack, o.kind)
+				require.Equal(t, 2, o.state.OpenCalls)
+			}},
+		{name: "a circuit open past what is left of max_wait ends the record at once", pol: shortWait, n: 2,
+			state: &broker.RecordState{Handled: 1, Waits: 1, Waited: 2 * time.Second},
+			end:   sessionEnd{wait: circuit},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomeDeadLetter, o.kind)
+				require.Equal(t, retry.ReasonMaxWait, o.entry.Reason)
+				require.Equal(t, "waited 2s in all for provider p: its circuit breaker was open, and takes no calls for another 1m0s, past max_wait 12s "+
+					"(ServerError: 503); no call was made", o.entry.Error)
+			}},
+		{name: "a circuit whose probe is due within max_wait is waited for", pol: shortWait, n: 2,
+			state: &broker.RecordState{Handled: 1, Waits: 1, Waited: 2 * time.Second},
+			end:   sessionEnd{wait: &waitFor{provider: "p", until: now.Add(5 * time.Second), cause: "ServerError: 503", class: retry.ClassServer, kind: ratelimit.WaitCircuit}},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomePark, o.kind)
+			}},
+		{name: "past max_wait with the circuit open: the diagnostic says the circuit ended it", pol: on, n: 40,
+			state: &broker.RecordState{Handled: 39, Waits: 38, Waited: 29*time.Minute + 30*time.Second, OpenCalls: 2, OpenRound: 2,
+				Attempts: []retry.Attempt{failedCall(1), failedCall(2)}},
+			end: sessionEnd{wait: circuit},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomeDeadLetter, o.kind)
+				require.Equal(t, retry.ReasonMaxWait, o.entry.Reason)
+				require.Equal(t, retry.ClassServer, o.entry.Class)
+				require.Contains(t, o.entry.Error, "circuit breaker was open")
+				require.Contains(t, o.entry.Error, "2 of the 9 calls its retry budget allows made before")
+				require.Equal(t, 2, o.entry.Attempts)
+				require.Contains(t, o.result.Error.Message, "circuit breaker was open")
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

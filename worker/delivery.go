@@ -38,9 +38,20 @@ type delivery struct {
 	// stale is the sequence of a failed result of an earlier replay
 	// generation, which this delivery's result replaces.
 	stale uint64
-	// claim is the revision of this delivery's claim of the call
-	// (broker.Claim; worker/handle.go twin), 0 when it took none.
-	claim uint64
+	// lease is this delivery's claim of the call (broker.Claim; worker/
+	// handle.go twin), kept alive while the call runs (worker/lease.go).
+	lease lease
+	// seq is the work message's stream sequence: a second delivery of it
+	// to this pool while the first is handled waits for the first
+	// (jobRunner.hold); heldIn is where it is held.
+	seq    uint64
+	heldIn *heldSet
+	// stateRev is the revision of the record's state entry as it was read
+	// (lookUp) or last written by this delivery (saved), 0 when none was
+	// read or there is none: the completer's write of the next state is
+	// made on it (worker/statemerge.go).
+	stateRev uint64
+	saved    *broker.RecordState
 	// next is the action after this one ("" for the last).
 	next string
 	// run is the delivery's session once it ran (or stands for the paid run
@@ -64,6 +75,9 @@ type delivery struct {
 	// reusable: once the completer is done with the delivery nothing else
 	// holds it, and it goes back to deliveries (recycle).
 	reusable bool
+	// alone: the delivery holds its pool's place for a suspect record
+	// (poison.go).
+	alone bool
 }
 
 // deliveries keeps the deliveries the completer is done with, for the
@@ -130,8 +144,10 @@ func (d *delivery) nextState(attempts []retry.Attempt) *broker.RecordState {
 	st.Replays = d.replays
 	st.Attempts = append(st.Attempts, attempts...)
 	// Every delivery so far is now accounted for: the earlier ones the
-	// state did not know were lost with a process.
+	// state did not know were lost with a process, and among them the one
+	// it last ran alone in (poison.go).
 	st.Lost += d.unaccounted()
+	st.Blamed, st.Alone = d.blamed(), 0
 	st.Handled = d.n
 	st.Answer = nil
 	return st
@@ -169,12 +185,12 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	if env.ID == "" {
 		return nil, fmt.Errorf("work message without a record id")
 	}
-	delivered, err := numDelivered(msg)
+	delivered, seq, err := numDelivered(msg)
 	if err != nil {
 		return nil, err
 	}
 	d := deliveries.Get().(*delivery)
-	*d = delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(delivered),
+	*d = delivery{msg: msg, job: jr.id, action: a, index: idx, env: env, n: int(delivered), seq: seq,
 		revision: rev, started: jr.p.cfg.Clock.Now()}
 	if idx+1 < len(wf.Actions) {
 		d.next = wf.Actions[idx+1].Name
@@ -187,16 +203,17 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 	return d, nil
 }
 
-// numDelivered is JetStream's delivery count of msg, read from its ack
-// subject without the metadata's allocation where msg is the pool's own.
-func numDelivered(msg jetstream.Msg) (uint64, error) {
+// numDelivered is JetStream's delivery count of msg and its stream
+// sequence, read from its ack subject without the metadata's allocation
+// where msg is the pool's own.
+func numDelivered(msg jetstream.Msg) (delivered, seq uint64, _ error) {
 	if m, ok := msg.(*pulledMsg); ok {
 		f, err := ackTokens(m.msg.Reply)
-		return f.delivered, err
+		return f.delivered, f.sseq, err
 	}
 	meta, err := msg.Metadata()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return meta.NumDelivered, nil
+	return meta.NumDelivered, meta.Sequence.Stream, nil
 }

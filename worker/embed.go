@@ -73,8 +73,8 @@ type embedResult struct {
 }
 
 // embedderFor is the batcher of an embed action, made on first use.
-func (jr *jobRunner) embedderFor(a *workflow.Action) (*embedBatcher, error) {
-	pr, err := jr.provider(a.Provider)
+func (jr *jobRunner) embedderFor(a *workflow.Action, rev int) (*embedBatcher, error) {
+	pr, err := jr.providerAt(rev, a.Provider)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +197,25 @@ func (b *embedBatcher) request(ctx context.Context, items []*embedItem) (provide
 	call := &embedCall{Provider: b.pr, e: b.e, req: req}
 	// What the limiter estimates: the inputs, and one token out.
 	est := provider.Request{Model: b.a.Model, Messages: msgs, Params: map[string]any{"max_tokens": 1}, RecordID: items[0].record}
-	if _, err := b.jr.call(ctx, b.a.Provider, call, est); err != nil {
+	// The request's worst case is set aside in the job's budget before it
+	// goes, and settled once for all its records (worker/budget.go); each
+	// record's result carries its share (runEmbed).
+	res, err := b.jr.reserveCall(ctx, b.a, est, false)
+	if err != nil {
+		return provider.EmbedResponse{}, &retry.NotCalled{Err: err}
+	}
+	if _, err := b.jr.call(ctx, b.a.Provider, call, est, nil); err != nil {
+		res.settle(0)
 		return provider.EmbedResponse{}, err
+	}
+	var c float64
+	if p := costOf(b.a, call.out.Usage, false); p != nil {
+		c = *p
+	}
+	if res == nil {
+		b.jr.budget().settle(0, c)
+	} else {
+		res.settle(c)
 	}
 	return call.out, nil
 }
@@ -247,11 +264,12 @@ func (jr *jobRunner) runEmbed(ctx context.Context, d *delivery) *sessionEnd {
 	if err != nil {
 		return renderFailure(err)
 	}
-	b, err := jr.embedderFor(a)
+	b, err := jr.embedderFor(a, d.revision)
 	if err != nil {
 		return failed(retry.ReasonProgrammingError, retry.ClassProgramming, "ProviderError", err.Error())
 	}
 	run := &sessionEnd{model: a.Model}
+	seedRun(run, d) // worker/ledger.go: what earlier deliveries spent
 	if end := jr.beforeCalls(d, run); end != nil {
 		return end
 	}
@@ -269,6 +287,9 @@ func (jr *jobRunner) runEmbed(ctx context.Context, d *delivery) *sessionEnd {
 	})
 	run.attempts = o.Attempts
 	if o.NotCalled != nil {
+		if budgetEnded(run, o) { // worker/budget.go
+			return run
+		}
 		run.wait = asWait(o.NotCalled, a.Provider)
 		if o.Err != nil {
 			run.err = o.Err
@@ -286,7 +307,7 @@ func (jr *jobRunner) runEmbed(ctx context.Context, d *delivery) *sessionEnd {
 	run.output = vectorOutput(a, res.vector)
 	run.model, run.latency = cmp.Or(res.model, a.Model), res.latency
 	run.usage.Add(res.usage)
-	jr.spend(a, provider.Response{Usage: res.usage}, run, false) // worker/cost.go
+	jr.charge(a, res.usage, run, false) // worker/cost.go: the record's share; its request settled the budget
 	return run
 }
 

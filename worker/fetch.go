@@ -118,6 +118,7 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 	jr.nonce.Store(&j.Nonce)
 	if aw := c.CachedInfo().Config.AckWait; aw > 0 {
 		jr.heartbeat.Store(int64(min(aw/BeatsPerAckWait, p.cfg.Heartbeat)))
+		jr.ackWait.Store(int64(aw))
 	}
 	// A consumer just created may not list its replicas yet (its group is
 	// still forming): the configured replicas and an unknown leader count
@@ -142,10 +143,14 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 // holds records whose writes the store refuses (take no more work until
 // they land: a full disk or a lost quorum must not burn calls).
 func (jr *jobRunner) mustWait(ctx context.Context) bool {
-	switch {
-	case jr.circuitOpen():
-		jr.pause(ctx, IdlePollMax)
+	if until, open := jr.circuitOpen(); open {
+		// Until the probe is due, not longer: a parked record that comes
+		// back then is the probe, and a cooldown can be shorter than a poll.
+		// (At least a few milliseconds: the limiter's clock may be another.)
+		jr.pause(ctx, min(max(time.Until(until), 10*time.Millisecond), IdlePollMax))
 		return true
+	}
+	switch {
 	case jr.p.done.heldCount() > 0:
 		jr.pause(ctx, heldRetryMin)
 		return true
@@ -252,7 +257,7 @@ func (jr *jobRunner) take(msg jetstream.Msg, g grant, slotted *int, every time.D
 	p := jr.p
 	p.pulled.Add(1)
 	p.beats.hold(msg, every, time.Now())
-	t := task{jr: jr, msg: msg}
+	t := task{jr: jr, msg: msg, pauses: p.pauses.Lost()}
 	if *slotted < g.slots {
 		*slotted++
 		p.start(t)

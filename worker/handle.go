@@ -1,9 +1,8 @@
 package worker
 
 import (
-	"cmp"
 	"context"
-	"fmt"
+	"errors"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -23,22 +22,47 @@ import (
 // outcome out. release hands the delivery's slot on to the next record (at
 // the latest when handle returns). handedOver: the completer owns the
 // record now and ends it (Pool.handleTask).
-func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func()) (handedOver bool) {
+//
+// pauses is the pause watch's reading when the message was pulled
+// (worker/lease.go).
+func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.Duration, release func()) (handedOver bool) {
 	p := jr.p
 	p.handled.Add(1)
 	p.cfg.Metrics.Delivery(jr.id)
 	d, err := jr.parse(msg)
+	if ue := (*unservableError)(nil); errors.As(err, &ue) {
+		jr.cannotServe(msg, err) // worker/serve.go: a revision this worker may not call
+		return false
+	}
 	if err != nil {
 		d, o := jr.broken(msg, err)
 		return jr.complete(ctx, d, o, release)
 	}
+	batched := d.action.Mode == workflow.ModeBatch && d.mode != workflow.ModeOnline
+	if !batched && !jr.hold(d) {
+		// Delivered again to this pool while a delivery of it is handled
+		// here (worker/lease.go): that one settles it.
+		p.log.Debug().Str("job", d.job).Str("record", d.env.ID).Int("delivery", d.n).
+			Msg("delivered again while this worker still handles it (its AckWait ran out: the process was stopped, or its heartbeats were lost): left to the delivery under way")
+		return jr.complete(ctx, d, outcome{kind: outcomeYield}, release)
+	}
 	if o, settled := jr.before(ctx, d); settled {
 		return jr.complete(ctx, d, o, release)
 	}
-	if d.action.Mode == workflow.ModeBatch && d.mode != workflow.ModeOnline {
+	if o, settled := jr.alone(ctx, d); settled { // poison.go: a suspect runs alone
+		return jr.complete(ctx, d, o, release)
+	}
+	if d.alone {
+		defer func() { <-p.suspect }()
+	}
+	if p.cfg.DieOn != nil && p.cfg.DieOn(d.job, d.action.Name, d.env.ID) {
+		return jr.complete(ctx, d, outcome{kind: outcomeAbandon}, release) // as if the process died running it: no ack, no nak
+	}
+	if batched {
 		jr.enqueueBatch(ctx, d, release) // worker/batch.go: the batcher acks it once its batch is recorded
 		return false
 	}
+	jr.attach(d, pauses) // worker/lease.go: its claim kept alive while it calls
 	run := jr.runSession
 	if d.action.IsEmbed() {
 		run = jr.runEmbed // worker/embed.go
@@ -50,6 +74,11 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, release func
 	end := run(ctx, d)
 	d.run = end
 	o := decide(decision{d: d, end: end, now: p.cfg.Clock.Now(), jitter: rand.Float64(), worker: p.id, carry: jr.wf.Carry})
+	if o.kind == outcomeSettled && o.result != nil {
+		// Found stored by its fence (worker/lease.go): its cost goes on
+		// with the record, as lookUp's.
+		d.run, d.account = paidRun(o.result), ownAccount(o.result)
+	}
 	return jr.complete(ctx, d, o, release)
 }
 
@@ -85,10 +114,13 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 		j = jr.reread(ctx, j)
 	}
 	if j.Status == broker.JobFailed {
+		if o, settled := jr.storedOutcome(ctx, d); settled { // worker/failed.go
+			return o, true
+		}
 		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
 		reason := retry.ReasonJobFailed
-		if j.OverBudget() { // worker/cost.go
-			final, reason = budgetError(j.MaxCost, j.Cost), retry.ReasonBudget
+		if j.OverBudget() { // worker/budget.go
+			final, reason = budgetError(j), retry.ReasonBudget
 		}
 		return deadLetterOutcome(jr.decision(d), final, reason, "job failed: "+j.Reason, d.prior(), nil), true
 	}
@@ -98,14 +130,9 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 		if o, settled := jr.lookUp(ctx, d); settled {
 			return o, true
 		}
-		if lost := d.lost(); lost > retry.LostDeliveriesMax {
-			final := &retry.Error{Class: retry.ClassProgramming, TypeName: "PoisonRecord",
-				Message: fmt.Sprintf("%d of its deliveries ended with no word from any worker (the worker died or hung each time)", lost)}
+		if final := d.poisoned(); final != nil { // poison.go
 			return deadLetterOutcome(jr.decision(d), final, retry.ReasonMaxDeliveries, retry.Diagnose(final, d.prior(), d.delivery()), d.prior(), nil), true
 		}
-	}
-	if p.cfg.DieOn != nil && p.cfg.DieOn(d.job, d.action.Name, d.env.ID) {
-		return outcome{kind: outcomeAbandon}, true // as if the process died running it: no ack, no nak
 	}
 	return outcome{}, false
 }
@@ -147,7 +174,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 	if d.n > 1 || d.mode == workflow.ModeOnline {
 		var st *broker.RecordState
 		heldState, err := jr.untilAnswered(ctx, "state lookup", "KV_"+broker.BucketAttempts, func(ctx context.Context) (err error) {
-			st, err = p.b.LoadState(ctx, d.job, d.action.Name, d.env.ID, d.replays)
+			st, d.stateRev, err = p.b.LoadStateRev(ctx, d.job, d.action.Name, d.env.ID, d.replays)
 			return err
 		})
 		if err != nil {
@@ -186,7 +213,10 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 //     the other waits, until the winner's result is stored or its claim
 //     let go or lapsed. A claim the store does not answer is asked again
 //     until it does (TestClusterTwinWaitsOutAFrozenClaimsLeader); one it
-//     refuses (the bucket full, say) does not stop the call.
+//     refuses (the bucket full, say) does not stop the call;
+//   - a redelivery claims on a single server too: the delivery before it
+//     may be a worker stopped mid-call (worker/lease.go), whose claim,
+//     taken at its first heartbeat, stands while it is renewed.
 func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o outcome, wait bool) {
 	park := func(st *broker.RecordState) outcome {
 		st.TwinWaited = true
@@ -196,14 +226,14 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 	if suspect && !waited {
 		return park(d.nextState(nil)), true
 	}
-	if !suspect && !jr.replicated.Load() {
+	// A redelivery claims everywhere: its last delivery may be a worker
+	// stopped or cut off mid-call (worker/lease.go).
+	if !suspect && !jr.replicated.Load() && d.n <= 1 {
 		return outcome{}, false
 	}
 	p := jr.p
-	bid := broker.Bid{Job: d.job, Action: d.action.Name, Record: d.env.ID, Replays: d.replays,
-		Holder: fmt.Sprintf("%s/%p", p.id, d), Delivery: d.n, Waited: waited,
-		TTL: 2 * cmp.Or(p.b.Cfg.AckWait, broker.AckWaitDefault)}
-	var rev uint64
+	bid := jr.bid(d, 1)
+	var c broker.Claimed
 	var ok bool
 	var refused error
 	// A claim the bucket does not answer is asked again, the record held
@@ -211,7 +241,7 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 	// twin's claim, if there is one); only one it refuses lets the call go
 	// on without a claim.
 	held, err := jr.untilAnswered(ctx, "claim", "KV_"+broker.BucketClaims, func(ctx context.Context) (err error) {
-		rev, ok, err = p.b.Claim(ctx, bid)
+		c, ok, err = p.b.Claim(ctx, bid)
 		if err != nil && !broker.Unanswered(err) {
 			refused, err = err, nil
 		}
@@ -223,19 +253,24 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 	case refused != nil:
 		p.warnClaim(refused)
 		return outcome{}, false
-	case ok && held:
+	case !ok:
+		return park(d.nextState(nil)), true
+	}
+	d.lease.mu.Lock()
+	d.lease.rev, d.lease.calls = c.Rev, 1
+	d.lease.mu.Unlock()
+	if held {
 		// Won once the bucket answered again, maybe many seconds on: a
 		// twin's claim may have lapsed meanwhile, its result stored. The
 		// record lets go and is parked, and its next delivery looks
 		// again (CI: a twin held 21 s took over a lapsed claim and paid
 		// again for a result stored 18 s before).
-		d.claim = rev
 		return park(d.nextState(nil)), true
-	case ok:
-		d.claim = rev
-		return outcome{}, false
 	}
-	return park(d.nextState(nil)), true
+	if c.LapsedCalls > 0 {
+		return jr.takeOver(ctx, d, c.LapsedCalls)
+	}
+	return outcome{}, false
 }
 
 // warnClaim logs a claim the store refused, at most once a minute.

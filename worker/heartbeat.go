@@ -26,20 +26,40 @@ const BeatsPerAckWait = 6
 // the pool still owns runs out its AckWait and is delivered again (paid
 // twice). One goroutine and one map for every message: a timer per
 // message cost more (timers were about 4 % of the worker's CPU).
+//
+// A message whose delivery holds a claim of its call (worker/lease.go) has
+// the claim renewed on the same beat, by renew, so that the claim stands
+// as long as the call runs.
 type beats struct {
 	mu   sync.Mutex
 	held map[jetstream.Msg]beat
 	tick time.Duration // how often the map is scanned: a quarter of the shortest interval
 	wake chan struct{} // a shorter interval than tick: rescan at once
+	// renew renews the lease of a delivery whose beat is due (nil: none),
+	// in a goroutine of its own; renewed is told when it is done.
+	renew    func(d *delivery)
+	renewal  *sync.Cond // on mu: a renewal ended
+	leases   []*delivery
+	renewals sync.WaitGroup // the renewals under way: run waits for them
+	frozen   func() bool    // Config.Frozen
 }
+
+// leaseRenewers is how many leases are renewed at once.
+const leaseRenewers = 8
 
 type beat struct {
 	every time.Duration
 	last  time.Time
+	// d is the delivery whose lease is renewed with the beat (attach);
+	// renewing: its renewal is under way, and release waits for it.
+	d        *delivery
+	renewing bool
 }
 
 func newBeats(every time.Duration) *beats {
-	return &beats{held: map[jetstream.Msg]beat{}, tick: max(every/4, 10*time.Millisecond), wake: make(chan struct{}, 1)}
+	b := &beats{held: map[jetstream.Msg]beat{}, tick: max(every/4, 10*time.Millisecond), wake: make(chan struct{}, 1)}
+	b.renewal = sync.NewCond(&b.mu)
+	return b
 }
 
 // hold starts keeping m alive every interval.
@@ -65,7 +85,8 @@ func (b *beats) hold(m jetstream.Msg, every time.Duration, now time.Time) {
 func (b *beats) soon() {
 	b.mu.Lock()
 	for m, bt := range b.held {
-		b.held[m] = beat{every: bt.every}
+		bt.last = time.Time{}
+		b.held[m] = bt
 	}
 	b.mu.Unlock()
 	select {
@@ -74,11 +95,38 @@ func (b *beats) soon() {
 	}
 }
 
-// release stops keeping m alive: it was acked, nak'ed or abandoned.
+// attach renews d's lease with m's beats from now on (m is d's message,
+// held).
+func (b *beats) attach(m jetstream.Msg, d *delivery) {
+	b.mu.Lock()
+	if bt, ok := b.held[m]; ok {
+		bt.d = d
+		b.held[m] = bt
+	}
+	b.mu.Unlock()
+}
+
+// release stops keeping m alive: it was acked, nak'ed or abandoned. A
+// renewal of its delivery's lease under way is waited for: nothing
+// touches the delivery once it is released (it is recycled).
 func (b *beats) release(m jetstream.Msg) {
 	b.mu.Lock()
+	for b.held[m].renewing {
+		b.renewal.Wait()
+	}
 	delete(b.held, m)
 	b.mu.Unlock()
+}
+
+// renewed ends the renewal of m's delivery's lease.
+func (b *beats) renewed(m jetstream.Msg) {
+	b.mu.Lock()
+	if bt, ok := b.held[m]; ok {
+		bt.renewing = false
+		b.held[m] = bt
+	}
+	b.mu.Unlock()
+	b.renewal.Broadcast()
 }
 
 // count is the messages held.
@@ -89,7 +137,8 @@ func (b *beats) count() int {
 }
 
 // due returns the messages whose interval has passed by now, and counts
-// them as beaten now.
+// them as beaten now. Their deliveries' leases, if renew is set and none
+// is being renewed, are marked renewing and kept for takeLeases.
 func (b *beats) due(now time.Time) []jetstream.Msg {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -97,10 +146,24 @@ func (b *beats) due(now time.Time) []jetstream.Msg {
 	for m, bt := range b.held {
 		if now.Sub(bt.last) >= bt.every {
 			out = append(out, m)
-			b.held[m] = beat{every: bt.every, last: now}
+			bt.last = now
+			if bt.d != nil && b.renew != nil && !bt.renewing {
+				bt.renewing = true
+				b.leases = append(b.leases, bt.d)
+			}
+			b.held[m] = bt
 		}
 	}
 	return out
+}
+
+// takeLeases hands over the leases due marked renewing.
+func (b *beats) takeLeases() []*delivery {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.leases
+	b.leases = nil
+	return l
 }
 
 // run sends the heartbeats until ctx is done.
@@ -109,6 +172,7 @@ func (b *beats) run(ctx context.Context) {
 	t := time.NewTimer(b.tick)
 	b.mu.Unlock()
 	defer t.Stop()
+	defer b.renewals.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -116,8 +180,35 @@ func (b *beats) run(ctx context.Context) {
 		case <-b.wake:
 		case <-t.C:
 		}
+		if b.frozen != nil && b.frozen() {
+			b.mu.Lock()
+			t.Reset(b.tick)
+			b.mu.Unlock()
+			continue
+		}
 		for _, m := range b.due(time.Now()) {
 			_ = m.InProgress() // a lost one is caught by the next: BeatsPerAckWait
+		}
+		if ls := b.takeLeases(); len(ls) > 0 {
+			// Each renewal is a request to the store: off this loop, so a
+			// store slow to answer delays no heartbeat, a few at a time.
+			b.renewals.Add(1)
+			go func() {
+				defer b.renewals.Done()
+				var wg sync.WaitGroup
+				sem := make(chan struct{}, leaseRenewers)
+				for _, d := range ls {
+					sem <- struct{}{}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						b.renew(d)
+						b.renewed(d.msg)
+						<-sem
+					}()
+				}
+				wg.Wait()
+			}()
 		}
 		b.mu.Lock()
 		t.Reset(b.tick)

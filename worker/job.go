@@ -28,6 +28,8 @@ type jobRunner struct {
 	providers map[string]provider.Provider
 	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
 	heartbeat atomic.Int64                  // InProgress interval: the consumer's AckWait / BeatsPerAckWait
+	ackWait   atomic.Int64                  // the consumer's AckWait (0: not read yet): claims stand twice that (lease.go)
+	held      heldSet                       // the work messages handled here, by sequence (lease.go hold)
 	inFlight  atomic.Int64
 	storing   atomic.Int64 // records the completer took over: their writes are landing
 	// replicated: the job's consumer has followers (a cluster, R3). A
@@ -46,7 +48,7 @@ type jobRunner struct {
 	// message of the dispatcher's that carries another is dropped (before).
 	nonce   atomic.Pointer[string]
 	batcher *batch.Batcher // worker/batch.go; nil unless the workflow has batch-mode actions
-	costs   *CostGate      // worker/cost.go; made on first use
+	costs   *budget        // worker/budget.go; made on first use
 
 	// embeds are the embed actions' batchers (worker/embed.go), by action
 	// (of any revision), made on first use.
@@ -89,6 +91,18 @@ func (jr *jobRunner) reread(ctx context.Context, seen *broker.Job) *broker.Job {
 func (jr *jobRunner) setJob(j *broker.Job) {
 	jr.mu.Lock()
 	jr.job = j
+	b := jr.costs
+	jr.mu.Unlock()
+	if b != nil {
+		b.seen(j) // worker/budget.go: a change of the job's ledger
+	}
+}
+
+// mergeState holds the job with the state entry st a write of its ledger
+// returned (broker.UpdateState).
+func (jr *jobRunner) mergeState(st *broker.Job) {
+	jr.mu.Lock()
+	jr.job = jr.job.WithState(st)
 	jr.mu.Unlock()
 }
 
@@ -113,6 +127,22 @@ func (jr *jobRunner) provider(name string) (provider.Provider, error) {
 		return nil, err
 	}
 	jr.providers[name] = pr
+	return pr, nil
+}
+
+// providerAs is the adapter kept under key, made from cfg if there is none
+// yet (worker/revision.go providerAt).
+func (jr *jobRunner) providerAs(key string, cfg provider.Config) (provider.Provider, error) {
+	jr.mu.Lock()
+	defer jr.mu.Unlock()
+	if pr, ok := jr.providers[key]; ok {
+		return pr, nil
+	}
+	pr, err := jr.p.cfg.NewProvider(cfg)
+	if err != nil {
+		return nil, err
+	}
+	jr.providers[key] = pr
 	return pr, nil
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"maps"
+	"strings"
 
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
@@ -18,8 +19,10 @@ import (
 //     answer goes on to the check, whose correction names the truncation;
 //     otherwise (fail, and grow once its growth is spent) it is a
 //     TruncatedError of class truncated.
-//   - finish_reason content_filter: a ContentFilterError of class
-//     content_filter, unless on_filtered: ok.
+//   - finish_reason content_filter (a filtered answer, a refusal, a
+//     blocked prompt): a ContentFilterError of class content_filter, unless
+//     on_filtered: ok. It ends the session before the expect: check, so a
+//     refusal is never repaired.
 //
 // Both classes are permanent: neither retry layer calls again (the same
 // request is cut or filtered again), the record is dead-lettered with
@@ -52,10 +55,23 @@ func finishErr(a *workflow.Action, resp provider.Response) *retry.Error {
 			return nil
 		}
 		return &retry.Error{Class: retry.ClassContentFilter, TypeName: "ContentFilterError",
-			Message:  fmt.Sprintf("answer stopped by the provider's content filter (finish_reason %s)", rawReason(resp)),
+			Message:  fmt.Sprintf("%s (finish_reason %s)", filtered(resp.FinishReasonRaw), rawReason(resp)),
 			Provider: a.Provider, Model: resp.Model}
 	}
 	return nil
+}
+
+// filtered says which of a content filter's answers raw is: a refusal (the
+// model's own words, in the output), a prompt blocked before any answer,
+// or an answer the filter stopped.
+func filtered(raw string) string {
+	switch {
+	case raw == provider.FinishRawRefusal:
+		return "the model refused to answer"
+	case strings.HasPrefix(raw, provider.FinishRawBlockPrefix):
+		return "prompt blocked by the provider's content filter"
+	}
+	return "answer stopped by the provider's content filter"
 }
 
 func rawReason(resp provider.Response) string {

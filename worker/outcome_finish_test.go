@@ -16,6 +16,10 @@ func TestFinish(t *testing.T) {
 	cut := provider.Response{Text: `{"title": "Du`, FinishReason: provider.FinishLength, FinishReasonRaw: "max_tokens",
 		Model: "claude-sonnet-4-5", Usage: provider.Usage{OutputTokens: 12}}
 	filtered := provider.Response{Text: "", FinishReason: provider.FinishContentFilter, FinishReasonRaw: "SAFETY", Model: "gemini-2.5-flash"}
+	refusal := provider.Response{Text: "I'm sorry, I can't help with that.", FinishReason: provider.FinishContentFilter,
+		FinishReasonRaw: provider.FinishRawRefusal, Model: "gpt-4o-mini"}
+	blocked := provider.Response{FinishReason: provider.FinishContentFilter, FinishReasonRaw: provider.FinishRawBlockPrefix + "SAFETY",
+		Model: "gemini-2.5-flash", Usage: provider.Usage{InputTokens: 8}}
 	for _, tc := range []struct {
 		name   string
 		action workflow.Action
@@ -36,6 +40,11 @@ func TestFinish(t *testing.T) {
 		{"filtered fails by default", workflow.Action{}, filtered, retry.ClassContentFilter,
 			"ContentFilterError: answer stopped by the provider's content filter (finish_reason content_filter, provider said SAFETY)"},
 		{"filtered is accepted with ok", workflow.Action{OnFiltered: workflow.OnFilteredOK}, filtered, "", ""},
+		{"a refusal fails, even with repairs", workflow.Action{Expect: repairing}, refusal, retry.ClassContentFilter,
+			"ContentFilterError: the model refused to answer (finish_reason content_filter, provider said refusal)"},
+		{"a refusal is accepted with ok", workflow.Action{OnFiltered: workflow.OnFilteredOK}, refusal, "", ""},
+		{"a blocked prompt fails", workflow.Action{}, blocked, retry.ClassContentFilter,
+			"ContentFilterError: prompt blocked by the provider's content filter (finish_reason content_filter, provider said blockReason SAFETY)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

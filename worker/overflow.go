@@ -101,12 +101,12 @@ func (jr *jobRunner) compact(d *delivery, run *sessionEnd, h *history, e *retry.
 func (jr *jobRunner) overflowStep(d *delivery, run *sessionEnd, h *history, o retry.Overflow, sent int, pr provider.Provider) (provider.Provider, broker.Compaction, string) {
 	cfg, st := d.action.Overflow, run.overflow
 	if cfg.FallbackModel != "" && !st.moved {
-		next, err := jr.provider(cfg.FallbackProvider)
+		next, err := jr.providerAt(d.revision, cfg.FallbackProvider)
 		if err != nil {
 			return nil, broker.Compaction{}, "the fallback's provider: " + err.Error()
 		}
 		f := *d.action
-		f.Provider, f.Model, f.Price = cfg.FallbackProvider, cfg.FallbackModel, cfg.FallbackPrice
+		f.Provider, f.Model, f.Price, f.ContextWindow = cfg.FallbackProvider, cfg.FallbackModel, cfg.FallbackPrice, cfg.FallbackContextWindow
 		d.action, run.model, st.moved = &f, cfg.FallbackModel, true
 		return next, broker.Compaction{Model: cfg.FallbackProvider + "/" + cfg.FallbackModel,
 			Note: "moved to " + cfg.FallbackProvider + "/" + cfg.FallbackModel}, ""
@@ -147,9 +147,10 @@ func (jr *jobRunner) overflowStep(d *delivery, run *sessionEnd, h *history, o re
 }
 
 // estimateOverflow, before the first call, moves or cuts a prompt that a
-// window an earlier overflow named says will not fit (retry.Window.Estimate):
-// no call is paid to learn it again. A prompt the estimate cannot fix is
-// sent as it is: the provider's own numbers decide.
+// window an earlier overflow named, or else the model's context window the
+// job was dispatched with, says will not fit (retry.Window.Estimate): no
+// call is paid to learn it again. A prompt the estimate cannot fix is sent
+// as it is: the provider's own numbers decide.
 func (jr *jobRunner) estimateOverflow(d *delivery, run *sessionEnd, h *history, pr provider.Provider) provider.Provider {
 	cfg := d.action.Overflow
 	if cfg == nil {
@@ -289,10 +290,16 @@ func learn(job string, a *workflow.Action, o retry.Overflow, sent int) {
 	windows.m[k] = w
 }
 
-// window is what the job has learned of a's model's window.
+// window is what the job has learned of a's model's window, else the
+// context window its price source gives (retry.KnownWindow): counted at
+// the fewest tokens a prompt's characters may make, until an overflow
+// measures the job's own ratio.
 func window(job string, a *workflow.Action) (retry.Window, bool) {
 	windows.Lock()
-	defer windows.Unlock()
 	w, ok := windows.m[windowKey{job, a.Provider, a.Model}]
+	windows.Unlock()
+	if !ok && a.ContextWindow > 0 {
+		return retry.KnownWindow(a.ContextWindow), true
+	}
 	return w, ok
 }

@@ -270,3 +270,58 @@ func dlqOf(t *testing.T, b *broker.Broker, job string) *deadletter.Entry {
 	require.Len(t, es, 1)
 	return es[0]
 }
+
+// A price file's context windows (max_input_tokens) feed the estimate
+// before any call: a prompt far over the action model's window moves to
+// the fallback without a refused call, billed at the fallback's price from
+// the same file; one the estimate cannot tell is sent, and the provider's
+// numbers decide.
+func TestOverflowKnownWindowBeforeAnyCall(t *testing.T) {
+	t.Parallel()
+	cw := &providertest.ContextWindow{Dialect: providertest.DialectOpenAI, Windows: map[string]int{"small": 3000, "big": 120000}}
+	prices := testenv.WriteFile(t, "prices.json", `{
+  "fake/small": {"input_cost_per_token": 1e-07, "output_cost_per_token": 4e-07, "litellm_provider": "fake", "max_input_tokens": 3000, "mode": "chat"},
+  "fake/big": {"input_cost_per_token": 2e-06, "output_cost_per_token": 8e-06, "litellm_provider": "fake", "max_input_tokens": 120000, "mode": "chat"}
+}`)
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, fmt.Sprintf(`
+prices: %q
+providers:
+  fake: %s
+actions:
+  - name: summarize
+    provider: fake
+%s`, prices, windowEntry(t, cw), summarize("{truncate: text, fallback_model: big}", "")))
+	require.Equal(t, 3000, wf.Actions[0].ContextWindow)
+	require.Equal(t, 120000, wf.Actions[0].Overflow.FallbackContextWindow)
+	// r1: 40,000 chars is at least 6,667 tokens (6 chars a token at most):
+	// over 3,000 by far. r2: 10,000 chars fit. r3: 16,000 chars may be
+	// 2,667 tokens, so it is sent; at 4 chars a token it is 4,000.
+	recs := []overflowRecord{{"r1", 40000, ""}, {"r2", 10000, ""}, {"r3", 16000, ""}}
+	res := testenv.Dispatch(t, b, wf, overflowInput(t, recs, ""), dispatcher.Options{})
+	testenv.Pool(t, b, worker.Config{Concurrency: 1})
+	job, p := testenv.WaitFinished(t, b, res.Job.ID, 60*time.Second)
+	results := testenv.Results(t, b, job)
+	require.EqualValues(t, len(recs), p.OK)
+	calls, refused := cw.Calls()
+	require.Equal(t, 1, refused, "r3's: the estimate sends what may fit")
+	require.Equal(t, 4, calls)
+
+	r1 := results["r1"]
+	require.Equal(t, "big", r1.Model)
+	require.Equal(t, 1, r1.Recovery.Attempts, "moved before its first call")
+	require.Len(t, r1.Recovery.Compacted, 1)
+	require.Zero(t, r1.Recovery.Compacted[0].After)
+	require.Equal(t, "fake/big", r1.Recovery.Compacted[0].Model)
+	require.Contains(t, r1.Recovery.Compacted[0].Note, "moved to fake/big before the first call (estimated ")
+	require.InDelta(t, float64(r1.Usage.InputTokens)*2e-6+float64(r1.Usage.OutputTokens)*8e-6, *r1.Cost, 1e-12, "billed at the fallback's price")
+
+	require.Equal(t, "small", results["r2"].Model)
+	require.Empty(t, results["r2"].Recovery.Compacted)
+	require.InDelta(t, float64(results["r2"].Usage.InputTokens)*1e-7+float64(results["r2"].Usage.OutputTokens)*4e-7, *results["r2"].Cost, 1e-12)
+
+	r3 := results["r3"]
+	require.Equal(t, "big", r3.Model)
+	require.Equal(t, 2, r3.Recovery.Attempts)
+	require.Equal(t, 1, r3.Recovery.Compacted[0].After)
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/internal/pause"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
@@ -75,6 +76,15 @@ type Config struct {
 	// have landed, before its ack or nak: a process killed between the two.
 	DieAfterWrites func(job, action, record string) bool
 
+	// Pauses is the watch of the times the process did not run (stopped,
+	// suspended): a delivery paused checks its claim before it calls
+	// again (worker/lease.go). Nil: the process's (pause.Process); tests
+	// drive one of their own.
+	Pauses *pause.Watch
+	// Frozen, for tests and drills, stops the pool's heartbeats and claim
+	// renewals while it returns true, as a stopped process sends none.
+	Frozen func() bool
+
 	// Trust is the operator's policy for the keys and endpoints a job's
 	// workflow may use (provider.DefaultTrust); a job it refuses is not
 	// served (worker/serve.go).
@@ -112,6 +122,7 @@ type Pool struct {
 	log        zerolog.Logger
 	sem        chan struct{}
 	id         string
+	suspect    chan struct{} // the one place for a record that runs alone (poison.go)
 
 	mu      sync.Mutex
 	started bool
@@ -130,6 +141,14 @@ type Pool struct {
 	elections        atomic.Int64 // Stats.Elections
 	claimWarned      atomic.Int64 // when a refused claim was last logged (unix ns): warnClaim
 	purgeWarned      atomic.Int64 // when a failed purge was last logged (unix ns): purge.go
+
+	// pauses sees the process stopped (lease.go), held while the pool
+	// runs (unpause lets go of it); pauseLogged is the pause watch's
+	// reading last logged.
+	pauses      *pause.Watch
+	unpause     func()
+	pauseLogged atomic.Int64
+
 	// results stores results in group commits where every write is synced
 	// (broker.ResultBatcher); nil elsewhere.
 	results *broker.ResultBatcher
@@ -158,10 +177,12 @@ type Pool struct {
 	quit     chan struct{} // closed by Stop: idle handlers exit
 }
 
-// task is one fetched message for a handler.
+// task is one fetched message for a handler; pauses is the pause watch's
+// reading when it was pulled (worker/lease.go).
 type task struct {
-	jr  *jobRunner
-	msg jetstream.Msg
+	jr     *jobRunner
+	msg    jetstream.Msg
+	pauses time.Duration
 }
 
 // handlerIdle is how often handlers that found no work are let go: every
@@ -304,7 +325,7 @@ func (p *Pool) handleTask(t task) {
 			p.pulled.Done()
 		}
 	}()
-	handedOver = t.jr.handle(p.hctx, t.msg, release)
+	handedOver = t.jr.handle(p.hctx, t.msg, t.pauses, release)
 }
 
 // New makes a pool over b.
@@ -327,6 +348,9 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	if cfg.Trust == nil {
 		cfg.Trust = provider.DefaultTrust()
 	}
+	if cfg.Pauses == nil {
+		cfg.Pauses = pause.Process()
+	}
 	if cfg.Heartbeat <= 0 {
 		aw := b.Cfg.AckWait
 		if aw <= 0 {
@@ -336,10 +360,12 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	}
 	host, _ := os.Hostname()
 	p := &Pool{
-		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
+		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency), suspect: make(chan struct{}, 1),
 		jobs: map[string]*jobRunner{}, id: cmp.Or(b.Cfg.WorkerName, fmt.Sprintf("%s-%d", host, os.Getpid())),
 		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
+		pauses: cfg.Pauses, unpause: func() {},
 	}
+	p.beats.renew, p.beats.frozen = p.renewLease, cfg.Frozen
 	p.done = newCompleter(brokerStore{p}, p.beats, cfg.Log, cfg.Metrics, p.commitRoom())
 	// A third of AckWait: parked well before a redelivery could look.
 	p.done.parkAfter = cmp.Or(b.Cfg.AckWait, broker.AckWaitDefault) / 3
@@ -479,6 +505,8 @@ func (p *Pool) Start(ctx context.Context) error {
 		return fmt.Errorf("watch jobs: %w", err)
 	}
 	p.started = true
+	p.unpause = p.pauses.Hold()
+	p.pauseLogged.Store(int64(p.pauses.Lost()))
 	if p.b.Cfg.Batched() {
 		p.results = p.b.NewResultBatcher(p.commitRoom() + 1)
 	}
@@ -538,6 +566,9 @@ func (p *Pool) onJob(j *broker.Job) {
 			go func() { defer p.loops.Done(); jr.purgeAcked(context.WithoutCancel(p.runCtx)) }()
 			return
 		}
+		if p.recheck(jr, j) { // worker/serve.go: a revision it cannot serve
+			return
+		}
 		jr.setJob(j)
 		return
 	}
@@ -570,7 +601,7 @@ func (p *Pool) onJob(j *broker.Job) {
 func (p *Pool) retire(jr *jobRunner) {
 	jr.endJob()
 	jr.stopBatcher()
-	jr.gate().Close(context.Background())
+	jr.budget().Close(context.Background())
 	p.log.Info().Str("job", jr.id).Msg("job finished or deleted: no longer serving it")
 }
 
@@ -628,8 +659,9 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	for _, jr := range p.jobs {
 		jr.stopBatcher() // worker/batch.go: hands back records not yet in a recorded batch
-		// worker/cost.go: the job's last spend goes into its entry.
-		jr.gate().Close(context.WithoutCancel(ctx))
+		// worker/budget.go: the job's last spend goes into its entry,
+		// and its lease goes back.
+		jr.budget().Close(context.WithoutCancel(ctx))
 		jr.endJob()
 	}
 	p.mu.Unlock()
@@ -651,6 +683,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	if p.ownLim {
 		p.limits.Close()
 	}
+	p.unpause()
 	return err
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 
@@ -18,6 +19,9 @@ import (
 type revisions struct {
 	mu  sync.Mutex
 	wfs map[int]*workflow.Workflow
+	// keys are the adapter keys of the providers of later revisions, by
+	// "rev/name" (providerAt).
+	keys map[string]string
 }
 
 // workflowAt returns the workflow of revision rev of the job (jr.wf for
@@ -49,6 +53,11 @@ func (jr *jobRunner) workflowAt(rev int) (*workflow.Workflow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("revision %d of the workflow: %w", rev, err)
 	}
+	if why := jr.refusals(wf, rev); len(why) > 0 { // worker/serve.go
+		// Not called, not dead-lettered: another worker may serve it
+		// (worker/serve.go).
+		return nil, &unservableError{why: revisionWhy(rev, why)}
+	}
 	jr.revs.mu.Lock()
 	defer jr.revs.mu.Unlock()
 	if first, ok := jr.revs.wfs[rev]; ok {
@@ -75,6 +84,45 @@ func (jr *jobRunner) providerConfig(name string) (provider.Config, bool) {
 		}
 	}
 	return provider.Config{}, false
+}
+
+// providerAt is the adapter of the provider called name as revision rev of
+// the job's workflow defines it: a revision may move a provider's endpoint,
+// change its timeout or headers, and its records call it so. An adapter is
+// kept under the provider's name while a revision defines it as the first
+// workflow does, and under name@rev where a revision changed it.
+func (jr *jobRunner) providerAt(rev int, name string) (provider.Provider, error) {
+	if rev <= 1 {
+		return jr.provider(name)
+	}
+	wf, err := jr.workflowAt(rev)
+	if err != nil {
+		return nil, err
+	}
+	cfg, defined := wf.Providers[name]
+	if !defined {
+		return jr.provider(name) // says it is unknown
+	}
+	k := strconv.Itoa(rev) + "/" + name
+	jr.revs.mu.Lock()
+	key, ok := jr.revs.keys[k]
+	jr.revs.mu.Unlock()
+	if !ok {
+		key = name
+		if first, ok := jr.wf.Providers[name]; !ok || !reflect.DeepEqual(first, cfg) {
+			key = name + "@" + strconv.Itoa(rev)
+		}
+		jr.revs.mu.Lock()
+		if jr.revs.keys == nil {
+			jr.revs.keys = map[string]string{}
+		}
+		jr.revs.keys[k] = key
+		jr.revs.mu.Unlock()
+	}
+	if key == name {
+		return jr.provider(name)
+	}
+	return jr.providerAs(key, cfg)
 }
 
 // revisionOf is the revision a work message names (1 when none).

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/expect"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/retry"
@@ -37,6 +38,10 @@ type sessionEnd struct {
 	repairs  int // repair calls made for the record, earlier deliveries included
 	handOver bool
 	canceled bool
+	// cutRound is the calls of the last round, cutFirst whether it was the
+	// delivery's first: what a delivery cut short leaves (worker/resume.go).
+	cutRound int
+	cutFirst bool
 	// wait is set when a call could not go at all (retry.NotCalled): the
 	// provider is in a shared cooldown or its circuit is open for longer
 	// than a worker holds a slot.
@@ -59,6 +64,10 @@ type sessionEnd struct {
 	grows             int // max_tokens doublings (on_truncated: grow)
 	params            map[string]any
 	overflow          *overflowRun // context overflow rounds (worker/overflow.go)
+	// fence, when set, ended the session before a call the delivery may
+	// not make (worker/lease.go): another delivery holds the record's
+	// call now, or its result was stored meanwhile.
+	fence *fenceError
 }
 
 // failed ends a session before any call, with a permanent error.
@@ -146,8 +155,8 @@ type conversation struct {
 	run *sessionEnd
 	// prior is the attempts of earlier deliveries (every one a call billed
 	// against max_calls: the attempts are numbered after them); repairs is
-	// this delivery's.
-	prior, repairs int
+	// this delivery's; rounds the rounds begun.
+	prior, repairs, rounds int
 }
 
 // conversationBlock holds what converse makes for a delivery, in the
@@ -173,7 +182,7 @@ func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 	if err != nil {
 		return nil, renderFailure(err)
 	}
-	pr, err := jr.provider(a.Provider)
+	pr, err := jr.providerAt(d.revision, a.Provider) // worker/revision.go
 	if err != nil {
 		return nil, failed(retry.ReasonProgrammingError, retry.ClassProgramming, "ProviderError", err.Error())
 	}
@@ -188,6 +197,7 @@ func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 	b := &d.conv
 	*b = conversationBlock{run: sessionEnd{model: a.Model, repairs: repairsOf(d.prior(), false)}}
 	run := &b.run
+	seedRun(run, d) // worker/ledger.go: what earlier deliveries spent
 	if end := jr.beforeCalls(d, run); end != nil {
 		return nil, end
 	}
@@ -212,13 +222,31 @@ func (c *conversation) round(ctx context.Context) bool {
 		PriorAttempts: c.prior + run.calls,
 	}
 	var resp provider.Response
+	before, first := run.calls, c.rounds == 0
+	c.rounds++
 	o := s.Run(ctx, func(ctx context.Context, attempt int) error {
 		var err error
 		resp, err = c.jr.ask(ctx, c.d, c.pr, c.h, run, c.chk != nil)
 		return err
 	})
+	run.cutRound, run.cutFirst = run.calls-before, first
 	run.attempts = append(run.attempts, o.Attempts...)
+	if fe := asFence(o.NotCalled); fe != nil {
+		run.fence = fe
+		if o.Err != nil {
+			run.err = o.Err
+		}
+		return false
+	}
+	if o.NotCalled != nil && ctx.Err() != nil {
+		// Stopping while the store did not answer a fence: handed back.
+		run.canceled = true
+		return false
+	}
 	if o.NotCalled != nil {
+		if budgetEnded(run, o) { // worker/budget.go
+			return false
+		}
 		run.wait = asWait(o.NotCalled, c.a.Provider)
 		if o.Err != nil {
 			run.err = o.Err
@@ -226,7 +254,7 @@ func (c *conversation) round(ctx context.Context) bool {
 		return false
 	}
 	run.err, run.handOver, run.canceled = o.Err, o.HandOver, o.Canceled
-	if o.Err != nil && o.Err.Class == retry.ClassContextOverflow {
+	if o.Err != nil && o.Err.Class == retry.ClassContextOverflow && !c.deliverySpent() {
 		if next := c.jr.compact(c.d, run, c.h, o.Err, c.pr); next != nil { // worker/overflow.go: a round of its own
 			c.pr = next
 			return true
@@ -253,10 +281,11 @@ func (c *conversation) round(ctx context.Context) bool {
 }
 
 // policy is the action's retry policy for the next round, its attempts cut
-// to the calls max_calls leaves.
+// to the calls max_calls leaves, and a delivery cut short by a wait left
+// (worker/resume.go).
 func (c *conversation) policy() retry.Policy {
 	pol := c.a.Retry
-	if left := c.a.MaxCalls - c.prior - c.run.calls; c.a.MaxCalls > 0 && pol.Attempts() > left {
+	if left := c.callsLeft(); pol.Attempts() > left {
 		pol.MaxAttempts = left
 	}
 	return pol
@@ -286,7 +315,7 @@ func (c *conversation) explainWith(final *retry.Error) {
 // larger max_tokens; otherwise the session's error.
 func (c *conversation) unfinished(ferr *retry.Error) bool {
 	run := c.run
-	if ferr.Class == retry.ClassTruncated && c.a.OnTruncated == workflow.OnTruncatedGrow && !c.capped() {
+	if ferr.Class == retry.ClassTruncated && c.a.OnTruncated == workflow.OnTruncatedGrow && !c.capped() && !c.deliverySpent() {
 		if params, ok := grown(run.paramsFor(c.a), run.grows); ok {
 			c.attempt(ferr.Class, ferr.Error()+"; asking again with a larger max_tokens")
 			run.params, run.grows = params, run.grows+1
@@ -314,7 +343,7 @@ func (c *conversation) check(resp provider.Response) bool {
 	final := schemaViolation(c.a, viol, run.model)
 	run.err = final
 	c.attempt(retry.ClassSchemaViolation, final.Error())
-	if c.repairs >= c.a.Expect.RepairAttempts {
+	if c.repairs >= c.a.Expect.RepairAttempts || c.deliverySpent() {
 		c.explainWith(final)
 		return false
 	}
@@ -345,8 +374,8 @@ func (jr *jobRunner) beforeCalls(d *delivery, run *sessionEnd) *sessionEnd {
 		run.explain = maxCallsDiag(a.MaxCalls, d.delivery(), "")
 		return run
 	}
-	if e := jr.gate().Allow(); e != nil { // worker/cost.go: the job's max_cost
-		run.err, run.reason = e, retry.ReasonBudget
+	if j := jr.current(); j.Status == broker.JobFailed && j.OverBudget() { // worker/budget.go: the job's max_cost
+		run.err, run.reason = budgetError(j), retry.ReasonBudget
 		return run
 	}
 	return nil
@@ -375,16 +404,26 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 			h.msgs[idx].Content = partial.String()
 		}
 	}
-	resp, err := jr.call(ctx, a.Provider, pr, req)
+	// The call's worst case is set aside in the job's budget before it
+	// goes (worker/budget.go); a call that cannot be is not made.
+	res, err := jr.reserveCall(ctx, a, req, false)
+	if err != nil {
+		return provider.Response{}, &retry.NotCalled{Err: err}
+	}
+	// The call is recorded in the delivery's claim before it is made, and
+	// a delivery paused meanwhile checks it still holds the record's call
+	// (worker/lease.go), once it may go.
+	resp, err := jr.call(ctx, a.Provider, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
 	if retry.AsNotCalled(err) == nil {
 		run.calls++
 	}
 	if err != nil {
+		res.settle(0) // no answer: nothing billed
 		return resp, err
 	}
 	run.usage.Add(resp.Usage)
 	run.finish, run.finishRaw, run.latency = resp.FinishReason, resp.FinishReasonRaw, resp.Latency
-	jr.spend(a, resp, run, false) // worker/cost.go
+	jr.spend(a, resp, run, false, res) // worker/cost.go
 	if resp.Model != "" {
 		run.model = resp.Model
 	}

@@ -126,7 +126,17 @@ func (s brokerStore) writeResult(ctx context.Context, r *broker.Result) error {
 }
 
 func (s brokerStore) saveState(ctx context.Context, d *delivery, st *broker.RecordState) error {
-	return s.p.b.SaveState(ctx, d.job, d.action.Name, d.env.ID, st)
+	base := d.saved
+	if base == nil {
+		base = d.state
+	}
+	rev, err := s.p.b.MergeState(ctx, d.job, d.action.Name, d.env.ID, d.stateRev, st, func(stored *broker.RecordState) *broker.RecordState {
+		return mergeState(stored, base, st) // worker/statemerge.go
+	})
+	if err == nil {
+		d.stateRev, d.saved = rev, st
+	}
+	return err
 }
 
 func (s brokerStore) clearState(ctx context.Context, d *delivery) error {
@@ -134,7 +144,7 @@ func (s brokerStore) clearState(ctx context.Context, d *delivery) error {
 }
 
 func (s brokerStore) unclaim(ctx context.Context, d *delivery) error {
-	return s.p.b.Unclaim(ctx, d.job, d.action.Name, d.env.ID, d.claim)
+	return s.p.b.Unclaim(ctx, d.job, d.action.Name, d.env.ID, d.claimRev())
 }
 
 func (s brokerStore) deleteResult(ctx context.Context, seq uint64) error {

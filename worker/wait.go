@@ -17,6 +17,18 @@ type waitFor struct {
 	until    time.Time
 	cause    string      // what the provider is waiting out, e.g. the 429 that set the cooldown
 	class    retry.Class // rate_limit for a cooldown or the schedule, server for an open circuit
+	kind     string      // ratelimit.WaitCooldown, WaitCircuit or WaitSchedule
+}
+
+// what says what the record waited for, for its diagnostic.
+func (w *waitFor) what() string {
+	switch w.kind {
+	case ratelimit.WaitCircuit:
+		return "its circuit breaker was open"
+	case ratelimit.WaitSchedule:
+		return "its schedule was booked"
+	}
+	return "it was in a shared cooldown"
 }
 
 // asWait reads the limiter's refusal of a call (a *ratelimit.WaitError
@@ -25,7 +37,7 @@ func asWait(err error, providerName string) *waitFor {
 	w := &waitFor{provider: providerName, class: retry.ClassRateLimit, cause: err.Error(), until: time.Now()}
 	var we *ratelimit.WaitError
 	if errors.As(err, &we) {
-		w.until = we.Until
+		w.until, w.kind = we.Until, we.Kind
 		if we.Cause != "" {
 			w.cause = we.Cause
 		}

@@ -25,10 +25,13 @@ func (w *Workflow) Describe(out io.Writer) {
 		pr("  file: %s\n", w.File)
 	}
 	if w.MaxCost > 0 {
-		pr("  max_cost: $%g (new calls stop once the job has spent it)\n", w.MaxCost)
+		pr("  max_cost: $%g (a cap: each call's worst case is set aside before it is sent, and calls go while what is spent and set aside is below it)\n", w.MaxCost)
 	}
 	if len(w.Carry) > 0 {
 		pr("  carry: %s (copied into every result line)\n", strings.Join(w.Carry, ", "))
+	}
+	if w.Prices != "" {
+		pr("  prices: %s (before the built-in table; an action's or provider's price: wins)\n", w.Prices)
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Providers)) {
 		describeProvider(pr, name, w.Providers[name])
@@ -59,6 +62,9 @@ func describeProvider(pr func(string, ...any), name string, c provider.Config) {
 	pr("  provider %s: %s\n", name, strings.Join(parts, ", "))
 	for _, l := range lines {
 		pr("    %s\n", l)
+	}
+	if c.Stream || c.StreamIdleTimeout > 0 {
+		pr("    stream: cut after %s without content (stream_idle_timeout), retried as a dropped stream\n", c.StreamIdle())
 	}
 }
 
@@ -121,11 +127,9 @@ func (w *Workflow) describeAction(pr func(string, ...any), i int, a *Action) {
 	if f := a.Fields(); len(f) > 0 {
 		row("reads", "%s", strings.Join(f, ", "))
 	}
-	switch {
-	case a.Price != nil:
-		row("price", "%s", a.Price)
-	case kind != provider.KindSim:
-		row("price", "unknown (no price: block, and not in the built-in table): its cost is not counted")
+	w.describePrice(a, kind, row) // prices.go
+	if w.MaxCost > 0 {
+		row("max_cost", "%s", w.reservation(a)) // budget.go
 	}
 	if a.OnTruncated != OnTruncatedDefault {
 		row("truncated", "%s", describeTruncated(a))
@@ -161,6 +165,8 @@ func describeBudget(a *Action, pc provider.Config, row func(label, format string
 		shape += fmt.Sprintf(", + %d batch rounds", p.Attempts())
 	}
 	row("worst case", "%s (%s), a hard bound of every layer", count(bound.Calls, "call", "calls"), shape)
+	row("", "%s if processes die mid-call (the unrecorded calls of up to %d deliveries lost with them: docs/durability.md)",
+		count(bound.Killed, "call", "calls"), retry.LostDeliveriesMax)
 	row("", "at most %s waiting between calls (max_wait %s for the provider included), %s with every call at its timeout",
 		bound.Waiting.Round(time.Millisecond), p.WaitLimit(), bound.Total.Round(time.Second))
 	return calls

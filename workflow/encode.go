@@ -28,8 +28,10 @@ import (
 // cannot serve the job (ErrNewerFormat) instead of misreading it. An
 // encoded workflow without a version is version 1. Version 2 added
 // actions[].overflow (issue 30) and an action's kind, input, images,
-// documents, tools, tool_choice, cache and embed (issue 31).
-const FormatVersion = 2
+// documents, tools, tool_choice, cache and embed (issue 31). Version 3
+// added a price's long_context tier, actions[].context_window,
+// overflow.context_window and a provider's stream_idle_timeout.
+const FormatVersion = 3
 
 // ErrNewerFormat is returned (wrapped, naming both versions) by Decode for
 // a workflow encoded by a newer jetpool than this one.
@@ -53,8 +55,10 @@ type wireProvider struct {
 	Timeout    string            `json:"timeout,omitempty"`
 	Headers    map[string]string `json:"headers,omitempty"`
 	Stream     bool              `json:"stream,omitempty"`
-	Limits     *wireLimits       `json:"limits,omitempty"`
-	Sim        any               `json:"sim,omitempty"`
+	// StreamIdleTimeout is stream_idle_timeout.
+	StreamIdleTimeout string      `json:"stream_idle_timeout,omitempty"`
+	Limits            *wireLimits `json:"limits,omitempty"`
+	Sim               any         `json:"sim,omitempty"`
 	// MaxRetryAfter is max_retry_after.
 	MaxRetryAfter string `json:"max_retry_after,omitempty"`
 }
@@ -77,10 +81,12 @@ type wireAction struct {
 	Fallback string         `json:"fallback,omitempty"`
 	// The action's price, resolved where the job was dispatched: every
 	// worker bills the job alike, whatever its own built-in table says.
-	Price       *pricing.Price `json:"price,omitempty"`
-	OnTruncated string         `json:"on_truncated,omitempty"`
-	OnFiltered  string         `json:"on_filtered,omitempty"`
-	Overflow    *wireOverflow  `json:"overflow,omitempty"`
+	Price *pricing.Price `json:"price,omitempty"`
+	// ContextWindow is the model's, resolved where the job was dispatched.
+	ContextWindow int           `json:"context_window,omitempty"`
+	OnTruncated   string        `json:"on_truncated,omitempty"`
+	OnFiltered    string        `json:"on_filtered,omitempty"`
+	Overflow      *wireOverflow `json:"overflow,omitempty"`
 
 	Kind       string          `json:"kind,omitempty"`
 	Input      string          `json:"input,omitempty"`
@@ -185,7 +191,7 @@ func (w *Workflow) Encode() ([]byte, error) {
 	for name, c := range w.Providers {
 		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
 			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream, Limits: encodeLimits(c.Limits),
-			MaxRetryAfter: dur(c.MaxRetryAfter)}
+			MaxRetryAfter: dur(c.MaxRetryAfter), StreamIdleTimeout: dur(c.StreamIdleTimeout)}
 		if c.Sim != nil {
 			sim, err := yamlValue(reflect.ValueOf(c.Sim))
 			if err != nil {
@@ -199,7 +205,7 @@ func (w *Workflow) Encode() ([]byte, error) {
 		wa := wireAction{Name: a.Name, Line: a.Line, Provider: a.Provider, Model: a.Model, System: a.System,
 			Prompt: a.Prompt, Params: a.Params, Stream: a.Stream, JSON: a.JSON, Retry: wirePolicy(a.Retry),
 			MaxCalls: a.MaxCalls, Mode: a.Mode, Fallback: a.Fallback,
-			Price: a.Price, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered, Overflow: encodeOverflow(a.Overflow)}
+			Price: a.Price, ContextWindow: a.ContextWindow, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered, Overflow: encodeOverflow(a.Overflow)}
 		if e := a.Expect; e != nil {
 			wa.Expect = &wireExpect{Format: e.Format, Schema: e.Schema, SchemaFile: e.SchemaFile, SchemaLine: e.SchemaLine,
 				Repair: wireRepair{MaxAttempts: e.RepairAttempts, OnExhausted: string(e.RepairOnExhausted)}}

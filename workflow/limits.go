@@ -14,12 +14,16 @@ import (
 
 // Bounds of a provider's limits block and max_retry_after.
 const (
-	MaxRetryAfterMax   = 24 * time.Hour
-	BreakerMinCallsMax = 1_000_000
-	BreakerWindowMin   = time.Second
-	BreakerWindowMax   = time.Hour
-	BreakerCooldownMin = 100 * time.Millisecond
-	BreakerCooldownMax = 24 * time.Hour
+	MaxRetryAfterMax = 24 * time.Hour
+	// A provider's stream_idle_timeout: a second at least (a gap between
+	// two tokens of a loaded model can be most of one).
+	StreamIdleTimeoutMin = time.Second
+	StreamIdleTimeoutMax = 24 * time.Hour
+	BreakerMinCallsMax   = 1_000_000
+	BreakerWindowMin     = time.Second
+	BreakerWindowMax     = time.Hour
+	BreakerCooldownMin   = 100 * time.Millisecond
+	BreakerCooldownMax   = 24 * time.Hour
 )
 
 // limits reads a provider's limits: block into l.

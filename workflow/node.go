@@ -20,6 +20,11 @@ type parser struct {
 	errs    []*Error
 
 	entries map[string]*entry // providers: block
+
+	pricesEnv string      // the price file PricesEnv names (Load only)
+	prices    priceSource // the price file in use
+	// actionsLine is the line of the actions: key (fitWorkers).
+	actionsLine int
 }
 
 func (p *parser) errorf(line int, field, format string, args ...any) {
@@ -53,8 +58,13 @@ func (e *expansionError) Error() string { return fmt.Sprintf("line %d: %s", e.li
 // checkExpansion counts the nodes of root with aliases followed, each node
 // once (so it takes time in the size of the document, not of its
 // expansion), and refuses a document past MaxExpandedNodes or with an alias
-// inside the value it names (which no walk of the document would end).
+// inside the value it names (which no walk of the document would end). A
+// document that is past the bound as written, aliases or not, is refused
+// as too large, not as expanding: the message must name what is there.
 func checkExpansion(root *yaml.Node) error {
+	if n, line := countNodes(root, MaxExpandedNodes); n > MaxExpandedNodes {
+		return &expansionError{line, tooLarge}
+	}
 	size := map[*yaml.Node]int{}
 	const visiting = -1
 	var count func(n *yaml.Node) (int, error)
@@ -92,7 +102,31 @@ func checkExpansion(root *yaml.Node) error {
 	return err
 }
 
-var tooManyNodes = fmt.Sprintf("its aliases expand the document past %d YAML nodes (write the values out, or alias less)", MaxExpandedNodes)
+var (
+	tooManyNodes = fmt.Sprintf("its aliases expand the document past %d YAML nodes (write the values out, or alias less)", MaxExpandedNodes)
+	tooLarge     = fmt.Sprintf("the document is more than %d YAML nodes (each key, value and list item is one), the most jetpool reads", MaxExpandedNodes)
+)
+
+// countNodes counts the nodes of root as written (an alias is one node),
+// in document order, stopping once past limit; line is where the count
+// passed it.
+func countNodes(root *yaml.Node, limit int) (n, line int) {
+	var walk func(*yaml.Node) bool
+	walk = func(x *yaml.Node) bool {
+		if n++; n > limit {
+			line = x.Line
+			return false
+		}
+		for _, c := range x.Content {
+			if !walk(c) {
+				return false
+			}
+		}
+		return true
+	}
+	walk(root)
+	return n, line
+}
 
 // deref follows aliases.
 func deref(n *yaml.Node) *yaml.Node {

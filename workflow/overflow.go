@@ -3,6 +3,7 @@ package workflow
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -43,8 +44,11 @@ type Overflow struct {
 	// provider (a key of Workflow.Providers): the action's unless set.
 	FallbackModel    string
 	FallbackProvider string
-	// FallbackPrice bills the fallback's calls (nil: unknown).
-	FallbackPrice *pricing.Price
+	// FallbackPrice bills the fallback's calls (nil: unknown), and
+	// FallbackContextWindow is the fallback model's window (0: unknown), as
+	// Action.Price and Action.ContextWindow are the action's.
+	FallbackPrice         *pricing.Price
+	FallbackContextWindow int
 	// MaxRounds bounds the rounds of one delivery (OverflowRoundsDefault).
 	MaxRounds int
 }
@@ -102,6 +106,7 @@ type overflowSpec struct {
 	o                                          Overflow
 	line, truncateLine, providerLine, keepLine int
 	price                                      *pricing.Price // the encoded form's resolved price
+	contextWindow                              int            // the encoded form's resolved window
 }
 
 // overflow reads an action's overflow: block.
@@ -109,7 +114,7 @@ func (p *parser) overflow(f field) (*overflowSpec, bool) {
 	before := len(p.errs)
 	known := []string{"truncate", "keep", "fallback_model", "provider", "max_rounds"}
 	if p.encoded {
-		known = append(known, "price")
+		known = append(known, "price", "context_window")
 	}
 	of, ok := p.fields(f.val, f.path, known...)
 	if !ok {
@@ -150,6 +155,9 @@ func (p *parser) overflow(f field) (*overflowSpec, bool) {
 	if v, ok := of["price"]; ok {
 		s.price, _ = p.price(v)
 	}
+	if v, ok := of["context_window"]; ok {
+		s.contextWindow, _ = p.intIn(v, 1, math.MaxInt)
+	}
 	if _, ok := of["truncate"]; !ok {
 		if _, ok := of["fallback_model"]; !ok {
 			p.errorf(f.val.Line, f.path, "needs truncate (a field the prompt reads, to shorten), fallback_model (a larger-context model), or both")
@@ -189,7 +197,9 @@ func (p *parser) resolveOverflow(s *overflowSpec, a *Action, path string, w *Wor
 	if e, ok := p.entries[o.FallbackProvider]; ok {
 		entryPrice = e.price
 	}
-	o.FallbackPrice = actionPrice(s.price, entryPrice, o.FallbackProvider, o.FallbackModel)
+	var m pricing.Model
+	o.FallbackPrice, m = p.resolvePrice(s.price, entryPrice, o.FallbackProvider, o.FallbackModel, s.line, child(path, "fallback_model"))
+	o.FallbackContextWindow = cmp.Or(s.contextWindow, m.ContextWindow)
 	return &o
 }
 
@@ -208,6 +218,7 @@ type wireOverflow struct {
 	Provider      string         `json:"provider,omitempty"`
 	MaxRounds     int            `json:"max_rounds"`
 	Price         *pricing.Price `json:"price,omitempty"`
+	ContextWindow int            `json:"context_window,omitempty"`
 }
 
 func encodeOverflow(o *Overflow) *wireOverflow {
@@ -215,5 +226,5 @@ func encodeOverflow(o *Overflow) *wireOverflow {
 		return nil
 	}
 	return &wireOverflow{Truncate: o.Truncate, Keep: o.Keep, FallbackModel: o.FallbackModel, Provider: o.FallbackProvider,
-		MaxRounds: o.MaxRounds, Price: o.FallbackPrice}
+		MaxRounds: o.MaxRounds, Price: o.FallbackPrice, ContextWindow: o.FallbackContextWindow}
 }

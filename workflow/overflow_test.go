@@ -92,7 +92,7 @@ providers:
 defaults: {max_cost: 5}
 actions:
   - {name: a, provider: local, model: m, prompt: "{{ .text }}", overflow: {fallback_model: huge, provider: big}}
-`, []string{`workflow.yaml:4: defaults.max_cost: action a's overflow fallback (provider big, model huge) has no known price, so the budget could not count its calls: give its provider a price: block`}},
+`, []string{`workflow.yaml:4: defaults.max_cost: action a's overflow fallback (provider big, model huge) is unpriced, so the budget could not count its calls: set ` + "`price:`" + ` on its provider or load a price file`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

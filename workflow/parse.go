@@ -19,18 +19,21 @@ import (
 	"github.com/jetpool/jetpool/provider"
 )
 
-// Load reads and parses the workflow file at path. A file that cannot be read
-// yields the os error (wrapped); a bad workflow yields *Error values.
+// Load reads and parses the workflow file at path, looking up prices in the
+// price file PricesEnv names unless the workflow names its own (prices:).
+// A file that cannot be read yields the os error (wrapped); a bad workflow
+// yields *Error values.
 func Load(path string) (*Workflow, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("load workflow: %w", err)
 	}
-	return Parse(path, data)
+	p := &parser{file: path, dir: filepath.Dir(path), pricesEnv: os.Getenv(PricesEnv)}
+	return p.parse(data)
 }
 
 // Parse parses and validates a workflow. file names it in errors, and schema
-// paths are relative to its directory. On failure it returns every problem,
+// and price file paths are relative to its directory; PricesEnv is not read. On failure it returns every problem,
 // each an *Error, joined and sorted by line.
 func Parse(file string, data []byte) (*Workflow, error) {
 	p := &parser{file: file, dir: filepath.Dir(file)}
@@ -43,6 +46,9 @@ func (p *parser) parse(data []byte) (*Workflow, error) {
 		return nil, joinErrors(p.errs)
 	}
 	w := p.workflow(root)
+	if len(p.errs) == 0 && !p.encoded {
+		p.fitWorkers(w) // size.go
+	}
 	if err := joinErrors(p.errs); err != nil {
 		return nil, err
 	}
@@ -105,6 +111,8 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 	known := []string{"name", "providers", "defaults", "actions", "carry"}
 	if p.encoded {
 		known = append(known, "version", "file", "max_cost")
+	} else {
+		known = append(known, "prices") // resolved into each action's price in the encoded form
 	}
 	f, ok := p.fields(root, "", known...)
 	if !ok {
@@ -125,6 +133,14 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 	}
 	if v, ok := f["max_cost"]; ok { // the encoded form's: a file says it under defaults:
 		w.MaxCost, _ = p.money(v)
+	}
+	if v, ok := f["prices"]; ok {
+		p.loadPrices(&v)
+	} else if !p.encoded {
+		p.loadPrices(nil)
+	}
+	if p.prices.file != nil {
+		w.Prices = p.prices.file.Name
 	}
 	p.entries = map[string]*entry{}
 	if v, ok := f["providers"]; ok {
@@ -152,6 +168,7 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 		p.errorf(acts.val.Line, acts.path, "empty; a workflow needs at least one action")
 		return w
 	}
+	p.actionsLine = acts.key.Line
 	first := map[string]int{}
 	for i, n := range acts.val.Content {
 		s := p.spec(n, fmt.Sprintf("actions[%d]", i), true)
@@ -167,16 +184,14 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 		}
 		w.Actions = append(w.Actions, p.resolve(s, defaults, i, w))
 	}
-	if w.MaxCost > 0 {
-		// A budget that cannot count an action's calls would never stop them.
+	if w.MaxCost > 0 && !p.encoded {
+		// A budget that cannot count an action's calls would never stop
+		// them, and one that cannot bound a call could not reserve it
+		// (budget.go). A job's encoded workflow is not checked again: a
+		// worker serves the jobs an earlier version dispatched.
 		for _, a := range w.Actions {
-			if a.Price == nil && a.Provider != "" {
-				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "action %s (provider %s, model %s) has no known price, so the budget could not count its calls: give it a price: block",
-					a.Name, a.Provider, cmp.Or(a.Model, "default"))
-			}
-			if o := a.Overflow; o != nil && o.FallbackModel != "" && o.FallbackPrice == nil {
-				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "action %s's overflow fallback (provider %s, model %s) has no known price, so the budget could not count its calls: give its provider a price: block",
-					a.Name, o.FallbackProvider, o.FallbackModel)
+			if msg := w.budgetProblem(a); msg != "" {
+				p.errorf(cmp.Or(defaults.maxCost.line, 1), "defaults.max_cost", "%s", msg)
 			}
 		}
 	}

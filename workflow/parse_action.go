@@ -53,9 +53,11 @@ type spec struct {
 	onTruncated  opt[string]
 	onFiltered   opt[string]
 	price        opt[*pricing.Price]
-	maxCost      opt[float64]  // defaults: only
-	overflow     *overflowSpec // actions only
-	more         moreSpec      // multimodal.go: kind, input, images, documents, tools, tool_choice, cache, embed
+	maxCost      opt[float64] // defaults: only
+	// contextWindow is the encoded form's: the window resolved at dispatch.
+	contextWindow int
+	overflow      *overflowSpec // actions only
+	more          moreSpec      // multimodal.go: kind, input, images, documents, tools, tool_choice, cache, embed
 
 	encodedLine int
 	compiled    *compiledPrompt
@@ -74,7 +76,7 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 	if action {
 		known = append([]string{"name", "prompt", "overflow", "kind", "input", "images", "documents", "tools", "tool_choice", "embed"}, specFields...)
 		if p.encoded {
-			known = append(known, "line")
+			known = append(known, "line", "context_window")
 		}
 	}
 	f, ok := p.fields(n, path, known...)
@@ -199,6 +201,8 @@ func (p *parser) policyField(s *spec, name string, v field, action bool) {
 		}
 	case "line":
 		s.encodedLine, _ = p.intIn(v, 1, math.MaxInt)
+	case "context_window":
+		s.contextWindow, _ = p.intIn(v, 1, math.MaxInt)
 	case "on_truncated":
 		if x, ok := p.oneOf(v, OnTruncatedFail, OnTruncatedOK, OnTruncatedGrow); ok {
 			s.onTruncated = some(x, line)
@@ -320,7 +324,9 @@ func (p *parser) resolve(s, d *spec, index int, w *Workflow) *Action {
 	if e, ok := p.entries[a.Provider]; ok {
 		entryPrice = e.price
 	}
-	a.Price = actionPrice(pick(s.price, d.price).v, entryPrice, a.Provider, a.Model)
+	var m pricing.Model
+	a.Price, m = p.resolvePrice(pick(s.price, d.price).v, entryPrice, a.Provider, a.Model, cmp.Or(model.line, s.line), child(s.path, "model"))
+	a.ContextWindow, a.Retires = cmp.Or(s.contextWindow, m.ContextWindow), m.Retires
 	if s.overflow != nil {
 		a.Overflow = p.resolveOverflow(s.overflow, a, child(s.path, "overflow"), w) // overflow.go
 	}

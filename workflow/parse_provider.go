@@ -55,7 +55,7 @@ func (p *parser) provider(name string, f field) *entry {
 	e := &entry{cfg: cfg}
 	before := len(p.errs)
 	defer func() { e.bad = len(p.errs) > before }()
-	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "limits", "max_retry_after", "sim", "price")
+	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "stream_idle_timeout", "limits", "max_retry_after", "sim", "price")
 	if !ok {
 		return e
 	}
@@ -113,6 +113,9 @@ func (p *parser) provider(name string, f field) *entry {
 	}
 	if v, ok := pf["stream"]; ok {
 		e.cfg.Stream, _ = p.boolean(v)
+	}
+	if v, ok := pf["stream_idle_timeout"]; ok {
+		e.cfg.StreamIdleTimeout, _ = p.durationIn(v, StreamIdleTimeoutMin, StreamIdleTimeoutMax)
 	}
 	if v, ok := pf["limits"]; ok {
 		p.limits(v, &e.cfg.Limits) // limits.go

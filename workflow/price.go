@@ -60,27 +60,23 @@ func (p *parser) money(f field) (float64, bool) {
 var priceFields = []string{"input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok",
 	"batch_input_per_mtok", "batch_output_per_mtok"}
 
+// tierFields are the fields of a price's long_context: block.
+var tierFields = []string{"above_tokens", "input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok"}
+
 // price reads a price: block. input_per_mtok and output_per_mtok are
 // required: a price that bills nothing for output is almost always a typo.
 func (p *parser) price(f field) (*pricing.Price, bool) {
 	before := len(p.errs)
-	pf, ok := p.fields(f.val, f.path, append(priceFields, "source")...)
+	pf, ok := p.fields(f.val, f.path, append(priceFields, "long_context", "source")...)
 	if !ok {
 		return nil, false
 	}
 	pr := &pricing.Price{Source: "workflow"}
-	rates := map[string]*float64{"input_per_mtok": &pr.InputPerMTok, "output_per_mtok": &pr.OutputPerMTok,
+	p.rates(f, pf, map[string]*float64{"input_per_mtok": &pr.InputPerMTok, "output_per_mtok": &pr.OutputPerMTok,
 		"cached_input_per_mtok": &pr.CachedInputPerMTok, "cache_write_per_mtok": &pr.CacheWritePerMTok,
-		"batch_input_per_mtok": &pr.BatchInputPerMTok, "batch_output_per_mtok": &pr.BatchOutputPerMTok}
-	for _, name := range priceFields {
-		if v, ok := pf[name]; ok {
-			*rates[name], _ = p.money(v)
-		}
-	}
-	for _, name := range []string{"input_per_mtok", "output_per_mtok"} {
-		if _, ok := pf[name]; !ok {
-			p.errorf(f.val.Line, child(f.path, name), "missing; a price needs input_per_mtok and output_per_mtok (dollars per million tokens)")
-		}
+		"batch_input_per_mtok": &pr.BatchInputPerMTok, "batch_output_per_mtok": &pr.BatchOutputPerMTok})
+	if v, ok := pf["long_context"]; ok {
+		pr.LongContext = p.tier(v)
 	}
 	if v, ok := pf["source"]; ok && p.encoded {
 		pr.Source, _ = p.str(v)
@@ -88,6 +84,39 @@ func (p *parser) price(f field) (*pricing.Price, bool) {
 		p.errorf(v.key.Line, v.path, "unknown field")
 	}
 	return pr, len(p.errs) == before
+}
+
+// rates reads the rates of a price: or long_context: block into dst;
+// input_per_mtok and output_per_mtok are required.
+func (p *parser) rates(f field, pf map[string]field, dst map[string]*float64) {
+	for _, name := range priceFields {
+		if v, ok := pf[name]; ok && dst[name] != nil {
+			*dst[name], _ = p.money(v)
+		}
+	}
+	for _, name := range []string{"input_per_mtok", "output_per_mtok"} {
+		if _, ok := pf[name]; !ok {
+			p.errorf(f.val.Line, child(f.path, name), "missing; a price needs input_per_mtok and output_per_mtok (dollars per million tokens)")
+		}
+	}
+}
+
+// tier reads a price's long_context: block: the rates of calls whose
+// prompt has more than above_tokens input tokens.
+func (p *parser) tier(f field) *pricing.Tier {
+	tf, ok := p.fields(f.val, f.path, tierFields...)
+	if !ok {
+		return nil
+	}
+	t := &pricing.Tier{}
+	if v, ok := tf["above_tokens"]; ok {
+		t.AboveTokens, _ = p.intIn(v, 1, math.MaxInt)
+	} else {
+		p.errorf(f.val.Line, child(f.path, "above_tokens"), "missing; the tier's rates apply to calls whose prompt has more input tokens than this (200000 for Claude Sonnet 4 / 4.5 and Gemini 2.5 Pro)")
+	}
+	p.rates(f, tf, map[string]*float64{"input_per_mtok": &t.InputPerMTok, "output_per_mtok": &t.OutputPerMTok,
+		"cached_input_per_mtok": &t.CachedInputPerMTok, "cache_write_per_mtok": &t.CacheWritePerMTok})
+	return t
 }
 
 // carry reads carry: a list of record fields copied into each result line.
@@ -107,20 +136,4 @@ func (p *parser) carry(f field) ([]string, bool) {
 		out = append(out, c.Value)
 	}
 	return out, true
-}
-
-// actionPrice is the price an action is billed at: its own price: (or the
-// defaults'), else its provider entry's, else the built-in table's for a
-// preset's model; nil when none is known.
-func actionPrice(own *pricing.Price, entry *pricing.Price, providerName, model string) *pricing.Price {
-	switch {
-	case own != nil:
-		return own
-	case entry != nil:
-		return entry
-	}
-	if pr, ok := pricing.Lookup(providerName, model); ok {
-		return &pr
-	}
-	return nil
 }

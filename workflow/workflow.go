@@ -94,6 +94,10 @@ type Workflow struct {
 	MaxCost float64
 	// Carry lists record fields copied into every result line (carry:).
 	Carry []string
+	// Prices is the price file the actions' prices and context windows were
+	// looked up in (prices:, else $JETPOOL_PRICES), as given; "" when none,
+	// and always in a decoded workflow, whose actions carry what it said.
+	Prices string
 }
 
 // Action is one step of the per-record pipeline, with defaults applied.
@@ -138,9 +142,17 @@ type Action struct {
 	// Overflow is what a context overflow does (overflow:, overflow.go);
 	// nil: the record is dead-lettered as context_overflow.
 	Overflow *Overflow
-	// Price bills the action's calls (price:, its provider's price:, or the
-	// built-in table); nil when unknown: its cost is then not reported.
+	// Price bills the action's calls (price:, its provider's price:, the
+	// price file's or the built-in table's); nil when unknown: its cost is
+	// then not reported.
 	Price *pricing.Price
+	// ContextWindow is the most input tokens the model takes, as the price
+	// file or the built-in table says (0: unknown): the overflow estimate's
+	// window before any overflow has named one.
+	ContextWindow int
+	// Retires is the date the price file or table gives for the model's
+	// shutdown ("" when none); not encoded: it is for `jetpool validate`.
+	Retires string
 
 	// Kind is KindChat, or KindEmbed: then Prompt is the input: template,
 	// whose rendering is embedded, and Embed is set.

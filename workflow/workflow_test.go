@@ -95,7 +95,7 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, "local", a.Provider)
 	require.Equal(t, "gpt-4o-mini", a.Model, "model from defaults")
 	require.Equal(t, "You are terse.", a.System, "system from defaults")
-	require.Equal(t, map[string]any{"temperature": 0.0, "top_p": 0.9}, a.Params)
+	require.Equal(t, map[string]any{"temperature": 0.0, "top_p": 0.9, "max_tokens": 1000.0}, a.Params)
 	require.Equal(t, retry.Policy{}, a.Retry, "retry: false")
 	require.Equal(t, &Expect{Format: FormatJSON, Schema: map[string]any{"type": "object", "required": []any{"summary"}},
 		SchemaLine: 65, RepairOnExhausted: retry.ReturnLast}, a.Expect, "a schema alone implies json")
@@ -104,8 +104,8 @@ func TestParseEveryField(t *testing.T) {
 	require.Equal(t, OnFilteredOK, a.OnFiltered)
 	require.Equal(t, &pricing.Price{Source: "workflow"}, a.Price, "a free local model: the action's own price")
 	require.Equal(t, &Overflow{Truncate: "text", Keep: KeepTail, FallbackModel: "llama-3.3-70b-versatile", FallbackProvider: "groq",
-		FallbackPrice: &pricing.Price{InputPerMTok: 0.05, OutputPerMTok: 0.08, Source: "workflow"}, MaxRounds: 3}, a.Overflow,
-		"the fallback is billed at its provider's price, not the action's")
+		FallbackPrice: &pricing.Price{InputPerMTok: 0.05, OutputPerMTok: 0.08, Source: "workflow"}, FallbackContextWindow: 128_000, MaxRounds: 3}, a.Overflow,
+		"the fallback is billed at its provider's price, not the action's; its window is the built-in table's")
 
 	a, _ = w.Action("classify")
 	require.Equal(t, "mysim", a.Provider)
@@ -399,6 +399,7 @@ action 1/2 extract_metadata (line 13)
               exec: 3 deliveries, redeliver backoff 1.5s doubling
               on_exhausted: raise
   worst case: 45 calls (5 attempts × 3 deliveries × 3 rounds (repairs, max_tokens doublings)), a hard bound of every layer
+              90 calls if processes die mid-call (the unrecorded calls of up to 3 deliveries lost with them: docs/durability.md)
               at most 55m24s waiting between calls (max_wait 30m0s for the provider included), 2h25m24s with every call at its timeout
   expect:     json, inline schema
   repair:     up to 2 calls, then return_last
@@ -409,6 +410,7 @@ action 2/2 noisy_endpoint (line 21)
   mode:       online
   retry:      off (1 call, 1 delivery)
   worst case: 1 call (1 attempt × 1 delivery), a hard bound of every layer
+              4 calls if processes die mid-call (the unrecorded calls of up to 3 deliveries lost with them: docs/durability.md)
               at most 30m0s waiting between calls (max_wait 30m0s for the provider included), 32m0s with every call at its timeout
   reads:      extract_metadata
 `, b.String())

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/provider/providertest"
 )
 
 // Answer is what the fake does with one request of a batch.
@@ -33,6 +34,9 @@ type Answer struct {
 	Error  string // the error body: an OpenAI or Anthropic error object
 	Omit   bool   // leave the request out of every result file
 	Expire bool   // the request expired (OpenAI batch_expired; Anthropic result.type expired)
+	// Refusal, when set, is the model declining: OpenAI's message.refusal
+	// (content null, finish_reason stop), Anthropic's stop_reason refusal.
+	Refusal string
 	// Vector is an embeddings request's answer (OpenAI /v1/embeddings
 	// batches); nil answers a vector made of the input's length.
 	Vector []float32
@@ -40,6 +44,9 @@ type Answer struct {
 
 // OK answers text.
 func OK(text string) Answer { return Answer{Text: text} }
+
+// Refuse answers a refusal whose text is text.
+func Refuse(text string) Answer { return Answer{Refusal: text} }
 
 // Fail answers an error of status with body (see OpenAIError, AnthropicError).
 func Fail(status int, body string) Answer { return Answer{Status: status, Error: body} }
@@ -111,6 +118,11 @@ type Server struct {
 	// OnlineReply, when set, is the text of an online call's answer, given
 	// the call's last user message (default: "online: " + that message).
 	OnlineReply func(lastUser string) string
+	// Bill, when set, bills every answer the fake gives — a batch's at
+	// the batch rates, an online call's at the online ones — counting its
+	// tokens as providertest's billing server does, and answers with
+	// that usage (otherwise: 7 input and 3 output tokens each).
+	Bill *providertest.Biller
 
 	batches map[string]*fakeBatch
 	order   []string
@@ -265,8 +277,8 @@ func (s *Server) onlineText(lastUser string) string {
 	return "online: " + lastUser
 }
 
-// lastUser is the last user message of an online call body.
-func lastUser(r *http.Request) (model, text string) {
+// lastUser is the last user message of an online call body, and the body.
+func lastUser(r *http.Request) (model, text string, body map[string]any) {
 	var in struct {
 		Model    string `json:"model"`
 		Messages []struct {
@@ -274,13 +286,26 @@ func lastUser(r *http.Request) (model, text string) {
 			Content string `json:"content"`
 		} `json:"messages"`
 	}
-	_ = json.NewDecoder(r.Body).Decode(&in)
+	raw, _ := io.ReadAll(r.Body)
+	_ = json.Unmarshal(raw, &in)
+	_ = json.Unmarshal(raw, &body)
 	for _, m := range in.Messages {
 		if m.Role == "user" {
 			text = m.Content
 		}
 	}
-	return in.Model, text
+	return in.Model, text, body
+}
+
+// billed is the usage of an answer of text to a request body, billed when
+// the fake has a Bill (7 and 3 tokens otherwise).
+func (s *Server) billed(kind string, body map[string]any, text string, batch bool) (in, out int) {
+	if s.Bill == nil {
+		return 7, 3
+	}
+	u, c := providertest.BatchUsage(kind, body, text)
+	s.Bill.Charge(c.Key, c.Model, u, batch)
+	return u.Input, u.Output
 }
 
 // advance moves a batch on by one poll and ends it when due.
@@ -372,7 +397,12 @@ func (s *Server) openAIResults(b *fakeBatch) {
 			fmt.Fprintf(&out, `{"id":"batch_req_%s","custom_id":%s,"response":{"status_code":200,"request_id":"req_x","body":%s},"error":null}`+"\n", r.CustomID, q(r.CustomID), body)
 		default:
 			model, _ := r.Body["model"].(string)
-			body := fmt.Sprintf(`{"id":"chatcmpl-%s","object":"chat.completion","created":1741570283,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`, r.CustomID, q(model), q(a.Text))
+			text, content, refusal := a.Text, q(a.Text), "null"
+			if a.Refusal != "" {
+				text, content, refusal = a.Refusal, "null", q(a.Refusal)
+			}
+			in, n := s.billed(provider.KindOpenAI, r.Body, text, true)
+			body := fmt.Sprintf(`{"id":"chatcmpl-%s","object":"chat.completion","created":1741570283,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":%s,"refusal":%s},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`, r.CustomID, q(model), content, refusal, in, n, in+n)
 			fmt.Fprintf(&out, `{"id":"batch_req_%s","custom_id":%s,"response":{"status_code":200,"request_id":"req_x","body":%s},"error":null}`+"\n", r.CustomID, q(r.CustomID), body)
 		}
 	}
@@ -390,8 +420,10 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request, p string) {
 	switch {
 	case r.Method == http.MethodPost && p == "chat/completions":
 		s.online++
-		model, text := lastUser(r)
-		body := fmt.Sprintf(`{"id":"chatcmpl-online","object":"chat.completion","created":1741570283,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`, q(model), q(s.onlineText(text)))
+		model, text, req := lastUser(r)
+		reply := s.onlineText(text)
+		in, out := s.billed(provider.KindOpenAI, req, reply, false)
+		body := fmt.Sprintf(`{"id":"chatcmpl-online","object":"chat.completion","created":1741570283,"model":%s,"choices":[{"index":0,"message":{"role":"assistant","content":%s},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`, q(model), q(reply), in, out, in+out)
 		writeJSON(w, 200, body)
 	case r.Method == http.MethodPost && p == "files":
 		if err := r.ParseMultipartForm(64 << 20); err != nil || r.FormValue("purpose") != "batch" {
@@ -522,8 +554,13 @@ func (s *Server) anthropicResults(b *fakeBatch) {
 			fmt.Fprintf(&out, `{"custom_id":%s,"result":{"type":"errored","error":%s}}`+"\n", q(r.CustomID), a.Error)
 		default:
 			model, _ := r.Body["model"].(string)
-			fmt.Fprintf(&out, `{"custom_id":%s,"result":{"type":"succeeded","message":{"id":"msg_%s","type":"message","role":"assistant","model":%s,"content":[{"type":"text","text":%s}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":7,"output_tokens":3}}}}`+"\n",
-				q(r.CustomID), r.CustomID, q(model), q(a.Text))
+			text, stop := a.Text, "end_turn"
+			if a.Refusal != "" {
+				text, stop = a.Refusal, "refusal"
+			}
+			in, n := s.billed(provider.KindAnthropic, r.Body, text, true)
+			fmt.Fprintf(&out, `{"custom_id":%s,"result":{"type":"succeeded","message":{"id":"msg_%s","type":"message","role":"assistant","model":%s,"content":[{"type":"text","text":%s}],"stop_reason":%s,"stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":%d}}}}`+"\n",
+				q(r.CustomID), r.CustomID, q(model), q(text), q(stop), in, n)
 		}
 	}
 	b.results = out.Bytes()
@@ -537,8 +574,10 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request, p string) {
 	switch {
 	case r.Method == http.MethodPost && p == "messages":
 		s.online++
-		model, text := lastUser(r)
-		body := fmt.Sprintf(`{"id":"msg_online","type":"message","role":"assistant","model":%s,"content":[{"type":"text","text":%s}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":7,"output_tokens":3}}`, q(model), q(s.onlineText(text)))
+		model, text, req := lastUser(r)
+		reply := s.onlineText(text)
+		in, out := s.billed(provider.KindAnthropic, req, reply, false)
+		body := fmt.Sprintf(`{"id":"msg_online","type":"message","role":"assistant","model":%s,"content":[{"type":"text","text":%s}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":%d,"output_tokens":%d}}`, q(model), q(reply), in, out)
 		writeJSON(w, 200, body)
 	case r.Method == http.MethodPost && p == "messages/batches":
 		if s.FailCreate != nil {

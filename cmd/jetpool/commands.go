@@ -18,6 +18,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/export"
 	"github.com/jetpool/jetpool/internal/profile"
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/worker"
@@ -31,7 +32,7 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 	var f runFlags
 	fs.StringVar(&f.input, "input", "", "input records to check against the workflow")
 	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id")
-	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the extension)")
+	fs.StringVar(&f.format, "format", "", "input format: jsonl, csv or parquet (default: from the extension)")
 	f.duplicatesFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -59,21 +60,27 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stderr, "%s: %s, every field the prompts read is there\n", f.input, plural(f.checked.Records, "record"))
 	}
+	for _, w := range wf.BudgetWarnings() {
+		fmt.Fprintf(e.stderr, "warning: %s\n", w)
+	}
 	wf.Describe(e.stdout)
 	return nil
 }
 
 func cmdDispatch(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "dispatch", "WORKFLOW --input FILE [--job ID]", "Publish a job to NATS (JETPOOL_NATS_URL) and print its id; workers run it.")
+	fs := newFlags(e, "dispatch", "WORKFLOW --input FILE [--job ID | --new-job]", "Publish a job to NATS (JETPOOL_NATS_URL) and print its id; workers run it.\n"+
+		"An edited input goes, as with run, to the job that runs this workflow and has records of the input: only its\n"+
+		"new and changed records are published (--new-job: a new job).")
 	var f runFlags
-	fs.StringVar(&f.input, "input", "", "input records: JSONL or CSV with a header row")
-	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input)")
+	fs.StringVar(&f.input, "input", "", "input records: JSONL, CSV with a header row, or Parquet (one record a row)")
+	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, or the job that runs this workflow\nand has records of the input); an existing job with a changed input gets only the records that are new or changed")
 	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: \"id\" when a record has it, else a hash of the record)")
-	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the extension)")
+	fs.StringVar(&f.format, "format", "", "input format: jsonl, csv or parquet (default: from the extension)")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed lines (bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
 	maxCostFlag(fs, &f.maxCost)
 	f.duplicatesFlag(fs)
+	f.newJobFlag(fs)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -91,12 +98,27 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
+	if err := f.matchJob(ctx, e, b, wf, pos[0], "dispatch"); err != nil { // match.go
+		return err
+	}
 	opts, err := f.prepare(ctx, wf, b)
 	if err != nil {
 		return err
 	}
 	if b.Embedded() {
 		fmt.Fprintln(e.stderr, "note: JETPOOL_NATS_URL is unset: the job goes to the embedded store in "+e.cfg.DataDir+"; `jetpool worker` with the same data dir (or `jetpool run`) will work it")
+	}
+	old, err := checkRunJob(ctx, b, wf, &f, pos[0]) // revise.go
+	if err != nil {
+		return err
+	}
+	if old != nil {
+		// An input fix: only the records that are new or changed go.
+		if err := f.refresh(ctx, e, b, wf, opts, old, pos[0], "dispatch"); err != nil { // match.go
+			return err
+		}
+		fmt.Fprintln(e.stdout, old.ID)
+		return nil
 	}
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
 	res, err := d.Dispatch(ctx, wf, opts)
@@ -196,14 +218,15 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdResults(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "results", "JOB [--output FILE] [--format jsonl|csv] [--sorted] [--include-input [--input FILE]]",
-		"Export a job's final results (one line per record), as JSONL or CSV.")
+	fs := newFlags(e, "results", "JOB [--output FILE] [--format jsonl|csv|parquet] [--sorted] [--include-input [--input FILE]]",
+		"Export a job's final results (one per record), as JSONL, CSV or Parquet.")
 	out := fs.String("output", "", "write here instead of standard output")
-	format := fs.String("format", ExportJSONL, "jsonl or csv (CSV: one column per result field, input.<field> per carried field)")
+	format := fs.String("format", "", "jsonl, csv or parquet (default: from --output's extension, else jsonl). CSV: one column per result field,\n"+
+		"input.<field> per carried field; Parquet: the same columns typed, the output typed by the last action's expect: schema")
 	sorted := fs.Bool("sorted", false, "in input order (an external sort over temp files: memory stays flat)")
-	withInput := fs.Bool("include-input", false, "add each record as it was read (JSONL: \"record\"; CSV: an input column); implies --sorted")
+	withInput := fs.Bool("include-input", false, "add each record as it was read (JSONL, Parquet: \"record\"; CSV: an input column); implies --sorted")
 	input := fs.String("input", "", "with --include-input: the input file (default: the job's, as dispatched)")
-	inFormat := fs.String("input-format", "", "with --include-input: jsonl or csv (default: from the extension)")
+	inFormat := fs.String("input-format", "", "with --include-input: jsonl, csv or parquet (default: from the extension)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -212,8 +235,11 @@ func cmdResults(ctx context.Context, e *env, args []string) error {
 		fs.Usage()
 		return usageErr("want exactly one JOB")
 	}
-	if *format != ExportJSONL && *format != ExportCSV {
-		return usageErr("--format %q: want jsonl or csv", *format)
+	if *format == "" {
+		*format = export.FormatOf(*out)
+	}
+	if *format != export.JSONL && *format != export.CSV && *format != export.Parquet {
+		return usageErr("--format %q: want jsonl, csv or parquet", *format)
 	}
 	b, err := connect(ctx, e)
 	if err != nil {
@@ -224,29 +250,31 @@ func cmdResults(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	o := exportOptions{format: *format, sorted: *sorted, inputFormat: *inFormat}
-	if wf, err := workflow.Decode(job.Workflow); err == nil {
-		o.carry = wf.Carry
+	o := export.Options{Format: *format, Sorted: *sorted, InputFormat: *inFormat, SortChunk: sortChunkRecords}
+	if enc, ok := job.WorkflowOf(job.Revision()); ok {
+		if wf, err := workflow.Decode(enc); err == nil {
+			o.Carry, o.Workflow = wf.Carry, wf
+		}
 	}
 	if *withInput {
-		o.input = cmp.Or(*input, job.Input)
-		if o.input == "" {
+		o.Input = cmp.Or(*input, job.Input)
+		if o.Input == "" {
 			return usageErr("--include-input: the job records no input file; name it with --input FILE")
 		}
-		if _, err := os.Stat(o.input); err != nil {
+		if _, err := os.Stat(o.Input); err != nil {
 			return usageErr("--include-input: %v (name the input file with --input FILE)", err)
 		}
 	}
 	if *out == "" {
-		_, err := exportResults(ctx, b, job, e.stdout, o)
+		_, err := export.Write(ctx, b, job, e.stdout, o)
 		return err
 	}
-	o.tmpDir = filepath.Dir(*out)
-	n, err := writeFileAtomic(*out, func(w io.Writer) (exportCounts, error) { return exportResults(ctx, b, job, w, o) })
+	o.TmpDir = filepath.Dir(*out)
+	n, err := export.ToFile(*out, func(w io.Writer) (export.Counts, error) { return export.Write(ctx, b, job, w, o) })
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "%d results (%d ok, %d failed) written to %s\n", n.records, n.ok, n.failed, *out)
+	fmt.Fprintf(e.stderr, "%d results (%d ok, %d failed) written to %s\n", n.Records, n.OK, n.Failed, *out)
 	return nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,11 +15,12 @@ import (
 )
 
 // pricedWorkflow: two actions on the sim at $1 an input token and $2 an
-// output token ("abcd" is 2 output tokens), carrying the record's text.
+// output token ("abcd" is 2 output tokens, all max_tokens allows),
+// carrying the record's text.
 const pricedWorkflow = `providers:
   sim: {kind: sim, sim: {reply: "abcd"}, price: {input_per_mtok: 1000000, output_per_mtok: 2000000}}
 carry: [text]
-defaults: {provider: sim}
+defaults: {provider: sim, params: {max_tokens: 2}}
 actions:
   - {name: first, prompt: "{{ .text }}"}
   - {name: second, prompt: "{{ .first }}"}
@@ -98,9 +101,9 @@ func TestCostSummaryAndExport(t *testing.T) {
 	require.Equal(t, "13", rows[1][head["total_cost"]])
 	require.Equal(t, "record 1", rows[1][head["input.text"]])
 
-	code, _, stderr = jetpool(t, "results", "priced", "--format", "parquet")
+	code, _, stderr = jetpool(t, "results", "priced", "--format", "xml")
 	require.Equal(t, 2, code)
-	require.Contains(t, stderr, `--format "parquet": want jsonl or csv`)
+	require.Contains(t, stderr, `--format "xml": want jsonl, csv or parquet`)
 }
 
 // max_cost stops a run mid-way (exit 1, like a raise); status shows the
@@ -112,8 +115,17 @@ func TestMaxCostThenRetry(t *testing.T) {
 	in := writeRecords(t, dir, 20)
 	code, stdout, stderr := jetpool(t, "run", wf, "--input", in, "--no-progress", "--job", "budget", "--max-cost", "50", "--concurrency", "1")
 	require.Equal(t, exitJobFailed, code, "%s%s", stdout, stderr)
-	require.Contains(t, stdout, "max_cost $50 reached")
+	// A call of first sets aside $36 (32 input tokens at most, 2 output)
+	// and costs $7, one of second $32 and $6: calls go while what is spent
+	// and set aside is below $50, so the spend reaches it and passes it by
+	// less than a call's worst case.
+	m := regexp.MustCompile(`max_cost \$50\.00 reached: \$(\d+\.\d+) spent, (\d+) records stopped before a call \(dead letters, reason budget\); to run them: jetpool retry --job budget --max-cost N`).FindStringSubmatch(stdout)
+	require.NotNil(t, m, stdout)
+	spent, _ := strconv.ParseFloat(m[1], 64)
+	require.GreaterOrEqual(t, spent, 50.0, "it stops once the spend has reached max_cost")
+	require.LessOrEqual(t, spent, 50.0+36)
 	require.Contains(t, stdout, "failed by reason: budget")
+	require.Contains(t, stdout, fmt.Sprintf("cost: %s", dollars(spent)))
 
 	code, stdout, stderr = jetpool(t, "status", "budget")
 	require.Equal(t, 0, code, stderr)

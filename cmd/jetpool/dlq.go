@@ -16,6 +16,7 @@ import (
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/worker"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 func filterFlags(fs *flag.FlagSet) *deadletter.Filter {
@@ -214,7 +215,16 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if rf.maxCost > 0 && !rf.dry {
-		if err := raiseBudget(ctx, e, b, rf.f.Job, rf.maxCost); err != nil { // cost.go
+		var wf *workflow.Workflow // the revision the replay runs under; nil when it cannot be read
+		if j, _, err := b.GetJob(ctx, rf.f.Job); err == nil {
+			wf, _ = currentWorkflow(j) // revise.go
+		}
+		if rf.revise != "" {
+			if wf, err = workflow.Load(rf.revise); err != nil {
+				return configErr(err)
+			}
+		}
+		if err := raiseBudget(ctx, e, b, rf.f.Job, rf.maxCost, wf); err != nil { // cost.go
 			return err
 		}
 	}
@@ -224,6 +234,8 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	} else if err := warnOverflow(ctx, e, b, *rf.f); err != nil { // retry_overflow.go
+		return err
+	} else if err := workableAll(ctx, b, *rf.f); err != nil { // retry_check.go
 		return err
 	}
 	res, err := replay(ctx, e, b, rf)
@@ -264,7 +276,10 @@ func parseRetry(e *env, args []string) (*retryFlags, error) {
 			"Dead letters of a context overflow replayed under a workflow that gives their action no overflow: block would\n"+
 			"fail the same way: retry warns (--dry-run too) and names the --workflow to use.\n"+
 			"A replay an earlier retry left unfinished (killed half way) is found and finished too.\n"+
-			"Exit 4 when the job completes with failed records (--allow-failed: 0).")
+			"On the embedded server it first checks that it could work them (every key set and allowed where each revision\n"+
+			"sends it): if not, it says why and exits 2 before any revision is added or dead letter replayed.\n"+
+			"Exit 4 when the job completes with failed records (--allow-failed: 0), 1 when it fails (a raise, or its\n"+
+			"max_cost reached again: raise it with --max-cost, which must cover what the job has spent).")
 	rf := &retryFlags{f: filterFlags(fs)}
 	limit := fs.Int("limit", 0, "replay at most this many")
 	fs.BoolVar(&rf.dry, "dry-run", false, "show what would be replayed; change nothing")
@@ -272,7 +287,7 @@ func parseRetry(e *env, args []string) (*retryFlags, error) {
 	fs.DurationVar(&rf.timeout, "timeout", 0, "with --wait, give up after this long (0: wait until they are done)")
 	fs.StringVar(&rf.mode, "mode", "", "\"online\": run replayed batch-mode records online")
 	fs.IntVar(&rf.conc, "concurrency", 0, "concurrent model calls when working the replay here")
-	fs.StringVar(&rf.output, "output", "", "write the job's results JSONL here when done")
+	fs.StringVar(&rf.output, "output", "", "write the job's results here when done (JSONL, or CSV or Parquet for a .csv or .parquet name)")
 	fs.BoolVar(&rf.noProgress, "no-progress", false, "no progress bar")
 	maxCostFlag(fs, &rf.maxCost)
 	fs.BoolVar(&rf.allowFailed, "allow-failed", false, "exit 0 when a job completed with failed records (default: exit 4)")
@@ -354,7 +369,10 @@ func (rf *retryFlags) finish(ctx context.Context, e *env, b *broker.Broker, job 
 		return err
 	}
 	s.print(e, time.Since(start), 0)
-	if s.failed > 0 && j.Status != broker.JobFailed && !rf.allowFailed {
+	if j.Status == broker.JobFailed {
+		return &exitError{code: exitJobFailed, err: fmt.Errorf("job %s failed: %s", j.ID, j.Reason)}
+	}
+	if s.failed > 0 && !rf.allowFailed {
 		return &exitError{code: exitFailedRecords, err: &errFailedRecords{job: j.ID, failed: s.failed}}
 	}
 	return nil

@@ -115,6 +115,7 @@ Environment (process configuration):
   JETPOOL_RESULTS_MAX_BYTES, JETPOOL_DLQ_MAX_BYTES
                          caps of the results and DLQ streams (default none): new messages are refused, old kept
   JETPOOL_COMPRESSION    none (default) or s2: compression of the results and DLQ streams
+  JETPOOL_PRICES         a price file in LiteLLM's format for every workflow loaded (its prices: wins)
   JETPOOL_CPUPROFILE, JETPOOL_MEMPROFILE
                          write a CPU profile of the command / a heap profile of a stopping worker
                          (of run and retry: when every record has its result)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
+	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -54,9 +55,9 @@ func sameActions(j *broker.Job, wf *workflow.Workflow, path string) error {
 // the records being replayed, and its providers' credentials (unless
 // noPreflight) before it is added. dry changes nothing.
 func reviseForRetry(ctx context.Context, e *env, b *broker.Broker, f *deadletter.Filter, path string, dry, noPreflight bool) error {
-	wf, err := workflow.Load(path)
+	wf, err := loadWorkflow(path) // run.go: parsed, and no key a process must never send
 	if err != nil {
-		return configErr(err)
+		return err
 	}
 	jobs := map[string]bool{}
 	fields := map[string]bool{}
@@ -111,8 +112,14 @@ func reviseForRetry(ctx context.Context, e *env, b *broker.Broker, f *deadletter
 		return err
 	}
 	if same {
+		if err := workable(b, j, nil); err != nil { // retry_check.go
+			return err
+		}
 		fmt.Fprintf(e.stderr, "job %s: %s is its current workflow (revision %d): replaying under it\n", j.ID, path, j.Revision())
 		return nil
+	}
+	if err := workable(b, j, wf); err != nil { // retry_check.go: before the revision, before any dead letter
+		return err
 	}
 	if dry {
 		fmt.Fprintf(e.stderr, "job %s: %s would become revision %d of its workflow\n", j.ID, path, j.Revision()+1)
@@ -129,6 +136,10 @@ func reviseForRetry(ctx context.Context, e *env, b *broker.Broker, f *deadletter
 	}
 	if j, err = b.AddRevision(ctx, j.ID, enc, path); err != nil {
 		return err
+	}
+	if err := dispatcher.IndexJob(ctx, b, wf, j.ID); err != nil {
+		// Only a run of an edited input finds jobs by the index.
+		e.log.Warn().Str("job", j.ID).Err(err).Msg("revision not indexed")
 	}
 	fmt.Fprintf(e.stderr, "job %s: revision %d of its workflow is %s; its failed records are replayed under it: "+
 		"the actions that failed and those after them run the new definition, the actions that succeeded keep their results\n",
@@ -156,14 +167,14 @@ func checkRunJob(ctx context.Context, b *broker.Broker, wf *workflow.Workflow, f
 	if err != nil {
 		return nil, err
 	}
-	same, err := sameDefinition(cur, wf)
+	same, err := dispatcher.SameDefinition(cur, wf) // a budget is not part of a job's identity
 	if err != nil {
 		return nil, err
 	}
 	if !same {
 		return nil, configErr(fmt.Errorf("job %s runs revision %d of its workflow, and %s differs from it: nothing was published\n"+
 			"  to replay its failed records under %s (a new revision; what succeeded is kept): jetpool retry --job %s --workflow %s\n"+
-			"  to run every record under it: jetpool run %s --input %s (without --job: a new job)",
+			"  to run every record under it: jetpool run %s --input %s --new-job",
 			j.ID, j.Revision(), path, path, j.ID, path, path, f.input))
 	}
 	if j.InputHash == "" || f.checked == nil || j.InputHash == f.checked.ContentHash {

@@ -14,6 +14,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/export"
 	"github.com/jetpool/jetpool/internal/jobstatus"
 	"github.com/jetpool/jetpool/internal/profile"
 	"github.com/jetpool/jetpool/provider"
@@ -29,6 +30,7 @@ type runFlags struct {
 	allowFailed                         bool
 	maxCost                             float64             // cost.go
 	checked                             *dispatcher.Checked // by prepare
+	fresh, matched                      bool                // --new-job; f.job found by matchJob (match.go)
 }
 
 // duplicatesFlag adds --duplicates, shared by run and dispatch.
@@ -40,21 +42,26 @@ func (f *runFlags) duplicatesFlag(fs *flag.FlagSet) {
 func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run", "WORKFLOW --input FILE [--output FILE] [flags]",
 		"Dispatch a job, work it, wait until every record has a final result, write the results and print a summary.\n"+
-			"Running the same command again does not re-run records that already succeeded. With --job of a job that\n"+
+			"Running the same command again does not re-run records that already succeeded. An edited input runs only its\n"+
+			"new and changed records, under the job that runs this workflow and has records of the input (it says which;\n"+
+			"--new-job starts a new job; several such jobs: refused, with the command for each). With --job of a job that\n"+
 			"exists: another workflow is refused (use 'jetpool retry --job ID --workflow FILE'); a changed input runs\n"+
-			"only its new and changed records. Exit 0 every record ok, 4 completed with failed records, 1 the job failed.")
+			"only its new and changed records. Exit 0 every record ok, 4 completed with failed records, 1 the job failed\n"+
+			"(a raise, or its max_cost reached: the summary says what was spent, how many records were stopped before a\n"+
+			"call, and the command that runs them with a larger budget: jetpool retry --job ID --max-cost N).")
 	var f runFlags
-	fs.StringVar(&f.input, "input", "", "input records: JSONL (one object per line) or CSV with a header row")
-	fs.StringVar(&f.output, "output", "", "write results JSONL here (default: none; see 'jetpool results')")
-	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, so a rerun resumes); an existing job\nwith a changed input runs only the records that are new or changed")
+	fs.StringVar(&f.input, "input", "", "input records: JSONL (one object per line), CSV with a header row, or Parquet (one record a row)")
+	fs.StringVar(&f.output, "output", "", "write results here: JSONL, or CSV or Parquet for a .csv or .parquet name (default: none; see 'jetpool results')")
+	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, so a rerun resumes, or the job that runs\nthis workflow and has records of the input); an existing job with a changed input runs only the records\nthat are new or changed")
 	fs.StringVar(&f.idField, "id-field", "", "record field holding the record id (default: \"id\" when a record has it, else a stable hash of the record)")
-	fs.StringVar(&f.format, "format", "", "input format: jsonl or csv (default: from the file extension)")
+	fs.StringVar(&f.format, "format", "", "input format: jsonl, csv or parquet (default: from the file extension)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "concurrent model calls (default $JETPOOL_CONCURRENCY or 64)")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "dead-letter malformed input lines (reason bad_input) instead of refusing the file")
 	fs.BoolVar(&f.noProgress, "no-progress", false, "no progress bar")
 	fs.BoolVar(&f.noPreflight, "no-preflight", false, "skip the providers' credential check")
 	fs.BoolVar(&f.allowFailed, "allow-failed", false, "exit 0 when the job completed with failed records (default: exit 4)")
 	f.duplicatesFlag(fs)
+	f.newJobFlag(fs)
 	maxCostFlag(fs, &f.maxCost)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -80,6 +87,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err := serveLocal(b); err != nil {
 		return err
 	}
+	if err := f.matchJob(ctx, e, b, wf, pos[0], "run"); err != nil { // match.go
+		return err
+	}
 	opts, err := f.prepare(ctx, wf, b)
 	if err != nil {
 		return err
@@ -93,19 +103,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	if old != nil {
 		// An input fix: only the records that are new or changed run.
-		r, err := d.Refresh(ctx, wf, old, opts)
-		if err != nil {
+		if err := f.refresh(ctx, e, b, wf, opts, old, pos[0], "run"); err != nil { // match.go
 			return err
 		}
-		fmt.Fprintf(e.stderr, "job %s: the input changed: %d new and %d changed records dispatched, %d unchanged kept",
-			old.ID, r.New, r.Changed, r.Unchanged)
-		if r.Fixed > 0 {
-			fmt.Fprintf(e.stderr, ", %d bad lines of the earlier input gone", r.Fixed)
-		}
-		if r.BadLines > 0 {
-			fmt.Fprintf(e.stderr, ", %d new bad lines dead-lettered", r.BadLines)
-		}
-		fmt.Fprintln(e.stderr)
 		return f.work(ctx, e, b, old.ID, start, wf)
 	}
 	res, err := d.Dispatch(ctx, wf, opts)
@@ -189,18 +189,21 @@ func loadWorkflow(path string) (*workflow.Workflow, error) {
 	return wf, nil
 }
 
-// runTrust is the policy of a process that works the workflow file it was
-// given (run, and its preflight): the operator's (provider.LoadTrust) plus
-// exactly the keys and endpoints that file names, because it is the user's
-// own workflow on the user's own machine; never a JETPOOL_ variable. nil wf:
-// the operator's alone (retry works jobs it did not load).
-func runTrust(wf *workflow.Workflow) (*provider.Trust, error) {
+// runTrust is the policy of a process that works the workflow files it was
+// given (run, and its preflight; retry, the revisions of a job on its own
+// store): the operator's (provider.LoadTrust) plus exactly the keys and
+// endpoints those files name, because they are the user's own workflows on
+// the user's own machine; never a JETPOOL_ variable. No (or nil) wf: the
+// operator's alone.
+func runTrust(wfs ...*workflow.Workflow) (*provider.Trust, error) {
 	trust, err := provider.LoadTrust(os.LookupEnv)
 	if err != nil {
 		return nil, configErr(err)
 	}
-	if wf != nil {
-		trust = trust.Allowing(wf.Providers)
+	for _, wf := range wfs {
+		if wf != nil {
+			trust = trust.Allowing(wf.Providers)
+		}
 	}
 	return trust, nil
 }
@@ -295,13 +298,14 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	if concurrency <= 0 {
 		concurrency = e.cfg.Concurrency
 	}
+	trusted := []*workflow.Workflow{wf}
 	if wf == nil && b.Embedded() {
 		// retry on the embedded store works a job this machine's user
-		// dispatched from their own workflow file: it trusts that
-		// workflow as run did (the job's current revision).
-		wf = jobWorkflow(ctx, b, jobID)
+		// dispatched from their own workflow files: it trusts them as run
+		// did, every revision (revise.go).
+		trusted = jobWorkflows(ctx, b, jobID)
 	}
-	trust, err := runTrust(wf)
+	trust, err := runTrust(trusted...)
 	if err != nil {
 		return err
 	}
@@ -337,9 +341,18 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 		}
 		return waitErr
 	}
-	sum, err := summarize(ctx, b, job, output)
+	jsonl := output
+	if export.FormatOf(output) != export.JSONL {
+		jsonl = "" // written below, in its own format
+	}
+	sum, err := summarize(ctx, b, job, jsonl)
 	if err != nil {
 		return err
+	}
+	if output != jsonl {
+		if err := writeResults(ctx, b, job, output); err != nil {
+			return err
+		}
 	}
 	sum.providers = limiterLines(pool.Limits())
 	sum.print(e, time.Since(start), pool.Calls())
@@ -353,24 +366,6 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 		return &errFailedRecords{job: job.ID, failed: sum.failed}
 	}
 	return nil
-}
-
-// jobWorkflow is the workflow of the job's current revision; nil when it
-// cannot be read (the pool then says why it cannot serve the job).
-func jobWorkflow(ctx context.Context, b *broker.Broker, jobID string) *workflow.Workflow {
-	j, _, err := b.GetJob(ctx, jobID)
-	if err != nil {
-		return nil
-	}
-	enc, ok := j.WorkflowOf(j.Revision())
-	if !ok {
-		return nil
-	}
-	wf, err := workflow.Decode(enc)
-	if err != nil {
-		return nil
-	}
-	return wf
 }
 
 // unservableError ends run when its own pool cannot serve the job.

@@ -32,12 +32,13 @@ type summary struct {
 	byReason  map[string]int64
 	calls     int64 // every request sent (Totals.Calls)
 	attempts  int64 // the calls the provider answered (Totals.Attempts)
-	extra     int64 // calls beyond one per action that succeeded: retries, repairs, replays
+	extra     int64 // calls beyond the first per record and action: retries, repairs, replays
 	recovered int64 // ok records that took extra calls
 	tokensIn  int64
 	tokensOut int64
-	// cost (summary_cost.go): every result's, by action; unpriced counts
-	// results of calls at an unknown price.
+	// cost (summary_cost.go): what the results hold, in all and by action;
+	// unpriced counts results with calls at an unknown price. The job's own
+	// ledger (job.Cost) is the figure printed; these say where it went.
 	cost         float64
 	costByAction map[string]float64
 	unpriced     int64
@@ -47,24 +48,23 @@ type summary struct {
 }
 
 // tally is what one record's final result says it cost, over all its
-// actions (broker.Result.Totals; a result stored before results carried
-// totals says it of its own action).
+// actions and generations (broker.Result.Totals; a result stored before
+// results carried totals says it of its own action), and its extra calls:
+// those beyond the first of each of its actions.
 func tally(r *broker.Result) (t broker.Totals, extra int64) {
-	okActions := 0
-	if r.Totals != nil {
-		t = *r.Totals
-		for _, a := range r.Actions {
-			if a.Status == broker.StatusOK {
-				okActions++
-			}
-		}
-	} else {
+	if r.Totals == nil {
 		t = broker.Totals{Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts, Usage: r.Usage}
-		if r.Status == broker.StatusOK {
-			okActions = 1
-		}
+		return t, int64(max(t.Calls-1, 0))
 	}
-	return t, max(int64(t.Calls-okActions), 0)
+	t = *r.Totals
+	calls := map[string]int{}
+	for _, a := range r.Actions {
+		calls[a.Action] += a.Calls
+	}
+	for _, n := range calls {
+		extra += int64(max(n-1, 0))
+	}
+	return t, extra
 }
 
 // summarize reads every result of the job once, writes the final result of
@@ -92,10 +92,10 @@ func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output st
 	// accounting of all their actions: the summary says what the results
 	// file says.
 	err := b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
-		s.addCost(r) // summary_cost.go: every stored result's cost, by action
 		if !final {
-			return nil
+			return nil // the record's final result carries this one's accounting
 		}
+		s.addCost(r) // summary_cost.go: the record's cost, by action
 		t, extra := tally(r)
 		s.calls += int64(t.Calls)
 		s.attempts += int64(t.Attempts)
@@ -121,6 +121,11 @@ func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output st
 	})
 	if err != nil {
 		return nil, err
+	}
+	// The job's ledger, read once every result is: the workers add their
+	// last spend as they stop serving the job.
+	if j, _, err := b.GetJob(ctx, job.ID); err == nil {
+		s.job = j
 	}
 	if w != nil {
 		if err := w.Flush(); err != nil {

@@ -35,10 +35,15 @@ type Job struct {
 	Workers    int              `json:"workers"`
 	Batches    []Batch          `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
 	// Cost is what the job's calls have cost so far, in dollars, as the
-	// workers added it to the job entry (each at most a second behind):
-	// O(1), no walk over results. MaxCost is its budget.
-	Cost    float64 `json:"cost,omitempty"`
-	MaxCost float64 `json:"max_cost,omitempty"`
+	// workers added it to the job's ledger (each at most a second behind):
+	// O(1), no walk over results. MaxCost is its budget; CostHeld what the
+	// workers' leases hold of it for calls under way and the next ones;
+	// CostInDoubt what workers that stopped answering held (they may have
+	// spent it: broker.Ledger).
+	Cost        float64 `json:"cost,omitempty"`
+	MaxCost     float64 `json:"max_cost,omitempty"`
+	CostHeld    float64 `json:"cost_held,omitempty"`
+	CostInDoubt float64 `json:"cost_in_doubt,omitempty"`
 	// Unservable is the workers that will not serve this job, with why
 	// (a key they lack or may not send there, a newer workflow format).
 	Unservable []Refusal `json:"unservable,omitempty"`
@@ -143,6 +148,9 @@ func (s *Job) oneColumn() {
 func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (Job, error) {
 	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay, Cost: j.Cost, MaxCost: j.MaxCost,
 		Revision: j.Revision()}
+	l := j.Ledger
+	l.Reclaim(time.Now()) // a lease past its renewal counts in doubt here (a copy: the job is not changed)
+	s.CostHeld, s.CostInDoubt = l.Held(), l.InDoubt()
 	c, err := b.JobCounts(ctx, j, byReason)
 	if err != nil {
 		return s, err
@@ -177,10 +185,13 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 		s.Rate = float64(c.Done) / el
 	}
 	// A job worked by long-running workers has nobody waiting on it: the
-	// first status that sees it finished records that it completed.
+	// first status that sees it finished records that it completed (one
+	// whose user may write job states: a read-only one says so only).
 	p := broker.Progress{Counts: c, Queued: s.Queued, AckPending: int(s.InFlight + s.Storing + s.Waiting)}
 	if backlog && j.Status == broker.JobRunning && p.Finished(j) {
-		if nj, err := b.CompleteJob(ctx, j.ID); err == nil {
+		if !b.MayPublish(ctx, "$KV."+broker.BucketJobState+"."+j.ID) {
+			s.Status = broker.JobCompleted
+		} else if nj, err := b.CompleteJob(ctx, j.ID); err == nil {
 			s.Status, s.Replay = nj.Status, nj.Replay
 		} else {
 			s.Status = broker.JobCompleted

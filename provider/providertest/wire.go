@@ -52,6 +52,47 @@ func OpenAIStreamFinish(model string, deltas []string, finish string, in, out in
 	return append(evs, "data: [DONE]\n\n")
 }
 
+// OpenAIRefusal is a chat.completion whose message is a refusal: content
+// null, the refusal's text in message.refusal, finish_reason stop (as
+// OpenAI answers a request it declines, structured output or not).
+func OpenAIRefusal(model, refusal string, in, out int) string {
+	return fmt.Sprintf(`{"id":"chatcmpl-9nYAG9LPNonX8DAyrkwYfemr3C8HC","object":"chat.completion","created":1721596428,"model":%s,`+
+		`"choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":%s,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,`+
+		`"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},`+
+		`"service_tier":"default","system_fingerprint":"fp_3407719c7f"}`, q(model), q(refusal), in, out, in+out)
+}
+
+// OpenAIRefusalStream is the SSE events of a streamed refusal: a role chunk
+// with an empty refusal, the refusal's pieces as delta.refusal, finish_reason
+// stop, the usage chunk and [DONE].
+func OpenAIRefusalStream(model string, pieces []string, in, out int) []string {
+	chunk := func(delta, finish string) string {
+		return fmt.Sprintf("data: {\"id\":\"chatcmpl-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,"+
+			"\"model\":%s,\"system_fingerprint\":\"fp_3407719c7f\",\"choices\":[{\"index\":0,\"delta\":%s,\"logprobs\":null,\"finish_reason\":%s}],\"usage\":null}\n\n",
+			q(model), delta, finish)
+	}
+	evs := []string{chunk(`{"role":"assistant","content":null,"refusal":""}`, "null")}
+	for _, p := range pieces {
+		evs = append(evs, chunk(fmt.Sprintf(`{"refusal":%s}`, q(p)), "null"))
+	}
+	evs = append(evs, chunk(`{}`, `"stop"`))
+	evs = append(evs, fmt.Sprintf("data: {\"id\":\"chatcmpl-abc123\",\"object\":\"chat.completion.chunk\",\"created\":1741570283,"+
+		"\"model\":%s,\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n",
+		q(model), in, out, in+out))
+	return append(evs, "data: [DONE]\n\n")
+}
+
+// AzureContentFilterError is the 400 body of an Azure OpenAI deployment (an
+// OpenAI-compatible endpoint) whose content filter refused the prompt.
+func AzureContentFilterError() string {
+	return `{"error":{"message":"The response was filtered due to the prompt triggering Azure OpenAI's content management policy. ` +
+		`Please modify your prompt and retry. To learn more about our content filtering policies please read our documentation: ` +
+		`https://go.microsoft.com/fwlink/?linkid=2198766","type":null,"param":"prompt","code":"content_filter","status":400,` +
+		`"innererror":{"code":"ResponsibleAIPolicyViolation","content_filter_result":{"hate":{"filtered":false,"severity":"safe"},` +
+		`"self_harm":{"filtered":false,"severity":"safe"},"sexual":{"filtered":false,"severity":"safe"},"violence":{"filtered":true,"severity":"high"}}}}}`
+}
+
 // OpenAIError is an OpenAI error body; an empty code is null.
 func OpenAIError(message, typ, code string) string {
 	c := "null"
@@ -174,6 +215,21 @@ func GeminiStreamFinish(model string, deltas []string, finish string, in, out in
 		evs[i] = "data: " + geminiChunk(model, d, fin, ci, co) + "\r\n\r\n"
 	}
 	return evs
+}
+
+// GeminiPromptBlocked is a generateContent answer to a prompt Gemini
+// blocked: no candidates, promptFeedback.blockReason, the prompt's tokens
+// counted in usageMetadata.
+func GeminiPromptBlocked(model, reason string, in int) string {
+	return fmt.Sprintf(`{"promptFeedback":{"blockReason":%s,"safetyRatings":[{"category":"HARM_CATEGORY_DANGEROUS_CONTENT","probability":"HIGH","blocked":true}]},`+
+		`"usageMetadata":{"promptTokenCount":%d,"totalTokenCount":%d,"promptTokensDetails":[{"modality":"TEXT","tokenCount":%d}]},"modelVersion":%s,"responseId":"8bLbaNq0NcSxz7IPj8i5-Ao"}`,
+		q(reason), in, in, in, q(model))
+}
+
+// GeminiPromptBlockedStream is streamGenerateContent's one event for a
+// blocked prompt: the same answer as GeminiPromptBlocked, and the end.
+func GeminiPromptBlockedStream(model, reason string, in int) []string {
+	return []string{"data: " + GeminiPromptBlocked(model, reason, in) + "\r\n\r\n"}
 }
 
 // GeminiError is a Google API error body; details are JSON objects (see

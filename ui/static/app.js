@@ -57,7 +57,14 @@
     }
     return String(v);
   }
-  const costOf = (o) => { for (const k of Object.keys(o || {})) if (/cost/i.test(k)) return cost(o[k]); return null; };
+  // costOf is what o cost: a record's total (every action and replay), a
+  // job's cost so far; never its budget or the parts of its cost.
+  const costOf = (o) => {
+    if (!o) return null;
+    for (const k of ['total_cost', 'cost']) if (k in o) return cost(o[k]);
+    for (const k of Object.keys(o)) if (/cost/i.test(k) && !/^max_cost$|^cost_/.test(k)) return cost(o[k]);
+    return null;
+  };
 
   function pretty(v) {
     if (v === undefined || v === null) return '';
