@@ -94,7 +94,7 @@ func serveUI(e *env, b *broker.Broker, addr string, readOnly bool, replayed func
 	if addr == "" {
 		return func() {}, nil
 	}
-	s, err := ui.Listen(addr, ui.Config{B: b, ReadOnly: readOnly, Token: os.Getenv(ui.TokenEnv), Replayed: replayed, Log: e.log})
+	s, err := ui.Listen(addr, ui.Config{Client: e.client(b), ReadOnly: readOnly, Token: os.Getenv(ui.TokenEnv), Replayed: replayed, Log: e.log})
 	if err != nil {
 		return nil, err
 	}
