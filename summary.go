@@ -42,11 +42,11 @@ type Summary struct {
 	Unpriced     int64
 }
 
-// Tally is what one record's final result says it cost, over all its
+// tally is what one record's final result says it cost, over all its
 // actions and generations (broker.Result.Totals; a result stored before
 // results carried totals says it of its own action), and its extra calls:
 // those beyond the first of each of its actions.
-func Tally(r *broker.Result) (t broker.Totals, extra int64) {
+func tally(r *broker.Result) (t broker.Totals, extra int64) {
 	if r.Totals == nil {
 		t = broker.Totals{Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts, Usage: r.Usage}
 		return t, int64(max(t.Calls-1, 0))
@@ -68,7 +68,7 @@ func (s *Summary) Add(r *broker.Result) {
 		s.ByClass, s.ByReason = map[string]int64{}, map[string]int64{}
 	}
 	s.addCost(r)
-	t, extra := Tally(r)
+	t, extra := tally(r)
 	s.Calls += int64(t.Calls)
 	s.Attempts += int64(t.Attempts)
 	s.Extra += extra
