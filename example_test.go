@@ -162,3 +162,29 @@ func ExampleClient_Status() {
 	fmt.Println(st.Status, st.Total, st.Succeeded, st.Failed)
 	// Output: completed 1 1 0
 }
+
+// Connect reaches a NATS server of your own (here the one an Open client
+// runs); workers elsewhere, `jetpool worker` processes, then work what it
+// dispatches, and Wait follows them.
+func ExampleConnect() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "jetpool-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	server, err := jetpool.Open(ctx, dir, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer server.Close()
+	url := server.Broker().Server().ClientURL()
+
+	c, err := jetpool.Connect(ctx, url, nil) // auth and TLS: Config.Broker (NATSCreds, NATSToken, TLS*)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Println("embedded:", c.Embedded())
+	// Output: embedded: false
+}
