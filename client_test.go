@@ -97,6 +97,10 @@ func TestRetryWithNothingToReplay(t *testing.T) {
 	require.Zero(t, res.Replayed)
 	require.Empty(t, res.Jobs)
 
+	for _, err := range c.DeadLetters(ctx, deadletter.Filter{Reason: "nonsense"}) {
+		require.ErrorIs(t, err, jetpool.ErrInvalid)
+	}
+
 	_, err = c.Retry(ctx, jetpool.RetryParams{Filter: deadletter.Filter{Job: "none"}})
 	require.ErrorIs(t, err, broker.ErrJobNotFound)
 

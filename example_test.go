@@ -105,6 +105,15 @@ actions:
 	}
 	job := run.Summary.Job.ID
 	fmt.Printf("first run: %d failed %v\n", run.Summary.Failed, run.Summary.ByClass)
+	var dead []string // in the order they failed: the workers run concurrently
+	for e, err := range c.DeadLetters(ctx, deadletter.Filter{Job: job}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		dead = append(dead, fmt.Sprintf("%s %s %s", e.Record, e.Reason, e.Class))
+	}
+	slices.Sort(dead)
+	fmt.Println("dead letters:", dead)
 
 	fixed, err := workflow.Parse("fixed.yaml", []byte(greet))
 	if err != nil {
@@ -127,6 +136,7 @@ actions:
 	fmt.Printf("after the retry: %d succeeded, %d failed\n", s.OK, s.Failed)
 	// Output:
 	// first run: 2 failed map[auth:2]
+	// dead letters: [1 permanent auth 2 permanent auth]
 	// replayed 2 under revision 2
 	// after the retry: 2 succeeded, 0 failed
 }
