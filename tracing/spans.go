@@ -75,14 +75,14 @@ func StartDispatch(ctx context.Context, r Record) (context.Context, trace.Span) 
 // StartDelivery starts the span of one delivery of a work message, a child
 // of the context the message carries: every redelivery of a message is a
 // sibling of the first, under the span that published it.
-func StartDelivery(ctx context.Context, h nats.Header, r Record, delivery, replays int, worker string) (context.Context, trace.Span) {
+func StartDelivery(ctx context.Context, h nats.Header, r Record, replays int, worker string) (context.Context, trace.Span) {
 	if !Enabled() {
 		return ctx, noSpan
 	}
 	ctx, span := start(Extract(ctx, h), SpanDeliver+" "+r.Action, trace.SpanKindConsumer)
 	if span.IsRecording() {
 		span.SetAttributes(r.attrs()...)
-		span.SetAttributes(KeyDelivery.Int(delivery), KeyReplays.Int(replays))
+		span.SetAttributes(KeyReplays.Int(replays))
 		if worker != "" {
 			span.SetAttributes(KeyWorker.String(worker))
 		}
@@ -92,7 +92,10 @@ func StartDelivery(ctx context.Context, h nats.Header, r Record, delivery, repla
 
 // Outcome is how a delivery ended, for its span.
 type Outcome struct {
-	Kind   string // stored, retry, dead_letter, wait, …
+	Kind   string // stored, retry, dead_letter, park, …
+	// Delivery is the exec layer's number of the delivery: the record's
+	// deliveries that made calls before it, plus one.
+	Delivery int
 	Reason string // a dead letter's reason
 	// ErrType and ErrClass are the last error's type name and jetpool
 	// class ("" when the delivery succeeded).
@@ -108,7 +111,7 @@ func EndDelivery(span trace.Span, o Outcome) {
 	if !span.IsRecording() {
 		return
 	}
-	span.SetAttributes(KeyOutcome.String(o.Kind), KeyCalls.Int(o.Calls))
+	span.SetAttributes(KeyOutcome.String(o.Kind), KeyCalls.Int(o.Calls), KeyDelivery.Int(o.Delivery))
 	if o.Priced {
 		span.SetAttributes(KeyCost.Float64(o.Cost))
 	}

@@ -41,7 +41,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 	}
 	if tracing.Enabled() {
 		ctx, d.span = tracing.StartDelivery(ctx, msg.Headers(), tracing.Record{Job: d.job, Action: d.action.Name, ID: d.env.ID},
-			d.delivery(), d.replays, p.id)
+			d.replays, p.id)
 	}
 	batched := d.action.Mode == workflow.ModeBatch && d.mode != workflow.ModeOnline
 	if !batched && !jr.hold(d) {

@@ -26,7 +26,7 @@ func endSpan(d *delivery, o outcome) {
 	if !span.IsRecording() {
 		return
 	}
-	to := tracing.Outcome{Kind: outcomeNames[o.kind]}
+	to := tracing.Outcome{Kind: outcomeNames[o.kind], Delivery: d.delivery()}
 	if run := d.run; run != nil {
 		to.Calls, to.Cost, to.Priced = run.calls, run.cost, run.priced
 		if run.err != nil && o.kind != outcomeDone && o.kind != outcomeSettled {
