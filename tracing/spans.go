@@ -92,11 +92,11 @@ func StartDelivery(ctx context.Context, h nats.Header, r Record, replays int, wo
 
 // Outcome is how a delivery ended, for its span.
 type Outcome struct {
-	Kind   string // stored, retry, dead_letter, park, …
+	Kind string // stored, retry, dead_letter, park, …
 	// Delivery is the exec layer's number of the delivery: the record's
 	// deliveries that made calls before it, plus one.
 	Delivery int
-	Reason string // a dead letter's reason
+	Reason   string // a dead letter's reason
 	// ErrType and ErrClass are the last error's type name and jetpool
 	// class ("" when the delivery succeeded).
 	ErrType, ErrClass string

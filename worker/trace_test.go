@@ -248,5 +248,3 @@ func sortByStart(s []tracetest.SpanStub) {
 		}
 	}
 }
-
-
