@@ -132,7 +132,7 @@ func contentOn() bool {
 }
 
 // noSpan is what every Start function returns while tracing is off.
-var noSpan = noop.Span{}
+var noSpan trace.Span = noop.Span{}
 
 // start starts a span when tracing is on.
 func start(ctx context.Context, name string, kind trace.SpanKind) (context.Context, trace.Span) {
