@@ -150,7 +150,7 @@ func TestContentOptIn(t *testing.T) {
 		tracing.EndCall(span, tracing.Answer{Text: "the answer"}, "", "")
 		var all strings.Builder
 		for _, kv := range exp.GetSpans()[0].Attributes {
-			all.WriteString(string(kv.Key) + "=" + kv.Value.Emit() + "\n")
+			all.WriteString(string(kv.Key) + "=" + kv.Value.String() + "\n")
 		}
 		for _, s := range []string{"the prompt", "the answer", "be brief"} {
 			require.Equal(t, on, strings.Contains(all.String(), s), "%s with content %v", s, on)

@@ -82,7 +82,7 @@ func attrOf(s tracetest.SpanStub, k attribute.Key) (attribute.Value, bool) {
 
 func str(s tracetest.SpanStub, k attribute.Key) string {
 	v, _ := attrOf(s, k)
-	return v.Emit()
+	return v.String()
 }
 
 // byRecord groups the spans of job by record.
