@@ -248,3 +248,48 @@ func sortByStart(s []tracetest.SpanStub) {
 		}
 	}
 }
+
+// countingReply answers the n-th call with replies[n-1] (the last one
+// after that).
+type countingReply struct {
+	n       atomic.Int64
+	replies []string
+}
+
+func (c *countingReply) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	i := min(int(c.n.Add(1)), len(c.replies)) - 1
+	providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4o-mini", c.replies[i], 5, 2)}.ServeHTTP(w, r)
+}
+
+// A repair is a call of its own, under the same delivery, marked with its
+// round.
+func TestTraceRepairRound(t *testing.T) {
+	exp := traced(t)
+	srv := providertest.NewServer(t, &countingReply{replies: []string{"not json", `{"a": 1}`}})
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, fmt.Sprintf(`
+providers:
+  p: {kind: openai, base_url: %q, timeout: 5s}
+actions:
+  - name: act
+    provider: p
+    model: gpt-4o-mini
+    prompt: "do {{ .text }}"
+    expect: {format: json, repair: {max_attempts: 1}}
+`, srv.URL+"/v1"))
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 1), dispatcher.Options{})
+	testenv.Pool(t, b, worker.Config{Concurrency: 1})
+	_, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 1, p.OK)
+	tree := spanTree(t, byRecord(exp.GetSpans(), res.Job.ID)["r1"])
+	dels := tree.named(tracing.SpanDeliver + " act")
+	require.Len(t, dels, 1)
+	calls := tree.children(dels[0])
+	require.Len(t, calls, 2)
+	_, first := attrOf(calls[0], tracing.KeyRepair)
+	require.False(t, first, "the first answer is no repair")
+	require.Equal(t, "1", str(calls[1], tracing.KeyRepair))
+	require.Equal(t, "2", str(calls[1], tracing.KeyAttempt))
+	require.Equal(t, "stored", str(dels[0], tracing.KeyOutcome))
+	require.Equal(t, "2", str(dels[0], tracing.KeyCalls))
+}
