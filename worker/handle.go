@@ -64,6 +64,12 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		return jr.complete(ctx, d, outcome{kind: outcomeAbandon}, release) // as if the process died running it: no ack, no nak
 	}
 	if batched {
+		if d.span != nil {
+			// Its calls serve many records at once: the delivery's span
+			// ends as it joins a batch (docs/tracing.md).
+			tracing.EndDelivery(d.span, tracing.Outcome{Kind: "batch", Delivery: d.delivery()})
+			d.span = nil
+		}
 		jr.enqueueBatch(ctx, d, release) // worker/batch.go: the batcher acks it once its batch is recorded
 		return false
 	}
