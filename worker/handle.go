@@ -282,7 +282,7 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 		return park(d.nextState(nil)), true
 	}
 	if c.LapsedCalls > 0 {
-		return jr.takeOver(ctx, d, c.LapsedCalls)
+		jr.takeOver(d, c.LapsedCalls)
 	}
 	return outcome{}, false
 }
