@@ -165,3 +165,30 @@ func TestProviderName(t *testing.T) {
 	require.Equal(t, "anthropic", tracing.ProviderName("claude", "anthropic"))
 	require.Equal(t, "openai", tracing.ProviderName("local-vllm", "openai"))
 }
+
+// What a delivery and one call pay for tracing while it is off, and on
+// with every span sampled out (parentbased_traceidratio at 0).
+func BenchmarkDeliveryAndCall(b *testing.B) {
+	h := nats.Header{}
+	r := tracing.Record{Job: "j", Action: "a", ID: "r1"}
+	run := func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ctx, del := tracing.StartDelivery(context.Background(), h, r, 0, "w")
+			_, call := tracing.StartCall(ctx, tracing.Call{Record: r, Model: "m", Attempt: 1})
+			tracing.EndCall(call, tracing.Answer{Model: "m", Input: 1, Output: 2}, "", "")
+			tracing.EndDelivery(del, tracing.Outcome{Kind: "stored", Calls: 1})
+		}
+	}
+	b.Run("off", run)
+	b.Run("sampled-out", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
+		defer tracing.Use(tp)()
+		run(b)
+	})
+	b.Run("on", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()))
+		defer tracing.Use(tp)()
+		run(b)
+	})
+}
