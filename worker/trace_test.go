@@ -20,6 +20,7 @@ import (
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/provider/providertest"
+	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/tracing"
 	"github.com/jetpool/jetpool/worker"
 )
@@ -292,4 +293,56 @@ actions:
 	require.Equal(t, "2", str(calls[1], tracing.KeyAttempt))
 	require.Equal(t, "stored", str(dels[0], tracing.KeyOutcome))
 	require.Equal(t, "2", str(dels[0], tracing.KeyCalls))
+}
+
+// failFirst answers its first n calls with a 503, the rest with an answer.
+type failFirst struct {
+	n     int64
+	calls atomic.Int64
+}
+
+func (f *failFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.calls.Add(1) <= f.n {
+		providertest.Reply{Status: 503, Body: providertest.OpenAIError("The server is overloaded or not ready yet.", "server_error", "")}.ServeHTTP(w, r)
+		return
+	}
+	providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4o-mini", "ok", 3, 1)}.ServeHTTP(w, r)
+}
+
+// A record parked while its provider's circuit is open: the delivery that
+// waits says until when, and the next delivery is its sibling.
+func TestTraceParkedWait(t *testing.T) {
+	exp := traced(t)
+	srv := providertest.NewServer(t, &failFirst{n: 2})
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, fmt.Sprintf(`
+providers:
+  p: {kind: openai, base_url: %q, timeout: 5s, limits: {adaptive: false, breaker: {min_calls: 2, failure_ratio: 0.5, cooldown: 1s, cooldown_max: 1s}}}
+actions:
+  - name: act
+    provider: p
+    model: gpt-4o-mini
+    prompt: "do {{ .text }}"
+    retry: {max_attempts: 3, backoff: 10ms, redeliver: {max_deliveries: 3, backoff: 10ms}}
+`, srv.URL+"/v1"))
+	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 1), dispatcher.Options{})
+	testenv.Pool(t, b, worker.Config{Concurrency: 1, LimitsConfig: ratelimit.Config{WaitMax: 20 * time.Millisecond,
+		Breaker: ratelimit.BreakerConfig{ProbeTimeout: 5 * time.Second}}})
+	_, p := testenv.WaitFinished(t, b, res.Job.ID, 30*time.Second)
+	require.EqualValues(t, 1, p.OK)
+	tree := spanTree(t, byRecord(exp.GetSpans(), res.Job.ID)["r1"])
+	root := tree.named(tracing.SpanDispatch)[0]
+	dels := tree.named(tracing.SpanDeliver + " act")
+	require.GreaterOrEqual(t, len(dels), 2)
+	parked := 0
+	for _, d := range dels {
+		require.Equal(t, root.SpanContext.SpanID(), d.Parent.SpanID())
+		if str(d, tracing.KeyOutcome) == "park" {
+			parked++
+			require.NotEmpty(t, str(d, tracing.KeyWaitUntil))
+			require.Equal(t, "wait", d.Events[len(d.Events)-1].Name)
+		}
+	}
+	require.Positive(t, parked, "a delivery parked while the circuit was open")
+	require.Equal(t, "stored", str(dels[len(dels)-1], tracing.KeyOutcome))
 }
