@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -153,4 +154,25 @@ func progress(b *broker.Broker, job string) (*broker.Job, broker.Progress, error
 	}
 	p, err := b.JobProgress(ctx, j, true)
 	return j, p, err
+}
+
+// chaosOnly skips a test that takes minutes of faults on real clusters in
+// the README's `go test ./...`: .ci/run runs them with the chaos tag
+// (`go test -tags chaos -run '^TestChaos' ./e2e/`).
+func chaosOnly(t *testing.T) {
+	t.Helper()
+	if !chaosBuild {
+		t.Skip("a chaos test: go test -tags chaos -run '^TestChaos' ./e2e/")
+	}
+}
+
+// longChaos skips, unless JETPOOL_CHAOS_LONG is set, a chaos case whose
+// fault alone lasts longer than CI's budget allows (the default AckWait's
+// freezes of 40 s and more): run by hand before a release
+// (docs/durability.md).
+func longChaos(t *testing.T, fault time.Duration) {
+	t.Helper()
+	if fault >= 30*time.Second && os.Getenv("JETPOOL_CHAOS_LONG") == "" {
+		t.Skipf("a %s fault: JETPOOL_CHAOS_LONG=1 go test -tags chaos -run '^TestChaos' ./e2e/", fault)
+	}
 }
