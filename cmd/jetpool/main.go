@@ -23,7 +23,7 @@ import (
 	"github.com/jetpool/jetpool/internal/profile"
 )
 
-// Exit codes, one meaning each (README "Exit codes", `jetpool help`), so a
+// Exit codes, one meaning each (docs/reference.md, `jetpool help`), so a
 // script can tell a failed job from a typo from a server that is down.
 const (
 	exitOK          = 0
@@ -84,7 +84,7 @@ Usage: jetpool COMMAND [flags]
 Commands:
 `
 
-// usageEnv lists every variable of README "Environment"
+// usageEnv lists every variable of docs/reference.md "Environment"
 // (TestHelpMatchesReadme keeps the two the same).
 const usageEnv = `
 Environment (process configuration):
