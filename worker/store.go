@@ -18,7 +18,7 @@ import (
 type brokerStore struct{ p *Pool }
 
 // pubFuture is an async publish and when it was sent: its wait ends
-// ResultAckTimeout after that (broker.AwaitResult).
+// ResultAckTimeout after that (broker.AwaitPublish).
 type pubFuture struct {
 	f    jetstream.PubAckFuture
 	sent time.Time

@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	rtmetrics "runtime/metrics"
 	"strings"
 	"syscall"
 
@@ -429,13 +428,6 @@ func serveLocal(b *broker.Broker) error {
 // records/s and peaks at about 60–75 MiB instead of 40, flat in the job's
 // size.
 const WorkerGOGC = 400
-
-// gcPercent is the process's GC target now (GOGC), read without setting it.
-func gcPercent() int {
-	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
-	rtmetrics.Read(s)
-	return int(s[0].Value.Uint64())
-}
 
 func plural(n int64, word string) string {
 	if n == 1 {
