@@ -423,10 +423,10 @@ func serveLocal(b *broker.Broker) error {
 // A worker's live heap is small (tens of MiB) and it allocates a few KiB per
 // record, so at Go's default (100) it collects several times a second, and
 // each collection also shrinks the stacks of its idle handler goroutines,
-// which the next record grows again: about a quarter of a worker's CPU at
-// 10k records/s (worker profile). At 400 a worker process does 10–28 % more
-// records/s and peaks at about 60–75 MiB instead of 40, flat in the job's
-// size.
+// which the next record grows again: a large share of a busy worker's
+// CPU (worker profile). At 400 a worker process does more records a
+// second for a few tens of MiB more, flat in the job's size
+// (docs/performance.md).
 const WorkerGOGC = 400
 
 func plural(n int64, word string) string {
