@@ -226,7 +226,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 //     (broker.Claim), and after an outage on any: of two twins one calls,
 //     the other waits, until the winner's result is stored or its claim
 //     let go or lapsed. A claim the store does not answer is asked again
-//     until it does (TestClusterTwinWaitsOutAFrozenClaimsLeader); one it
+//     until it does (TestChaosTwinWaitsOutAFrozenClaimsLeader); one it
 //     refuses (the bucket full, say) does not stop the call;
 //   - a redelivery claims on a single server too: the delivery before it
 //     may be a worker stopped mid-call (worker/lease.go), whose claim,
