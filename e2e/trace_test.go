@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,82 +18,6 @@ import (
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/provider/providertest"
 )
-
-// jaegerConfig is Jaeger v2's all-in-one (memory storage, OTLP/HTTP in,
-// its query API out) on loopback ports of the test's choosing, with its
-// own telemetry off so that it binds no fixed port.
-const jaegerConfig = `service:
-  extensions: [jaeger_storage, jaeger_query]
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [batch]
-      exporters: [jaeger_storage_exporter]
-  telemetry:
-    metrics:
-      level: none
-    logs:
-      level: warn
-extensions:
-  jaeger_query:
-    storage:
-      traces: mem
-    http:
-      endpoint: 127.0.0.1:%d
-    grpc:
-      endpoint: 127.0.0.1:%d
-  jaeger_storage:
-    backends:
-      mem:
-        memory:
-          max_traces: 10000
-receivers:
-  otlp:
-    protocols:
-      http:
-        endpoint: 127.0.0.1:%d
-processors:
-  batch:
-    timeout: 100ms
-exporters:
-  jaeger_storage_exporter:
-    trace_storage: mem
-`
-
-// jaegerClient keeps no connection open past a request: nothing of the
-// test outlives it (TestMain's goleak).
-var jaegerClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-
-// jaeger is a running Jaeger all-in-one: where to send OTLP, where to ask.
-type jaeger struct {
-	otlp, query string
-}
-
-// startJaeger starts Jaeger v2 (installed as a Go tool: see tool) and
-// waits until its query API answers.
-func startJaeger(t *testing.T) jaeger {
-	t.Helper()
-	bin := tool(t, "jaeger")
-	ports := freePorts(t, 3)
-	cfg := filepath.Join(t.TempDir(), "jaeger.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(jaegerConfig, ports[0], ports[1], ports[2])), 0o600))
-	p := startBin(t, bin, nil, "--config", cfg)
-	j := jaeger{otlp: fmt.Sprintf("http://127.0.0.1:%d", ports[2]), query: fmt.Sprintf("http://127.0.0.1:%d", ports[0])}
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		select {
-		case <-p.done:
-			t.Fatalf("jaeger exited: %v\n%s", p.err, lastLines(p.stderr.String(), 30))
-		default:
-		}
-		resp, err := jaegerClient.Get(j.query + "/api/services")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}, "jaeger's query API answers")
-	return j
-}
 
 // jaegerTrace is a trace as Jaeger's query API returns it.
 type jaegerTrace struct {
@@ -116,20 +39,6 @@ type jaegerTrace struct {
 	Processes map[string]struct {
 		ServiceName string `json:"serviceName"`
 	} `json:"processes"`
-}
-
-// traces is every trace of service Jaeger holds, and the raw answer.
-func (j jaeger) traces(t *testing.T, service string) ([]jaegerTrace, string) {
-	t.Helper()
-	resp, err := jaegerClient.Get(j.query + "/api/traces?service=" + service + "&limit=1000&lookback=1h")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var body struct {
-		Data []jaegerTrace `json:"data"`
-	}
-	raw := new(strings.Builder)
-	require.NoError(t, json.NewDecoder(io.TeeReader(resp.Body, raw)).Decode(&body))
-	return body.Data, raw.String()
 }
 
 // traceScript answers each record's calls by its prompt: "do record 1"
@@ -166,22 +75,34 @@ func (s *traceScript) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// traceReceiver is where the processes export their spans over OTLP/HTTP
+// and where the test reads them back, as Jaeger's query API shows them.
+type traceReceiver interface {
+	endpoint() string
+	traces(t *testing.T, service string) ([]jaegerTrace, string)
+}
+
 // A job with faults, two workers and a replay, each a process of its own,
-// exports its traces to Jaeger, which nobody here wrote; read back from
-// Jaeger's query API: one trace per record rooted at its dispatch, every
+// exports its traces over OTLP/HTTP to a receiver that decodes them with
+// the OpenTelemetry protocol's own Go types (TestTracesOverOTLP, every
+// run) or to Jaeger (TestTracesInJaeger, build tag jaeger); read back:
+// one trace per record rooted at its dispatch, every
 // delivery under the span that published its message, every call under
 // its delivery with the GenAI attributes, the redelivered record's two
 // deliveries in its trace, the replay in the dead-lettered record's
 // trace, and no span holding the key or the prompt.
-func TestTracesInJaeger(t *testing.T) {
+func TestTracesOverOTLP(t *testing.T) {
 	t.Parallel()
+	tracesStory(t, startOTLPReceiver(t))
+}
+
+func tracesStory(t *testing.T, jg traceReceiver) {
 	const (
 		n       = 6
 		keyEnv  = "E2E_TRACE_KEY"
 		key     = "sk-e2e-SECRET-5f1e2d3c4b5a"
 		ackWait = 10 * time.Second
 	)
-	jg := startJaeger(t)
 	h := &traceScript{calls: map[string]int{}}
 	h.refuse.Store(true)
 	srv := providertest.NewServer(t, h)
@@ -197,7 +118,7 @@ actions:
     retry: {max_attempts: 2, backoff: 10ms, redeliver: {max_deliveries: 2, backoff: 50ms}}
 `, srv.URL, keyEnv)), 0o600))
 	env := workerEnv(url, ackWait, keyEnv, key, "JETPOOL_KEY_HOSTS", keyEnv+"="+strings.TrimPrefix(srv.URL, "http://"),
-		"OTEL_EXPORTER_OTLP_ENDPOINT", jg.otlp, "OTEL_BSP_SCHEDULE_DELAY", "100")
+		"OTEL_EXPORTER_OTLP_ENDPOINT", jg.endpoint(), "OTEL_BSP_SCHEDULE_DELAY", "100")
 
 	d := jetpool(t, env, "dispatch", wf, "--input", testenv.Records(t, n), "--job", "traced", "--no-preflight")
 	require.Equal(t, 0, d.code, d.stderr)
@@ -220,7 +141,7 @@ actions:
 		w.wait(t, 20*time.Second)
 	}
 
-	// Jaeger's batch and storage take a moment: read until every record's
+	// The exporters' batches and the store take a moment: read until every record's
 	// trace holds its last delivery.
 	var traces []jaegerTrace
 	var raw string
@@ -243,7 +164,7 @@ actions:
 			}
 		}
 		return true
-	}, "a trace per record in Jaeger, each with its stored delivery")
+	}, "a trace per record, each with its stored delivery")
 	require.NotContains(t, raw, "SECRET", "a span holds the key")
 	require.NotContains(t, raw, "do record", "a span holds the prompt")
 
