@@ -72,6 +72,13 @@
 // that reached its budget fails; RetryParams.MaxCost (RaiseBudget) raises
 // it and replays the records it stopped.
 //
+// # Tracing
+//
+// The Client's calls trace each record (package tracing, docs/tracing.md)
+// through the global OpenTelemetry tracer provider: tracing.Setup turns
+// it on from the standard OTEL_ variables, as the CLI does, or install a
+// provider of your own.
+//
 // # Errors
 //
 // An error that refuses a request before anything changed (a bad line of
