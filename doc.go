@@ -75,9 +75,9 @@
 // # Tracing
 //
 // The Client's calls trace each record (package tracing, docs/tracing.md)
-// through the global OpenTelemetry tracer provider: tracing.Setup turns
-// it on from the standard OTEL_ variables, as the CLI does, or install a
-// provider of your own.
+// once tracing is on: tracing.Setup turns it on from the standard OTEL_
+// variables, as the CLI does; tracing.Use hands it a tracer provider of
+// your own (OpenTelemetry's global provider is not read).
 //
 // # Errors
 //
