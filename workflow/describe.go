@@ -88,6 +88,9 @@ func (w *Workflow) describeAction(pr func(string, ...any), i int, a *Action) {
 	model := cmp.Or(a.Model, "(provider default)")
 	kind := w.Providers[a.Provider].Kind
 	row("provider", "%s/%s (%s)%s", a.Provider, model, kind, prefixed(", ", flags))
+	for _, c := range ParamChanges(kind, a.Model, a.Params) {
+		row("params", "%s", c)
+	}
 	if a.Mode == ModeBatch {
 		fallback := ""
 		if a.Fallback != "" {
@@ -170,6 +173,28 @@ func describeBudget(a *Action, pc provider.Config, row func(label, format string
 	row("", "at most %s waiting between calls (max_wait %s for the provider included), %s with every call at its timeout",
 		bound.Waiting.Round(time.Millisecond), p.WaitLimit(), bound.Total.Round(time.Second))
 	return calls
+}
+
+// ParamChanges are what the model's rules change in params at request time
+// (provider.AdaptParams): shown by validate, which warns of the dropped ones.
+func ParamChanges(kind, model string, params map[string]any) []provider.ParamChange {
+	_, changes := provider.AdaptParams(kind, model, params)
+	return changes
+}
+
+// ParamWarnings are what `jetpool validate` warns of the actions' params:
+// each one that a model's rules drop (a temperature gpt-5 refuses, say), so
+// that a workflow written for another model is not silently run otherwise.
+func (w *Workflow) ParamWarnings() []string {
+	var out []string
+	for _, a := range w.Actions {
+		for _, c := range ParamChanges(w.Providers[a.Provider].Kind, a.Model, a.Params) {
+			if c.To == "" {
+				out = append(out, fmt.Sprintf("action %s (line %d): params.%s", a.Name, a.Line, c))
+			}
+		}
+	}
+	return out
 }
 
 func plural(n int) string {

@@ -398,7 +398,7 @@ func preflight(ctx context.Context, wf *workflow.Workflow) error {
 	seen := map[string]bool{}
 	var errs []string
 	for _, a := range wf.Actions {
-		key := a.Provider + "\x00" + a.Model
+		key := fmt.Sprint(a.Provider, "\x00", a.Model, "\x00", a.IsEmbed())
 		if seen[key] {
 			continue
 		}
@@ -410,7 +410,7 @@ func preflight(ctx context.Context, wf *workflow.Workflow) error {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = pr.Preflight(pctx, a.Model)
+		err = provider.PreflightModel(pctx, pr, a.Model, a.IsEmbed())
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", a.Provider, a.Model, a.Name, err))
