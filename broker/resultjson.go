@@ -284,6 +284,27 @@ func (w *jsonWriter) recovery(r *Recovery) {
 		}
 		w.raw(`]`)
 	}
+	if len(r.Routes) > 0 {
+		w.raw(`,"routes":[`)
+		for i := range r.Routes {
+			rt := &r.Routes[i]
+			if i > 0 {
+				w.raw(`,`)
+			}
+			w.raw(`{`)
+			n := len(w.b)
+			w.optInt(`,"after":`, int64(rt.After))
+			w.raw(`,"from":`)
+			w.str(rt.From)
+			w.raw(`,"to":`)
+			w.str(rt.To)
+			w.raw(`,"on":`)
+			w.str(rt.On)
+			w.b = append(w.b[:n], w.b[n+1:]...) // the first member's comma
+			w.raw(`}`)
+		}
+		w.raw(`]`)
+	}
 	w.raw(`}`)
 }
 
@@ -330,8 +351,9 @@ var resultFields = map[reflect.Type][]string{
 		"Attempts int attempts", "Deliveries int deliveries", "Repairs int repairs,omitempty",
 		"Failures []broker.Failure failures,omitempty", "Classes []string classes,omitempty", "Waits int waits,omitempty",
 		"Waited time.Duration waited_ns,omitempty", "Lost int lost,omitempty", "HandBacks int hand_backs,omitempty",
-		"Compacted []broker.Compaction compacted,omitempty",
+		"Compacted []broker.Compaction compacted,omitempty", "Routes []broker.Route routes,omitempty",
 	},
+	reflect.TypeFor[Route](): {"After int after,omitempty", "From string from", "To string to", "On string on"},
 	reflect.TypeFor[Compaction](): {
 		"After int after,omitempty", "Field string field,omitempty", "From int from,omitempty", "To int to,omitempty",
 		"Model string model,omitempty", "Note string note",

@@ -55,6 +55,20 @@ type Recovery struct {
 	// Compacted is what the delivery that ended the action did about
 	// context overflows (the action's overflow: block), in order.
 	Compacted []Compaction `json:"compacted,omitempty"`
+	// Routes are the moves the delivery that ended the action made to the
+	// action's fallbacks, in order: the last one's provider and model
+	// answered (Result.Provider, Result.Model).
+	Routes []Route `json:"routes,omitempty"`
+}
+
+// Route is a move to one of an action's fallbacks.
+type Route struct {
+	// After is the attempt (Failure.N) that led to it; 0 when the
+	// provider took no call (an open circuit, a cooldown).
+	After int    `json:"after,omitempty"`
+	From  string `json:"from"` // provider/model
+	To    string `json:"to"`
+	On    string `json:"on"` // the trigger: outage, or the failure's class
 }
 
 // Compaction is one answer to a context overflow: a field shortened, or a

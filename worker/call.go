@@ -9,6 +9,7 @@ import (
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // LimitMetrics is implemented by a Metrics that also wants the state of each
@@ -113,22 +114,31 @@ func (jr *jobRunner) limiter(name string) *ratelimit.Limiter {
 // circuitOpen reports whether every provider the job calls has an open
 // circuit: then the job's work is not pulled until a probe is due (until:
 // the first provider's). While one provider is open and another is not,
-// records are pulled and those of the open provider wait in the limiter.
+// records are pulled and those of the open provider wait in the limiter,
+// or move to a fallback that takes outages (worker/fallback.go).
 func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 	if jr.p.limits == nil || len(jr.wf.Actions) == 0 {
 		return time.Time{}, false
 	}
 	for _, a := range jr.wf.Actions {
-		l := jr.limiter(a.Provider)
-		if l == nil {
-			return time.Time{}, false
+		targets := []string{a.Provider}
+		for _, f := range a.Fallbacks {
+			if f.Takes(workflow.FallbackOutage) {
+				targets = append(targets, f.Provider)
+			}
 		}
-		u, open := l.CircuitOpenUntil()
-		if !open {
-			return time.Time{}, false
-		}
-		if until.IsZero() || u.Before(until) {
-			until = u
+		for _, name := range targets {
+			l := jr.limiter(name)
+			if l == nil {
+				return time.Time{}, false
+			}
+			u, open := l.CircuitOpenUntil()
+			if !open {
+				return time.Time{}, false
+			}
+			if until.IsZero() || u.Before(until) {
+				until = u
+			}
 		}
 	}
 	return until, true

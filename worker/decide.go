@@ -339,6 +339,9 @@ func story(rec *broker.Recovery, d *delivery) {
 		rec.Waits, rec.Waited, rec.HandBacks = st.Waits, st.Waited, st.HandBacks
 	}
 	rec.Compacted = d.run.compactions() // worker/overflow.go
+	if d.run != nil {
+		rec.Routes = d.run.routes // worker/fallback.go
+	}
 }
 
 // recovery is how a record got to its result: calls made, deliveries that

@@ -100,6 +100,7 @@ func (w *Workflow) describeAction(pr func(string, ...any), i int, a *Action) {
 	} else {
 		row("mode", "%s", a.Mode)
 	}
+	w.describeFallbacks(a, row) // fallbacks.go
 	calls := describeBudget(a, w.Providers[a.Provider], row)
 	if e := a.Expect; e != nil {
 		what := e.Format
@@ -162,7 +163,11 @@ func describeBudget(a *Action, pc provider.Config, row func(label, format string
 	calls = bound.Uncapped
 	shape := fmt.Sprintf("%s × %s", count(p.Attempts(), "attempt", "attempts"), count(p.Deliveries(), "delivery", "deliveries"))
 	if rounds := bound.Uncapped / max(p.Attempts()*p.Deliveries(), 1); rounds > 1 && a.Mode != ModeBatch {
-		shape += fmt.Sprintf(" × %d rounds (repairs, max_tokens doublings)", rounds)
+		what := "repairs, max_tokens doublings"
+		if len(a.Fallbacks) > 0 {
+			what += ", fallbacks"
+		}
+		shape += fmt.Sprintf(" × %d rounds (%s)", rounds, what)
 	}
 	if a.Mode == ModeBatch {
 		shape += fmt.Sprintf(", + %d batch rounds", p.Attempts())
