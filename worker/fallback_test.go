@@ -119,3 +119,30 @@ func TestFallbackOnRefusal(t *testing.T) {
 		require.InDelta(t, (12+2*5)+(10*3+20*2), *r.Cost, 1e-9, "each call at its model's price")
 	}
 }
+
+// A fallback's key binds as the action's does: a worker whose operator
+// bound the fallback's key to no host refuses the whole job up front, and
+// calls neither the primary nor the fallback.
+func TestFallbackKeyUnboundRefusesJob(t *testing.T) {
+	t.Parallel()
+	var pc, bc atomic.Int64
+	primary := counted(t, &pc, providertest.Reply{Status: 200, Body: providertest.OpenAIChat("m", "ok", 1, 1)})
+	backup := counted(t, &bc, providertest.Reply{Status: 200, Body: providertest.OpenAIChat("m2", "ok", 1, 1)})
+	b := testenv.Broker(t)
+	pool := testenv.Pool(t, b, worker.Config{Concurrency: 2, NewProvider: testenv.NewCounter().New})
+	wf := testenv.Workflow(t, fmt.Sprintf(`
+providers:
+  primary: {kind: openai, base_url: %s/v1}
+  backup: {kind: openai, base_url: %s/v1, api_key_env: HOME}
+actions:
+  - name: ask
+    provider: primary
+    model: m
+    prompt: "{{ .text }}"
+    fallbacks: [{provider: backup, model: m2}]
+`, primary.URL, backup.URL))
+	testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{JobID: "fb"})
+	testenv.Eventually(t, 10*time.Second, func() bool { return pool.Unservable()["fb"] != "" }, "refused")
+	require.Contains(t, pool.Unservable()["fb"], "provider backup: key variable HOME is bound to no host on this worker")
+	require.Zero(t, pc.Load()+bc.Load(), "nothing was sent")
+}
