@@ -82,6 +82,7 @@ func marshalResult(r *Result) ([]byte, error) {
 	}
 	w.optStr(`,"provider":`, r.Provider)
 	w.optStr(`,"model":`, r.Model)
+	w.optStr(`,"deployment":`, r.Deployment)
 	w.optInt(`,"replays":`, int64(r.Replays))
 	w.raw(`,"finished_at":"`)
 	w.b = r.Finished.AppendFormat(w.b, time.RFC3339Nano)
@@ -339,7 +340,7 @@ var resultFields = map[reflect.Type][]string{
 		"ID string id", "Status string status", "Output interface {} output,omitempty", "Error *broker.ResultError error,omitempty",
 		"Reason string reason,omitempty", "Recovery broker.Recovery recovery", "Usage broker.Usage usage", "Action string action",
 		"Job string job", "Outputs map[string]interface {} outputs,omitempty", "Record json.RawMessage -",
-		"Provider string provider,omitempty", "Model string model,omitempty", "Replays int replays,omitempty",
+		"Provider string provider,omitempty", "Model string model,omitempty", "Deployment string deployment,omitempty", "Replays int replays,omitempty",
 		"Finished time.Time finished_at", "FinishReason string finish_reason,omitempty",
 		"FinishReasonRaw string finish_reason_raw,omitempty", "Cost *float64 cost,omitempty", "TotalCost *float64 total_cost,omitempty",
 		"LatencyMS float64 latency_ms,omitempty", "Line int line,omitempty", "Input map[string]interface {} input,omitempty",

@@ -167,8 +167,11 @@ type Result struct {
 	Record   json.RawMessage `json:"-"`
 	Provider string          `json:"provider,omitempty"`
 	Model    string          `json:"model,omitempty"`
-	Replays  int             `json:"replays,omitempty"`
-	Finished time.Time       `json:"finished_at"`
+	// Deployment is the provider's deployment that answered (the last
+	// call's), "" for a provider without deployments.
+	Deployment string    `json:"deployment,omitempty"`
+	Replays    int       `json:"replays,omitempty"`
+	Finished   time.Time `json:"finished_at"`
 
 	// FinishReason is the answer's normalised finish reason (stop, length,
 	// content_filter, tool_calls, other), FinishReasonRaw the provider's

@@ -128,17 +128,41 @@ func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 			}
 		}
 		for _, name := range targets {
-			l := jr.limiter(name)
-			if l == nil {
-				return time.Time{}, false
-			}
-			u, open := l.CircuitOpenUntil()
+			u, open := jr.circuitOpenUntil(name)
 			if !open {
 				return time.Time{}, false
 			}
 			if until.IsZero() || u.Before(until) {
 				until = u
 			}
+		}
+	}
+	return until, true
+}
+
+// circuitOpenUntil reports whether the provider called name takes no
+// calls for an open circuit, and until when: for a provider with
+// deployments, whether every deployment's circuit is open (until: the first
+// probe).
+func (jr *jobRunner) circuitOpenUntil(name string) (until time.Time, open bool) {
+	names := []string{name}
+	if cfg, ok := jr.providerConfig(name); ok && len(cfg.Deployments) > 0 {
+		names = names[:0]
+		for _, d := range cfg.Endpoints() {
+			names = append(names, d.Name)
+		}
+	}
+	for _, n := range names {
+		l := jr.limiter(n)
+		if l == nil {
+			return time.Time{}, false
+		}
+		u, open := l.CircuitOpenUntil()
+		if !open {
+			return time.Time{}, false
+		}
+		if until.IsZero() || u.Before(until) {
+			until = u
 		}
 	}
 	return until, true

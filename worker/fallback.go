@@ -72,11 +72,7 @@ func (c *conversation) skipOpen() {
 		return
 	}
 	for {
-		lim := c.jr.limiter(c.a.Provider)
-		if lim == nil {
-			return
-		}
-		if _, open := lim.CircuitOpenUntil(); !open || !c.fallBack(outage, 0) {
+		if _, open := c.jr.circuitOpenUntil(c.a.Provider); !open || !c.fallBack(outage, 0) {
 			return
 		}
 	}

@@ -68,6 +68,9 @@ type sessionEnd struct {
 	// in this delivery, routes the moves made (worker/fallback.go).
 	nextFallback int
 	routes       []broker.Route
+	// deployment is the provider's deployment the last call went to ("":
+	// a provider without deployments).
+	deployment string
 	// fence, when set, ended the session before a call the delivery may
 	// not make (worker/lease.go): another delivery holds the record's
 	// call now, or its result was stored meanwhile.
@@ -430,7 +433,14 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	// The call is recorded in the delivery's claim before it is made, and
 	// a delivery paused meanwhile checks it still holds the record's call
 	// (worker/lease.go), once it may go.
-	resp, err := jr.call(ctx, a.Provider, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
+	target := a.Provider
+	if dep, dpr, ok, derr := jr.deployment(a.Provider); derr != nil { // worker/deployments.go
+		res.settle(0)
+		return provider.Response{}, retry.AsError(derr)
+	} else if ok {
+		target, pr, run.deployment = dep, dpr, dep
+	}
+	resp, err := jr.call(ctx, target, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
 	if retry.AsNotCalled(err) == nil {
 		run.calls++
 	}

@@ -49,6 +49,8 @@ func describeProvider(pr func(string, ...any), name string, c provider.Config) {
 		parts = append(parts, c.BaseURL)
 	}
 	switch {
+	case len(c.Deployments) > 0:
+		parts = append(parts, fmt.Sprintf("calls spread over %d deployments by their rpm, none to one resting (open circuit, cooldown)", len(c.Deployments)))
 	case c.APIKeyFile != "":
 		parts = append(parts, "key from file "+c.APIKeyFile)
 	case c.APIKeyEnv != "":
@@ -63,6 +65,7 @@ func describeProvider(pr func(string, ...any), name string, c provider.Config) {
 	for _, l := range lines {
 		pr("    %s\n", l)
 	}
+	describeDeployments(pr, c) // deployments.go
 	if c.Stream || c.StreamIdleTimeout > 0 {
 		pr("    stream: cut after %s without content (stream_idle_timeout), retried as a dropped stream\n", c.StreamIdle())
 	}

@@ -61,7 +61,8 @@ type wireProvider struct {
 	Limits            *wireLimits `json:"limits,omitempty"`
 	Sim               any         `json:"sim,omitempty"`
 	// MaxRetryAfter is max_retry_after.
-	MaxRetryAfter string `json:"max_retry_after,omitempty"`
+	MaxRetryAfter string           `json:"max_retry_after,omitempty"`
+	Deployments   []wireDeployment `json:"deployments,omitempty"`
 }
 
 type wireAction struct {
@@ -193,6 +194,7 @@ func (w *Workflow) Encode() ([]byte, error) {
 	for name, c := range w.Providers {
 		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
 			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream, Limits: encodeLimits(c.Limits),
+			Deployments:   encodeDeployments(c.Deployments),
 			MaxRetryAfter: dur(c.MaxRetryAfter), StreamIdleTimeout: dur(c.StreamIdleTimeout)}
 		if c.Sim != nil {
 			sim, err := yamlValue(reflect.ValueOf(c.Sim))

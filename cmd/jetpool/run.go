@@ -404,16 +404,18 @@ func preflight(ctx context.Context, wf *workflow.Workflow) error {
 			return
 		}
 		seen[key] = true
-		pr, err := provider.New(wf.Providers[prov])
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("provider %s: %v", prov, err))
-			return
-		}
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = provider.PreflightModel(pctx, pr, model, a.IsEmbed())
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", prov, model, a.Name, err))
+		for _, cfg := range wf.Providers[prov].Endpoints() { // each deployment
+			pr, err := provider.New(cfg)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("provider %s: %v", cfg.Name, err))
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = provider.PreflightModel(pctx, pr, model, a.IsEmbed())
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", cfg.Name, model, a.Name, err))
+			}
 		}
 	}
 	for _, a := range wf.Actions {
