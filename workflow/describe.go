@@ -198,7 +198,7 @@ func (w *Workflow) ParamWarnings() []string {
 	for _, a := range w.Actions {
 		for _, c := range ParamChanges(w.Providers[a.Provider].Kind, a.Model, a.Params) {
 			if c.To == "" {
-				out = append(out, fmt.Sprintf("action %s (line %d): params.%s", a.Name, a.Line, c))
+				out = append(out, fmt.Sprintf("%s:%d: actions[%d].params.%s (action %s)", w.File, a.Line, a.Index, c, a.Name))
 			}
 		}
 	}

@@ -25,7 +25,7 @@ actions:
 `)
 	require.Equal(t, map[string]any{"max_tokens": 200.0, "temperature": 0.2}, w.Actions[0].Params)
 	require.Equal(t, []string{
-		"action think (line 7): params.temperature is dropped (gpt-5-mini takes only the default 1, not 0.2)",
+		"workflow.yaml:7: actions[0].params.temperature is dropped (gpt-5-mini takes only the default 1, not 0.2) (action think)",
 	}, w.ParamWarnings())
 	var b bytes.Buffer
 	w.Describe(&b)
