@@ -212,7 +212,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 //     (broker.Claim), and after an outage on any: of two twins one calls,
 //     the other waits, until the winner's result is stored or its claim
 //     let go or lapsed. A claim the store does not answer is asked again
-//     until it does (TestClusterTwinWaitsOutAFrozenClaimsLeader); one it
+//     until it does (TestChaosTwinWaitsOutAFrozenClaimsLeader); one it
 //     refuses (the bucket full, say) does not stop the call;
 //   - a redelivery claims on a single server too: the delivery before it
 //     may be a worker stopped mid-call (worker/lease.go), whose claim,
@@ -268,7 +268,7 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 		return park(d.nextState(nil)), true
 	}
 	if c.LapsedCalls > 0 {
-		return jr.takeOver(ctx, d, c.LapsedCalls)
+		jr.takeOver(d, c.LapsedCalls)
 	}
 	return outcome{}, false
 }

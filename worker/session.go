@@ -125,7 +125,7 @@ func render(a *workflow.Action, d *delivery) (string, error) {
 // the model, with the session retry layer around every model request and,
 // when the action has an expect: block, the repair loop around that.
 //
-// The repair loop (issue 6). An output that fails the expectation is not a
+// The repair loop. An output that fails the expectation is not a
 // transport error and no retry layer sees it: the invalid assistant turn
 // stays in the history, a user message naming what is wrong follows it, and
 // the model is asked again, up to expect.repair.max_attempts times in a

@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	rtmetrics "runtime/metrics"
 	"strings"
 	"syscall"
 
@@ -23,7 +22,7 @@ import (
 	"github.com/jetpool/jetpool/internal/profile"
 )
 
-// Exit codes, one meaning each (README "Exit codes", `jetpool help`), so a
+// Exit codes, one meaning each (docs/reference.md, `jetpool help`), so a
 // script can tell a failed job from a typo from a server that is down.
 const (
 	exitOK          = 0
@@ -84,7 +83,7 @@ Usage: jetpool COMMAND [flags]
 Commands:
 `
 
-// usageEnv lists every variable of README "Environment"
+// usageEnv lists every variable of docs/reference.md "Environment"
 // (TestHelpMatchesReadme keeps the two the same).
 const usageEnv = `
 Environment (process configuration):
@@ -424,18 +423,11 @@ func serveLocal(b *broker.Broker) error {
 // A worker's live heap is small (tens of MiB) and it allocates a few KiB per
 // record, so at Go's default (100) it collects several times a second, and
 // each collection also shrinks the stacks of its idle handler goroutines,
-// which the next record grows again: about a quarter of a worker's CPU at
-// 10k records/s (worker profile). At 400 a worker process does 10–28 % more
-// records/s and peaks at about 60–75 MiB instead of 40, flat in the job's
-// size.
+// which the next record grows again: a large share of a busy worker's
+// CPU (worker profile). At 400 a worker process does more records a
+// second for a few tens of MiB more, flat in the job's size
+// (docs/performance.md).
 const WorkerGOGC = 400
-
-// gcPercent is the process's GC target now (GOGC), read without setting it.
-func gcPercent() int {
-	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
-	rtmetrics.Read(s)
-	return int(s[0].Value.Uint64())
-}
 
 func plural(n int64, word string) string {
 	if n == 1 {
