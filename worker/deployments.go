@@ -62,8 +62,11 @@ func (s *spread) next(ok func(i int) bool) int {
 
 // deployment picks the deployment of the provider called name that the
 // next call goes to, with its adapter; ok is false for a provider without
-// deployments.
-func (jr *jobRunner) deployment(name string) (dep string, pr provider.Provider, ok bool, err error) {
+// deployments. avoid is the deployment of the record's call before (""
+// for none): another is picked while one does not rest, so that a retry
+// does not go back to the deployment that just failed it (the round robin
+// is the job's, and other records' calls come between a record's).
+func (jr *jobRunner) deployment(name, avoid string) (dep string, pr provider.Provider, ok bool, err error) {
 	cfg, found := jr.providerConfig(name)
 	if !found || len(cfg.Deployments) == 0 {
 		return "", nil, false, nil
@@ -85,8 +88,16 @@ func (jr *jobRunner) deployment(name string) (dep string, pr provider.Provider, 
 			resting[i] = l.Resting()
 		}
 	}
+	other := func(i int) bool { return !resting[i] && s.names[i] != avoid }
+	some := false
+	for i := range s.names {
+		some = some || other(i)
+	}
+	if !some {
+		other = func(i int) bool { return !resting[i] }
+	}
 	jr.mu.Lock()
-	i := s.next(func(i int) bool { return !resting[i] })
+	i := s.next(other)
 	jr.mu.Unlock()
 	pr, err = jr.providerAs(s.names[i], s.cfgs[i])
 	return s.names[i], pr, true, err

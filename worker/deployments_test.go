@@ -80,6 +80,7 @@ func TestDeploymentOutageMovesToTheOther(t *testing.T) {
 		require.Equal(t, broker.StatusOK, r.Status, id)
 		require.Equal(t, "oa-2", r.Deployment, "the healthy deployment answered")
 		require.LessOrEqual(t, r.Recovery.Attempts, bound)
+		require.LessOrEqual(t, r.Recovery.Attempts, 2, "a retry goes to the other deployment, not back to the one that failed it")
 		calls += r.Recovery.Attempts
 	}
 	require.EqualValues(t, records, bc.Load())

@@ -111,7 +111,12 @@ actions:
 	job, p := testenv.WaitFinished(t, b, res.Job.ID, 3*time.Minute)
 	elapsed := time.Since(start)
 	results := testenv.Results(t, b, job)
-	require.EqualValues(t, records, p.OK, "0 failed")
+	for id, r := range results {
+		if r.Status != broker.StatusOK {
+			t.Logf("%s: %s %s: %s", id, r.Status, r.Reason, r.Error.Message)
+		}
+	}
+	require.EqualValues(t, records, p.OK, "0 failed: %+v", p)
 	require.Len(t, results, records, "one result a record")
 	for id, r := range results {
 		require.Equal(t, broker.StatusOK, r.Status, id)
