@@ -12,6 +12,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/tracing"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -25,8 +26,9 @@ import (
 //
 // pauses is the pause watch's reading when the message was pulled
 // (worker/lease.go).
-func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.Duration, release func()) (handedOver bool) {
+func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.Duration, s *slot) (handedOver bool) {
 	p := jr.p
+	release := s.release
 	p.handled.Add(1)
 	p.cfg.Metrics.Delivery(jr.id)
 	d, err := jr.parse(msg)
@@ -37,6 +39,10 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 	if err != nil {
 		d, o := jr.broken(msg, err)
 		return jr.complete(ctx, d, o, release)
+	}
+	if tracing.Enabled() {
+		ctx, d.span = tracing.StartDelivery(ctx, msg.Headers(), tracing.Record{Job: d.job, Action: d.action.Name, ID: d.env.ID},
+			d.replays, p.id)
 	}
 	batched := d.action.Mode == workflow.ModeBatch && d.mode != workflow.ModeOnline
 	if !batched && !jr.hold(d) {
@@ -59,10 +65,17 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		return jr.complete(ctx, d, outcome{kind: outcomeAbandon}, release) // as if the process died running it: no ack, no nak
 	}
 	if batched {
+		if d.span != nil {
+			// Its calls serve many records at once: the delivery's span
+			// ends as it joins a batch (docs/tracing.md).
+			tracing.EndDelivery(d.span, tracing.Outcome{Kind: "batch", Delivery: d.delivery()})
+			d.span = nil
+		}
 		jr.enqueueBatch(ctx, d, release) // worker/batch.go: the batcher acks it once its batch is recorded
 		return false
 	}
 	jr.attach(d, pauses) // worker/lease.go: its claim kept alive while it calls
+	d.slot = s           // worker/slot.go: its backoffs waited off the slot
 	run := jr.runSession
 	if d.action.IsEmbed() {
 		run = jr.runEmbed // worker/embed.go
@@ -84,6 +97,9 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 
 // complete hands d's outcome to the completer.
 func (jr *jobRunner) complete(ctx context.Context, d *delivery, o outcome, release func()) bool {
+	if d != nil && d.span != nil {
+		endSpan(d, o)
+	}
 	return jr.p.done.complete(ctx, d, o, release, jr)
 }
 
@@ -338,7 +354,7 @@ func (jr *jobRunner) broken(msg jetstream.Msg, cause error) (*delivery, outcome)
 		rec = "unknown"
 	}
 	d := &delivery{msg: msg, job: jr.id, action: &workflow.Action{Name: action}, env: &broker.Envelope{ID: rec}}
-	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError,
+	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError, Trace: tracing.Traceparent(nil, msg.Headers()),
 		Class: retry.ClassProgramming, Error: "failed permanently: ProgrammingError: " + cause.Error(), Data: msg.Data(),
 		FailedAt: time.Now().UTC(), Worker: jr.p.id}
 	return d, outcome{kind: outcomeDeadLetter, entry: e}

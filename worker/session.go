@@ -227,7 +227,7 @@ func (c *conversation) round(ctx context.Context) bool {
 	c.skipOpen() // worker/fallback.go
 	s := &retry.Session{
 		Policy:        c.policy(),
-		Clock:         c.jr.p.cfg.Clock,
+		Clock:         c.d.clock(c.jr.p),
 		History:       c.h,
 		Delivery:      c.d.delivery(),
 		PriorAttempts: c.prior + run.calls,
@@ -440,17 +440,21 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	} else if ok {
 		target, pr, run.deployment = dep, dpr, dep
 	}
-	resp, err := jr.call(ctx, target, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
+	callCtx, span := jr.startCall(ctx, d, run, &req, "chat") // worker/trace.go
+	resp, err := jr.call(callCtx, target, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
 	if retry.AsNotCalled(err) == nil {
 		run.calls++
 	}
 	if err != nil {
+		endCall(span, resp, err, 0, false)
 		res.settle(0) // no answer: nothing billed
 		return resp, err
 	}
 	run.usage.Add(resp.Usage)
 	run.finish, run.finishRaw, run.latency = resp.FinishReason, resp.FinishReasonRaw, resp.Latency
+	spent := run.cost
 	jr.spend(a, resp, run, false, res) // worker/cost.go
+	endCall(span, resp, nil, run.cost-spent, run.priced)
 	if resp.Model != "" {
 		run.model = resp.Model
 	}

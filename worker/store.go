@@ -97,6 +97,7 @@ func (s brokerStore) forward(d *delivery, output any) (future, error) {
 	if err != nil {
 		return nil, err
 	}
+	traceOn(d, m.Header) // worker/trace.go: the next action's deliveries under this one
 	if d.revision > 1 {
 		m.Header.Set(broker.HeaderRevision, strconv.Itoa(d.revision))
 	}

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/profile"
+	"github.com/jetpool/jetpool/tracing"
 )
 
 // Exit codes, one meaning each (docs/reference.md, `jetpool help`), so a
@@ -118,7 +120,12 @@ Environment (process configuration):
   JETPOOL_CPUPROFILE, JETPOOL_MEMPROFILE
                          write a CPU profile of the command / a heap profile of a stopping worker
                          (of run and retry: when every record has its result)
-  Only JETPOOL_ names are read: NATS_URL (the nats CLI's) and other bare names are ignored.
+  JETPOOL_TRACE_CONTENT  true: prompts and answers on the model call spans (default off)
+  OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...
+                         OpenTelemetry traces of run, dispatch, worker and retry over OTLP/HTTP:
+                         off unless an endpoint or OTEL_TRACES_EXPORTER=otlp is set (docs/tracing.md)
+  Besides the standard OTEL_ variables only JETPOOL_ names are read: NATS_URL (the nats CLI's)
+  and other bare names are ignored.
 `
 
 const usageTail = `
@@ -210,6 +217,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if traced(cmd.name) {
+		shutdown, err := tracing.Setup(ctx, cmd.name)
+		if err != nil {
+			fmt.Fprintf(stderr, "jetpool: tracing: %v\n", err)
+			return exitUsage
+		}
+		defer flushTraces(shutdown, stderr)
+	}
 	err = cmd.run(ctx, e, args[1:])
 	code := exitCode(ctx, err)
 	if code != exitOK {
@@ -221,6 +236,26 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// traced says which commands export traces when OTEL_* asks for them:
+// those that dispatch, run or replay records (docs/tracing.md).
+func traced(name string) bool {
+	switch name {
+	case "run", "dispatch", "worker", "retry":
+		return true
+	}
+	return false
+}
+
+// flushTraces sends the spans still buffered, for at most a few seconds:
+// an unreachable collector does not hold the exit.
+func flushTraces(shutdown func(context.Context) error, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		fmt.Fprintf(stderr, "jetpool: tracing: %v\n", err)
+	}
 }
 
 // needsNoConfig: help, version and completion (and any -h) work whatever
