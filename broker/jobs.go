@@ -496,12 +496,10 @@ func (b *Broker) CompleteJob(ctx context.Context, id string) (*Job, error) {
 		finished = m.Time.UTC()
 	}
 	return b.UpdateJob(ctx, id, func(j *Job) bool {
-		if j.Status == JobFailed || (j.Status == JobCompleted && j.Replay == nil) {
+		if j.Stopped() || (j.Status == JobCompleted && j.Replay == nil) {
 			return false
 		}
-		if j.Status != JobFailed {
-			j.Status = JobCompleted
-		}
+		j.Status = JobCompleted
 		j.Replay = nil
 		j.Finished = finished
 		return true
