@@ -98,6 +98,10 @@ type Job struct {
 	// Finished is when the job last completed: a finished job's rate is
 	// over its own duration, Created to Finished.
 	Finished time.Time `json:"finished,omitzero"`
+	// StartAt, when set, is when the job was scheduled to start (dispatch
+	// --at/--after): its work consumer was made paused until then, which
+	// is what holds it back (the server keeps that across restarts).
+	StartAt time.Time `json:"start_at,omitzero"`
 }
 
 // Revision is one later revision of a job's workflow.

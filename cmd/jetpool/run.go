@@ -359,8 +359,8 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	if output != "" {
 		fmt.Fprintf(e.stderr, "results: %s\n", output)
 	}
-	if job.Status == broker.JobFailed {
-		return &exitError{code: exitJobFailed, err: fmt.Errorf("job %s failed: %s", job.ID, job.Reason)}
+	if err := stoppedErr(job); err != nil {
+		return err
 	}
 	if sum.failed > 0 {
 		return &errFailedRecords{job: job.ID, failed: sum.failed}

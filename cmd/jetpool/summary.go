@@ -164,8 +164,11 @@ func createBeside(output string) (*os.File, error) {
 func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	out := e.stdout
 	status := "completed"
-	if s.job.Status == broker.JobFailed {
+	switch s.job.Status {
+	case broker.JobFailed:
 		status = "FAILED"
+	case broker.JobCancelled:
+		status = "CANCELLED"
 	}
 	fmt.Fprintf(out, "job %s %s: %d records, %d succeeded, %d failed\n", s.job.ID, status, s.records, s.ok, s.failed)
 	if s.failed > 0 {
@@ -188,7 +191,7 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	if s.failed > 0 {
 		fmt.Fprintf(out, "  dead letters: jetpool dlq list --job %s   replay: jetpool retry --job %s\n", s.job.ID, s.job.ID)
 	}
-	if s.job.Status == broker.JobFailed {
+	if s.job.Stopped() {
 		fmt.Fprintf(out, "  why: %s\n", s.job.Reason)
 	}
 }

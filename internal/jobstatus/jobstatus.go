@@ -30,6 +30,17 @@ type Job struct {
 	Failed     int64            `json:"failed"`
 	DeadByReas map[string]int64 `json:"dead_lettered_by_reason,omitempty"`
 	Paused     bool             `json:"paused,omitempty"`
+	// PausedUntil is when the server resumes a paused job by itself (zero:
+	// paused until resumed, or not paused); a job scheduled to start
+	// later is paused until then (Scheduled).
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// Scheduled: the job was dispatched to start at StartAt (dispatch
+	// --at/--after), and its pause is that wait.
+	Scheduled bool      `json:"scheduled,omitempty"`
+	StartAt   time.Time `json:"start_at,omitzero"`
+	// Cancelled is the records that ended cancelled (counted in Failed,
+	// and in the dead letters by reason), read with the split by reason.
+	Cancelled int64 `json:"cancelled,omitempty"`
 	Rate       float64          `json:"records_per_second"`
 	Created    time.Time        `json:"created"`
 	Workers    int              `json:"workers"`
@@ -156,6 +167,8 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 		return s, err
 	}
 	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
+	s.Cancelled = c.ByReason[broker.StatusCancelled]
+	s.StartAt = j.StartAt
 	backlog := info != nil
 	if backlog {
 		// A record a worker read ahead is delivered but not started:
@@ -168,7 +181,12 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 		s.InFlight = min(ws.inFlight[j.ID], pending-ahead)
 		s.Storing = min(ws.storing[j.ID], pending-ahead-s.InFlight)
 		s.Waiting = pending - ahead - s.InFlight - s.Storing
-		s.Paused = info.Paused
+		pause := broker.PauseOf(info)
+		s.Paused = pause.Paused
+		if pause.Paused && pause.Until.Before(broker.PauseForever) {
+			s.PausedUntil = pause.Until
+		}
+		s.Scheduled = pause.Paused && !j.StartAt.IsZero() && pause.Until.Equal(j.StartAt)
 		s.oneColumn()
 	}
 	if hs, err := batch.List(ctx, b, j.ID); err == nil {
