@@ -188,7 +188,9 @@
   // ---- jobs ----------------------------------------------------------------
 
   function statusBadge(st) {
-    return [badge(st.status), st.paused ? [' ', badge('paused')] : null];
+    const paused = st.scheduled ? 'starts ' + new Date(st.start_at).toLocaleString()
+      : st.paused_until ? 'paused until ' + new Date(st.paused_until).toLocaleString() : 'paused';
+    return [badge(st.status), st.paused ? [' ', badge(paused, 'paused')] : null];
   }
 
   function jobsView(root) {
@@ -213,12 +215,41 @@
     };
   }
 
+  // steerBar is a job's cancel, pause and resume buttons (none on a
+  // read-only dashboard); the server refuses what the job's state does not
+  // allow, and says why.
+  function steerBar(root, id, refresh) {
+    if (S.session.read_only) return;
+    const msg = el('div', { id: 'steer-msg' });
+    const act = async (what) => {
+      try {
+        const v = await post('api/jobs/' + encodeURIComponent(id) + '/' + what, {});
+        msg.replaceChildren(el('div', { class: 'notice', id: 'steered' }, what === 'cancel'
+          ? `Cancelled: no new calls (${num(v.workers - (v.still_calling || []).length)} of ${num(v.workers)} workers confirmed); ${num(v.queued)} queued records end cancelled.`
+          : v.paused ? 'Paused: nothing of the job is delivered until it is resumed.' : 'Resumed.'));
+      } catch (e) {
+        msg.replaceChildren(el('div', { class: 'notice error' }, what + ' failed: ' + e.message));
+      }
+      refresh();
+    };
+    const confirmCancel = () => msg.replaceChildren(el('div', { class: 'notice confirm' },
+      el('span', {}, 'Cancel this job? No new calls start; calls in flight finish; queued records end cancelled (jetpool retry --reason cancelled runs them).'),
+      el('button', { type: 'button', id: 'confirm-cancel', class: 'danger', onclick: () => act('cancel') }, 'Cancel the job'),
+      el('button', { type: 'button', onclick: () => msg.replaceChildren() }, 'Keep it')));
+    root.append(el('div', { class: 'toolbar', id: 'steer' },
+      el('button', { type: 'button', id: 'job-pause', onclick: () => act('pause') }, 'Pause'),
+      el('button', { type: 'button', id: 'job-resume', onclick: () => act('resume') }, 'Resume'),
+      el('button', { type: 'button', id: 'job-cancel', class: 'danger', onclick: confirmCancel }, 'Cancel…')), msg);
+  }
+
   function jobView(root, [id]) {
     root.append(el('h1', {}, 'Job ', el('span', { class: 'mono' }, id)));
+    let refresh = () => {};
+    steerBar(root, id, () => refresh());
     const put = slot(root);
     root.append(el('h2', {}, 'Records'));
     recordsPanel(root, id);
-    return async () => {
+    return refresh = async () => {
       const v = await api('api/jobs/' + encodeURIComponent(id));
       const st = v.status;
       const e = eta(st);
@@ -235,7 +266,7 @@
           card('waiting', num(st.waiting_for_redelivery)), card('rate', rate(e.rate)), card('eta', e.eta),
           card('dead letters', el('a', { href: dlq({}) }, num(v.dead_letters.total) + (v.dead_letters.at_least ? '+' : ''))),
           card('workers', num(st.workers)), c ? card('cost so far', c) : null),
-        st.reason ? el('div', { class: 'notice error' }, 'failed: ' + st.reason) : null,
+        st.reason ? el('div', { class: 'notice error' }, st.status + ': ' + st.reason) : null,
         el('h2', {}, 'Actions'),
         table(['Action', 'Progress', 'OK ', 'Failed ', 'In the work stream '], v.actions.map((a) => el('tr', {},
           cell(a.action, 'mono'), cell(bar(a.ok, a.failed, st.total)), ncell(a.ok),
