@@ -37,7 +37,7 @@ const (
 	// exitCancelled: the job was cancelled (jetpool job cancel) while run or
 	// retry waited for it; its queued records ended cancelled.
 	exitCancelled = 5
-	exitInterrupt     = 130 // SIGINT or SIGTERM (128 + SIGINT, as shells report it)
+	exitInterrupt = 130 // SIGINT or SIGTERM (128 + SIGINT, as shells report it)
 )
 
 // exitError carries an exit code with its message.

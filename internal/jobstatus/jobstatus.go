@@ -38,13 +38,18 @@ type Job struct {
 	// --at/--after), and its pause is that wait.
 	Scheduled bool      `json:"scheduled,omitempty"`
 	StartAt   time.Time `json:"start_at,omitzero"`
+	// Steps and StepsTotal count a pipeline's work done, a step a record
+	// and action (Steps): progress a job of several actions shows before
+	// records leave its last one. Zero for a job of one action.
+	Steps      int64 `json:"steps,omitempty"`
+	StepsTotal int64 `json:"steps_total,omitempty"`
 	// Cancelled is the records that ended cancelled (counted in Failed,
 	// and in the dead letters by reason), read with the split by reason.
-	Cancelled int64 `json:"cancelled,omitempty"`
-	Rate       float64          `json:"records_per_second"`
-	Created    time.Time        `json:"created"`
-	Workers    int              `json:"workers"`
-	Batches    []Batch          `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+	Cancelled int64     `json:"cancelled,omitempty"`
+	Rate      float64   `json:"records_per_second"`
+	Created   time.Time `json:"created"`
+	Workers   int       `json:"workers"`
+	Batches   []Batch   `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
 	// Cost is what the job's calls have cost so far, in dollars, as the
 	// workers added it to the job's ledger (each at most a second behind):
 	// O(1), no walk over results. MaxCost is its budget; CostHeld what the
@@ -197,6 +202,11 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 			}
 			s.Batches = append(s.Batches, Batch{Action: h.Action, Key: h.Key, ProviderID: h.ProviderID, State: st,
 				Round: h.Round, Counts: h.Counts, Age: time.Since(h.Created).Round(time.Second).String(), LastError: h.LastError})
+		}
+	}
+	if len(j.Actions) > 1 {
+		if at, err := AtActions(ctx, b, j.ID); err == nil {
+			s.Steps, s.StepsTotal = Steps(j.Total, c.Done, j.Actions, at)
 		}
 	}
 	if el := j.Elapsed(time.Now()).Seconds(); el > 0 {

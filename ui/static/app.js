@@ -169,10 +169,13 @@
 
   // eta keeps the last minute of (time, done) per job and returns the
   // recent rate and the time left at it (the average since the job began
-  // when there is not enough history yet).
+  // when there is not enough history yet). A pipeline's done and total are
+  // in steps (a record and action each), its rate in records (steps over
+  // the actions).
   function eta(st) {
     const now = Date.now();
-    const done = st.succeeded + st.failed;
+    const per = st.steps_total ? st.steps_total / Math.max(st.total, 1) : 1;
+    const done = (st.steps_total ? st.steps : st.succeeded + st.failed) / per;
     let h = S.samples.get(st.job) || [];
     h.push([now, done]);
     h = h.filter(([t]) => now - t <= 60000);
@@ -193,6 +196,17 @@
     return [badge(st.status), st.paused ? [' ', badge(paused, 'paused')] : null];
   }
 
+  // progressCell is a job's progress: records finished, and for a pipeline
+  // the work done in steps (a record and action each), which moves before
+  // any record finishes its last action.
+  function progressCell(st) {
+    const label = `${num(st.succeeded + st.failed)} of ${num(st.total)}`;
+    if (!st.steps_total) return [bar(st.succeeded, st.failed, st.total), el('div', { class: 'bar-label' }, label)];
+    const failedSteps = Math.min(st.failed * (st.steps_total / Math.max(st.total, 1)), st.steps);
+    return [bar(st.steps - failedSteps, failedSteps, st.steps_total), el('div', { class: 'bar-label steps' },
+      `${label} · ${(100 * st.steps / st.steps_total).toFixed(1)}% of the steps`)];
+  }
+
   function jobsView(root) {
     root.append(el('h1', {}, 'Jobs'));
     const put = slot(root);
@@ -204,8 +218,7 @@
         return el('tr', {},
           cell(el('a', { href: '#/job/' + encodeURIComponent(st.job) }, st.job), 'mono'),
           cell(statusBadge(st)),
-          cell([bar(st.succeeded, st.failed, st.total), el('div', { class: 'bar-label' },
-            `${num(st.succeeded + st.failed)} of ${num(st.total)}`)]),
+          cell(progressCell(st)),
           ncell(st.succeeded), ncell(st.failed), ncell(st.queued), ncell(st.in_flight), ncell(st.waiting_for_redelivery),
           ncell(rate(e.rate)), ncell(e.eta), withCost ? cell(costOf(st) || '', 'num') : null, cell(ago(st.created), 'muted'));
       });
@@ -285,7 +298,7 @@
     };
   }
   const knownStatus = ['job', 'status', 'reason', 'total', 'queued', 'in_flight', 'storing', 'waiting_for_redelivery', 'succeeded',
-    'failed', 'dead_lettered_by_reason', 'paused', 'records_per_second', 'created', 'workers', 'batches'];
+    'failed', 'dead_lettered_by_reason', 'paused', 'records_per_second', 'created', 'workers', 'batches', 'steps', 'steps_total'];
 
   // recordsPanel: find a record by id, or page through the job's results.
   function recordsPanel(root, job) {
