@@ -103,13 +103,25 @@
 
   // ---- API ---------------------------------------------------------------
 
+  // api calls the dashboard's server; a read gives up after apiTimeout: a
+  // server that lost its store (the process hosting it restarted) answers
+  // late or not at all, and the page says so and tries again at the next
+  // refresh. An action (a replay of many records) is waited for.
+  const apiTimeout = 20000;
   async function api(path, opts) {
-    const res = await fetch(path, Object.assign({ credentials: 'same-origin', headers: { Accept: 'application/json' } }, opts));
+    let res;
+    try {
+      res = await fetch(path, Object.assign({ credentials: 'same-origin', headers: { Accept: 'application/json' },
+        signal: opts && opts.method ? undefined : AbortSignal.timeout(apiTimeout) }, opts));
+    } catch (e) {
+      throw new Error(`the dashboard's server does not answer (${e.name === 'TimeoutError' ? 'no answer in ' + apiTimeout / 1000 + ' s' : e.message}); trying again`);
+    }
     if (res.status === 401) { location.href = 'login'; throw new Error('sign in'); }
     let body = null;
     try { body = await res.json(); } catch { /* not JSON */ }
     if (!res.ok) {
-      const err = new Error((body && body.error) || res.status + ' ' + res.statusText);
+      const why = (body && body.error) || res.status + ' ' + res.statusText;
+      const err = new Error(res.status === 502 || res.status === 504 ? `the store does not answer (${why}); trying again` : why);
       err.body = body;
       throw err;
     }
