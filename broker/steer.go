@@ -67,6 +67,18 @@ func (b *Broker) CancelJob(ctx context.Context, id, why string) (j *Job, changed
 	return j, changed, nil
 }
 
+// SetPriority sets the job's priority (its weight among the jobs a worker
+// serves at once); workers follow it at once.
+func (b *Broker) SetPriority(ctx context.Context, id string, priority int) (*Job, error) {
+	return b.UpdateJob(ctx, id, func(j *Job) bool {
+		if j.Priority == priority {
+			return false
+		}
+		j.Priority = priority
+		return true
+	})
+}
+
 // ErrNoConsumer is returned by PauseJob and ResumeJob for a job that has no
 // work consumer: not published yet, or finished and swept.
 var ErrNoConsumer = errors.New("job has no work consumer")

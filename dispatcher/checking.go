@@ -154,7 +154,8 @@ func (d *Dispatcher) dispatchChecking(ctx context.Context, wf *workflow.Workflow
 	}
 	now := time.Now().UTC()
 	job := &broker.Job{ID: id, Created: now, MaxCost: wf.MaxCost, Workflow: enc, Actions: actions,
-		Input: opts.Input, MaxDeliver: -1, Status: broker.JobChecking, Nonce: newNonce(), Lease: now, StartAt: startAt(opts)}
+		Input: opts.Input, MaxDeliver: -1, Status: broker.JobChecking, Nonce: newNonce(), Lease: now, StartAt: startAt(opts),
+		Priority: cmp.Or(opts.Priority, wf.Priority)}
 	if err := d.B.PutJob(ctx, job); err != nil {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}

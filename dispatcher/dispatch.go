@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -50,6 +51,9 @@ type Options struct {
 	// published now, and its work consumer is made paused until then
 	// (broker.EnsureConsumerFrom), so workers get nothing of it before.
 	StartAt time.Time
+	// Priority, when above 0, is a new job's priority in place of the
+	// workflow's priority: (broker.Job.Priority).
+	Priority int
 
 	// Duplicates is how a record id used more than once is treated:
 	// DuplicatesError (DuplicatesDefault, also for "") or DuplicatesFirst.
@@ -311,7 +315,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	switch {
 	case errors.Is(err, broker.ErrJobNotFound):
 		start = startAt(opts)
-		job = &broker.Job{ID: jobID, Created: time.Now().UTC(), MaxCost: wf.MaxCost, StartAt: start}
+		job = &broker.Job{ID: jobID, Created: time.Now().UTC(), MaxCost: wf.MaxCost, StartAt: start, Priority: cmp.Or(opts.Priority, wf.Priority)}
 		// An entry removed by hand must not make old results invisible.
 		if fresh, err = d.B.JobUnseen(ctx, jobID); err != nil {
 			return nil, err

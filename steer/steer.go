@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/worker"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // StopWaitDefault is how long Cancel waits, by default, for every live
@@ -130,6 +131,19 @@ func Resume(ctx context.Context, b *broker.Broker, job string) (PauseReport, err
 		rep.Queued, rep.InFlight = bl.Queued, bl.AckPending
 	}
 	return rep, nil
+}
+
+// SetPriority sets job's priority (workflow.PriorityMin to PriorityMax):
+// its weight when workers divide their slots among the jobs that have
+// work. Workers follow it at once.
+func SetPriority(ctx context.Context, b *broker.Broker, job string, priority int) (*broker.Job, error) {
+	if err := broker.CheckJobID(job); err != nil {
+		return nil, err
+	}
+	if priority < workflow.PriorityMin || priority > workflow.PriorityMax {
+		return nil, fmt.Errorf("priority %d is out of range %d-%d", priority, workflow.PriorityMin, workflow.PriorityMax)
+	}
+	return b.SetPriority(ctx, job, priority)
 }
 
 // live checks that job exists and has not ended.

@@ -63,6 +63,10 @@ type jobRunner struct {
 	// the job cancelled; quiet is set then (worker/steer.go).
 	steer sync.RWMutex
 	quiet atomic.Bool
+	// wants is set while the job's fetch loop waits for a slot: its
+	// weight counts in the division of the slots (worker/share.go).
+	wants    atomic.Bool
+	wantedAt atomic.Int64 // when its loop last asked for slots (unix ns)
 }
 
 func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {

@@ -82,6 +82,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	maxCostFlag(fs, &f.maxCost)
 	f.duplicatesFlag(fs)
 	f.newJobFlag(fs)
+	f.priorityFlag(fs)
 	at := fs.String("at", "", "start the new job at this time (RFC 3339, a local '2026-12-07 18:00', or '18:00' today)")
 	after := fs.Duration("after", 0, "start the new job this long from now")
 	pos, err := parse(fs, args)
@@ -94,6 +95,9 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	}
 	startAt, err := whenFlag(*at, *after, "--at", "--after", time.Now())
 	if err != nil {
+		return err
+	}
+	if err := checkPriority("--priority", f.priority); err != nil {
 		return err
 	}
 	wf, err := loadWorkflow(pos[0])

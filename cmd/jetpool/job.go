@@ -16,6 +16,7 @@ import (
 const jobUsage = `Usage: jetpool job cancel JOB [--reason TEXT] [--wait DUR] [--json]
        jetpool job pause JOB [--for DUR | --until TIME] [--json]
        jetpool job resume JOB [--json]
+       jetpool job priority JOB N
        jetpool job delete JOB [--yes] [--json]
        jetpool job purge [--older-than DUR] [--dry-run] [--yes] [--json]
 
@@ -37,6 +38,7 @@ var jobCommands = []command{
 	{"cancel", "cancel a job: no new calls; queued records end cancelled", jobCancel},
 	{"pause", "pause a job: nothing of it is delivered until resumed", jobPause},
 	{"resume", "resume a paused or scheduled job", jobResume},
+	{"priority", "set a job's priority while it runs", jobPriority},
 	{"delete", "delete a job and everything it left", jobDelete},
 	{"purge", "delete finished jobs older than --older-than", jobPurge},
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/steer"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // stoppedErr is the exit of run or retry for a job that failed or was
@@ -21,6 +23,54 @@ func stoppedErr(j *broker.Job) error {
 	case broker.JobCancelled:
 		return &exitError{code: exitCancelled, err: fmt.Errorf("job %s was cancelled: %s (jetpool retry --job %s --reason cancelled runs its cancelled records)", j.ID, j.Reason, j.ID)}
 	}
+	return nil
+}
+
+// priorityFlag adds --priority, shared by run and dispatch.
+func (f *runFlags) priorityFlag(fs *flag.FlagSet) {
+	fs.IntVar(&f.priority, "priority", 0, fmt.Sprintf("a new job's priority, %d-%d: its weight when workers share their slots among jobs (default: the workflow's priority:, else %d; 'jetpool job priority' changes it)",
+		workflow.PriorityMin, workflow.PriorityMax, workflow.PriorityDefault))
+}
+
+// checkPriority refuses a priority out of range.
+func checkPriority(flagName string, p int) error {
+	if p != 0 && (p < workflow.PriorityMin || p > workflow.PriorityMax) {
+		return usageErr("%s %d is out of range %d-%d", flagName, p, workflow.PriorityMin, workflow.PriorityMax)
+	}
+	return nil
+}
+
+func jobPriority(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "job priority", "JOB N",
+		fmt.Sprintf("Set a job's priority, %d-%d, while it runs: a worker serving several jobs divides its slots among\n"+
+			"those that have work by priority (10 and 1: about 10:1), every job at least one slot. Workers follow it\n"+
+			"at once. Exit 0: set; 1: no such job; 2: bad arguments; 3: NATS unreachable.", workflow.PriorityMin, workflow.PriorityMax))
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return usageErr("want JOB and N")
+	}
+	id, err := jobArg(fs, pos[:1])
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(pos[1])
+	if err != nil || n < workflow.PriorityMin || n > workflow.PriorityMax {
+		return usageErr("priority %q: want a whole number %d-%d", pos[1], workflow.PriorityMin, workflow.PriorityMax)
+	}
+	b, err := connect(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	j, err := steer.SetPriority(ctx, b, id, n)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "job %s: priority %d\n", id, j.Weight())
 	return nil
 }
 

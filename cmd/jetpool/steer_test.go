@@ -78,3 +78,42 @@ func TestJobSteeringCommands(t *testing.T) {
 	assert.Equal(t, exitJobFailed, code)
 	assert.Contains(t, stderr, "job steer completed: job has ended")
 }
+
+// A job's priority: from the workflow, the --priority flag, and job
+// priority while it runs; status shows it; bad values are refused.
+func TestJobPriority(t *testing.T) {
+	dir := setEnv(t)
+	wf := filepath.Join(dir, "workflow.yaml")
+	require.NoError(t, os.WriteFile(wf, []byte("priority: 7\n"+simWorkflow), 0o600))
+	in := filepath.Join(dir, "in.jsonl")
+	require.NoError(t, os.WriteFile(in, []byte("{\"id\":\"r1\",\"text\":\"x\"}\n"), 0o600))
+	priority := func(job string) int {
+		t.Helper()
+		code, stdout, stderr := jetpool(t, "status", job, "--json")
+		require.Equal(t, 0, code, stderr)
+		var s jobstatus.Job
+		require.NoError(t, json.Unmarshal([]byte(stdout), &s), stdout)
+		return s.Priority
+	}
+	code, _, stderr := jetpool(t, "dispatch", wf, "--input", in, "--job", "a", "--no-preflight")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, 7, priority("a"), "the workflow's")
+	code, _, stderr = jetpool(t, "dispatch", wf, "--input", in, "--job", "b", "--priority", "3", "--no-preflight")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, 3, priority("b"), "the flag's")
+	code, stdout, stderr := jetpool(t, "job", "priority", "b", "20")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "job b: priority 20")
+	assert.Equal(t, 20, priority("b"))
+
+	code, _, stderr = jetpool(t, "job", "priority", "b", "0")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "want a whole number 1-1000")
+	code, _, stderr = jetpool(t, "dispatch", wf, "--input", in, "--job", "c", "--priority", "5000", "--no-preflight")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "--priority 5000 is out of range 1-1000")
+	require.NoError(t, os.WriteFile(wf, []byte("priority: 0\n"+simWorkflow), 0o600))
+	code, _, stderr = jetpool(t, "validate", wf)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, stderr, "priority")
+}

@@ -43,6 +43,9 @@ type Job struct {
 	// records leave its last one. Zero for a job of one action.
 	Steps      int64 `json:"steps,omitempty"`
 	StepsTotal int64 `json:"steps_total,omitempty"`
+	// Priority is the job's weight when workers divide their slots among
+	// the jobs that have work (jetpool job priority changes it).
+	Priority int `json:"priority"`
 	// Cancelled is the records that ended cancelled (counted in Failed,
 	// and in the dead letters by reason), read with the split by reason.
 	Cancelled int64     `json:"cancelled,omitempty"`
@@ -174,6 +177,7 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
 	s.Cancelled = c.ByReason[broker.StatusCancelled]
 	s.StartAt = j.StartAt
+	s.Priority = j.Weight()
 	backlog := info != nil
 	if backlog {
 		// A record a worker read ahead is delivered but not started:
