@@ -168,7 +168,7 @@ func TestDashboardInChromium(t *testing.T) {
 }
 
 // A job steered from the dashboard in a real headless Chromium: paused,
-// resumed and cancelled with the job page's buttons (the cancel asks
+// resumed, reprioritised and cancelled with the job page's buttons (the cancel asks
 // first), the page showing each state; `jetpool status` agrees.
 func TestDashboardSteeringInChromium(t *testing.T) {
 	browser := chromium(t)
@@ -207,6 +207,9 @@ func TestDashboardSteeringInChromium(t *testing.T) {
 		waitContains(`#card-status .v`, "paused"),
 		chromedp.Click(chromedp.CSS(`#job-resume`)),
 		waitContains(`#steered`, "Resumed."),
+		chromedp.SetValue(chromedp.CSS(`#priority-value`), "9"),
+		chromedp.Click(chromedp.CSS(`#job-priority`)),
+		waitContains(`#steered`, "Priority 9."),
 		chromedp.Click(chromedp.CSS(`#job-cancel`)),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-cancel`)),
 		chromedp.Click(chromedp.CSS(`#confirm-cancel`)),
@@ -217,8 +220,12 @@ func TestDashboardSteeringInChromium(t *testing.T) {
 
 	st := jetpool(t, env, "status", "steered", "--json")
 	require.Zero(t, st.code, st.stderr)
-	var s struct{ Status, Reason string }
+	var s struct {
+		Status, Reason string
+		Priority       int
+	}
 	require.NoError(t, json.Unmarshal([]byte(st.stdout), &s), st.stdout)
+	require.Equal(t, 9, s.Priority)
 	require.Equal(t, "cancelled", s.Status)
 	require.Equal(t, "cancelled from the dashboard", s.Reason)
 	ui.signal(t, syscall.SIGTERM)

@@ -2,16 +2,18 @@ package ui
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/steer"
+	"github.com/jetpool/jetpool/workflow"
 )
 
-// apiSteer cancels, pauses or resumes the job its path names, as `jetpool
-// job cancel|pause|resume` do (package steer). A job that has ended (or
+// apiSteer cancels, pauses, resumes or reprioritises the job its path
+// names, as `jetpool job cancel|pause|resume|priority` do (package steer). A job that has ended (or
 // has no work consumer to pause) is a conflict.
 func (h *Handler) apiSteer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("job")
@@ -35,8 +37,24 @@ func (h *Handler) apiSteer(w http.ResponseWriter, r *http.Request) {
 		out, err = steer.Pause(ctx, h.cfg.B, id, time.Time{})
 	case "resume":
 		out, err = steer.Resume(ctx, h.cfg.B, id)
+	case "priority":
+		var body struct {
+			Priority int `json:"priority"`
+		}
+		if derr := json.NewDecoder(r.Body).Decode(&body); derr != nil {
+			fail(w, badf("priority: %v", derr))
+			return
+		}
+		if body.Priority < workflow.PriorityMin || body.Priority > workflow.PriorityMax {
+			fail(w, badf("priority %d is out of range %d-%d", body.Priority, workflow.PriorityMin, workflow.PriorityMax))
+			return
+		}
+		var j *broker.Job
+		if j, err = steer.SetPriority(ctx, h.cfg.B, id, body.Priority); err == nil {
+			out = map[string]any{"job": id, "priority": j.Weight()}
+		}
 	default:
-		fail(w, badf("%q: want cancel, pause or resume", what))
+		fail(w, badf("%q: want cancel, pause, resume or priority", what))
 		return
 	}
 	h.cfg.Log.Info().Str("remote", r.RemoteAddr).Str("job", id).Str("action", what).Err(err).Msg("dashboard: steer")

@@ -641,6 +641,16 @@ func TestSteerJob(t *testing.T) {
 	require.Equal(t, http.StatusOK, tb.c.post("/api/jobs/steered/resume", token, map[string]any{}, &p))
 	require.False(t, p.Paused)
 
+	var pr struct{ Priority int }
+	require.Equal(t, http.StatusOK, tb.c.post("/api/jobs/steered/priority", token, map[string]any{"priority": 7}, &pr))
+	require.Equal(t, 7, pr.Priority)
+	var st struct {
+		Status struct{ Priority int } `json:"status"`
+	}
+	require.Equal(t, http.StatusOK, tb.c.get("/api/jobs/steered", &st))
+	require.Equal(t, 7, st.Status.Priority)
+	require.Equal(t, http.StatusBadRequest, tb.c.post("/api/jobs/steered/priority", token, map[string]any{"priority": 0}, &e))
+	require.Contains(t, e.Error, "out of range 1-1000")
 	require.Equal(t, http.StatusBadRequest, tb.c.post("/api/jobs/steered/explode", token, map[string]any{}, &e))
 	require.Equal(t, http.StatusNotFound, tb.c.post("/api/jobs/nope/cancel", token, map[string]any{}, &e))
 	var c struct {

@@ -246,17 +246,19 @@
   function steerBar(root, id, refresh) {
     if (S.session.read_only) return;
     const msg = el('div', { id: 'steer-msg' });
-    const act = async (what) => {
+    const act = async (what, body) => {
       try {
-        const v = await post('api/jobs/' + encodeURIComponent(id) + '/' + what, {});
+        const v = await post('api/jobs/' + encodeURIComponent(id) + '/' + what, body || {});
         msg.replaceChildren(el('div', { class: 'notice', id: 'steered' }, what === 'cancel'
           ? `Cancelled: no new calls (${num(v.workers - (v.still_calling || []).length)} of ${num(v.workers)} workers confirmed); ${num(v.queued)} queued records end cancelled.`
-          : v.paused ? 'Paused: nothing of the job is delivered until it is resumed.' : 'Resumed.'));
+          : what === 'priority' ? `Priority ${v.priority}.`
+            : v.paused ? 'Paused: nothing of the job is delivered until it is resumed.' : 'Resumed.'));
       } catch (e) {
         msg.replaceChildren(el('div', { class: 'notice error' }, what + ' failed: ' + e.message));
       }
       refresh();
     };
+    const prio = el('input', { type: 'number', id: 'priority-value', min: '1', max: '1000', value: '1', class: 'prio' });
     const confirmCancel = () => msg.replaceChildren(el('div', { class: 'notice confirm' },
       el('span', {}, 'Cancel this job? No new calls start; calls in flight finish; queued records end cancelled (jetpool retry --reason cancelled runs them).'),
       el('button', { type: 'button', id: 'confirm-cancel', class: 'danger', onclick: () => act('cancel') }, 'Cancel the job'),
@@ -264,7 +266,9 @@
     root.append(el('div', { class: 'toolbar', id: 'steer' },
       el('button', { type: 'button', id: 'job-pause', onclick: () => act('pause') }, 'Pause'),
       el('button', { type: 'button', id: 'job-resume', onclick: () => act('resume') }, 'Resume'),
-      el('button', { type: 'button', id: 'job-cancel', class: 'danger', onclick: confirmCancel }, 'Cancel…')), msg);
+      el('button', { type: 'button', id: 'job-cancel', class: 'danger', onclick: confirmCancel }, 'Cancel…'),
+      el('label', {}, 'priority ', prio), el('button', { type: 'button', id: 'job-priority',
+        onclick: () => act('priority', { priority: Number(prio.value) }) }, 'Set')), msg);
   }
 
   function jobView(root, [id]) {
@@ -277,6 +281,8 @@
     return refresh = async () => {
       const v = await api('api/jobs/' + encodeURIComponent(id));
       const st = v.status;
+      const pi = document.getElementById('priority-value');
+      if (pi && document.activeElement !== pi && st.priority) pi.value = st.priority;
       const e = eta(st);
       const c = costOf(st);
       const card = (k, val) => el('div', { class: 'card', id: 'card-' + k.replaceAll(' ', '-') }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, val));
