@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,7 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/steer"
+	"github.com/jetpool/jetpool/worker"
 )
 
 // Steering as an operator sees it with the `nats` CLI: `jetpool job pause`
@@ -96,4 +100,43 @@ func TestSteeringWithNatsCLI(t *testing.T) {
 	assert.Equal(t, 0, w.wait(t, 10*time.Second))
 	srv.signal(t, syscall.SIGTERM)
 	assert.Equal(t, 0, srv.wait(t, 10*time.Second))
+}
+
+// A cancel on a three-node cluster with four workers mid-job: no call
+// starts after it returns; the answers of the calls in flight are stored;
+// every record has one final result (ok or cancelled), none lost.
+func TestChaosCancelOnCluster(t *testing.T) {
+	chaosOnly(t)
+	t.Parallel()
+	const n = 400
+	c := startCluster(t)
+	admin := readyCluster(t, c)
+	job := dispatch(t, admin, simWorkflow(t, 100*time.Millisecond, ""), n, "cancelled")
+	counter := testenv.NewCounter()
+	for i := range 4 {
+		testenv.Pool(t, clusterBroker(t, c.url(i%3)+","+c.urls()), worker.Config{Concurrency: 4, NewProvider: counter.New})
+	}
+	testenv.Eventually(t, 60*time.Second, func() bool { return counter.Total() >= 40 }, "the workers are calling")
+	rep, err := steer.Cancel(context.Background(), admin, job.ID, steer.CancelOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 4, rep.Workers, "every worker confirmed")
+	calls := counter.Total()
+
+	j, p := waitFinished(t, admin, job.ID, 60*time.Second)
+	require.Equal(t, broker.JobCancelled, j.Status)
+	require.Equal(t, calls, counter.Total(), "calls that started after the cancel returned")
+	res := checkResults(t, admin, j, n)
+	var ok, cancelled int
+	for _, r := range res {
+		switch r.Status {
+		case broker.StatusOK:
+			ok++
+		case broker.StatusCancelled:
+			cancelled++
+		}
+	}
+	require.Equal(t, calls, ok, "every call's answer stored (one call a record, no faults)")
+	require.Equal(t, n, ok+cancelled, "every record counted")
+	require.EqualValues(t, ok, p.OK)
+	t.Logf("cancel on a cluster: %d calls before it returned, all stored; %d records cancelled; %d after", calls, cancelled, counter.Total()-calls)
 }
