@@ -216,7 +216,7 @@ func (c *conversation) round(ctx context.Context) bool {
 	run := c.run
 	s := &retry.Session{
 		Policy:        c.policy(),
-		Clock:         c.jr.p.cfg.Clock,
+		Clock:         c.d.clock(c.jr.p),
 		History:       c.h,
 		Delivery:      c.d.delivery(),
 		PriorAttempts: c.prior + run.calls,
