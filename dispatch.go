@@ -51,12 +51,15 @@ type DispatchParams struct {
 	MaxCost float64
 	// NoPreflight skips the providers' credential check.
 	NoPreflight bool
+	// Priority, above 0, is a new job's priority in place of the
+	// workflow's priority: (broker.Job.Priority).
+	Priority int
 }
 
 // options is p as the dispatcher takes it, for the input file in.
 func (p *DispatchParams) options(in string) dispatcher.Options {
 	return dispatcher.Options{Input: in, Format: p.Format, IDField: p.IDField, JobID: p.JobID, SkipBad: p.SkipBad,
-		Duplicates: p.Duplicates}
+		Duplicates: p.Duplicates, Priority: p.Priority}
 }
 
 // DispatchResult is what Dispatch did.

@@ -65,6 +65,12 @@
 // an embedded store it checks that this process could work them. Work (or
 // Wait) then takes each of RetryResult.Jobs to its end.
 //
+// # Steering
+//
+// Cancel stops a job (no worker starts a call of it once Cancel returns
+// nil), Pause and Resume hold and release its records, SetPriority
+// weighs it among the running jobs (package steer).
+//
 // # Budgets
 //
 // DispatchParams.MaxCost (or the workflow's max_cost) caps what a job

@@ -55,28 +55,36 @@ func Trust(wfs ...*workflow.Workflow) (*provider.Trust, error) {
 }
 
 // Preflight checks each provider and model the workflow uses once (its
-// credentials, that the model answers), before anything is published.
-// A failure is ErrInvalid and names every provider that failed.
+// credentials, that the model answers), before anything is published: each
+// action's model and each of its fallbacks', on each deployment of the
+// provider. A failure is ErrInvalid and names every provider that failed.
 func Preflight(ctx context.Context, wf *workflow.Workflow) error {
 	seen := map[string]bool{}
 	var errs []string
-	for _, a := range wf.Actions {
-		key := a.Provider + "\x00" + a.Model
+	check := func(a *workflow.Action, prov, model string) {
+		key := fmt.Sprint(prov, "\x00", model, "\x00", a.IsEmbed())
 		if seen[key] {
-			continue
+			return
 		}
 		seen[key] = true
-		cfg := wf.Providers[a.Provider]
-		pr, err := provider.New(cfg)
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("provider %s: %v", a.Provider, err))
-			continue
+		for _, cfg := range wf.Providers[prov].Endpoints() { // each deployment
+			pr, err := provider.New(cfg)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("provider %s: %v", cfg.Name, err))
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = provider.PreflightModel(pctx, pr, model, a.IsEmbed())
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", cfg.Name, model, a.Name, err))
+			}
 		}
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = pr.Preflight(pctx, a.Model)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", a.Provider, a.Model, a.Name, err))
+	}
+	for _, a := range wf.Actions {
+		check(a, a.Provider, a.Model)
+		for _, f := range a.Fallbacks {
+			check(a, f.Provider, f.Model)
 		}
 	}
 	if len(errs) > 0 {

@@ -23,6 +23,7 @@ type runFlags struct {
 	skipBad, noProgress, noPreflight    bool
 	allowFailed                         bool
 	maxCost                             float64             // cost.go
+	priority                            int                 // a new job's priority (0: the workflow's)
 	checked                             *dispatcher.Checked // by prepare
 	fresh, matched                      bool                // --new-job; f.job found by matchJob (match.go)
 }
@@ -56,6 +57,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.allowFailed, "allow-failed", false, "exit 0 when the job completed with failed records (default: exit 4)")
 	f.duplicatesFlag(fs)
 	f.newJobFlag(fs)
+	f.priorityFlag(fs)
 	maxCostFlag(fs, &f.maxCost)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -67,6 +69,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	if f.input == "" {
 		return usageErr("--input is required")
+	}
+	if err := checkPriority("--priority", f.priority); err != nil {
+		return err
 	}
 	wf, err := loadWorkflow(pos[0])
 	if err != nil {
@@ -177,7 +182,7 @@ func loadWorkflow(path string) (*workflow.Workflow, error) {
 // job does not exist yet: its dispatch checks the input as it goes.
 func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, c *jp.Client) (dispatcher.Options, error) {
 	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad,
-		Duplicates: f.duplicates}
+		Duplicates: f.duplicates, Priority: f.priority}
 	ch, err := c.CheckInput(ctx, wf, &opts, f.maxCost, f.noPreflight)
 	if err != nil {
 		return opts, err
@@ -236,8 +241,8 @@ func workAndReport(ctx context.Context, e *env, c *jp.Client, jobID string, conc
 	if output != "" {
 		fmt.Fprintf(e.stderr, "results: %s\n", output)
 	}
-	if job.Status == broker.JobFailed {
-		return &exitError{code: exitJobFailed, err: fmt.Errorf("job %s failed: %s", job.ID, job.Reason)}
+	if err := stoppedErr(job); err != nil {
+		return err
 	}
 	if sum.Failed > 0 {
 		return &errFailedRecords{job: job.ID, failed: sum.Failed}

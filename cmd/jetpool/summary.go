@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/internal/jobstatus"
 )
 
 // summary is a job's jp.Summary as run and retry print it.
@@ -36,8 +36,11 @@ func summarize(ctx context.Context, c *jp.Client, job *broker.Job, output string
 func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	out := e.stdout
 	status := "completed"
-	if s.Job.Status == broker.JobFailed {
+	switch s.Job.Status {
+	case broker.JobFailed:
 		status = "FAILED"
+	case broker.JobCancelled:
+		status = "CANCELLED"
 	}
 	fmt.Fprintf(out, "job %s %s: %d records, %d succeeded, %d failed\n", s.Job.ID, status, s.Records, s.OK, s.Failed)
 	if s.Failed > 0 {
@@ -60,7 +63,7 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	if s.Failed > 0 {
 		fmt.Fprintf(out, "  dead letters: jetpool dlq list --job %s   replay: jetpool retry --job %s\n", s.Job.ID, s.Job.ID)
 	}
-	if s.Job.Status == broker.JobFailed {
+	if s.Job.Stopped() {
 		fmt.Fprintf(out, "  why: %s\n", s.Job.Reason)
 	}
 }
@@ -88,6 +91,7 @@ type progress struct {
 	at          map[string]uint64
 	actionOrder []string
 	atPolled    time.Time
+	steps       int64 // the pipeline steps last shown
 }
 
 func newProgress(e *env, want bool) *progress {
@@ -119,20 +123,11 @@ func (p *progress) actions(ctx context.Context, b *broker.Broker, job *broker.Jo
 		return
 	}
 	p.atPolled = time.Now()
-	s, err := b.Stream(ctx, broker.StreamWork)
-	if err != nil {
-		return
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(broker.WorkFilter(job.ID)))
+	at, err := jobstatus.AtActions(ctx, b, job.ID)
 	if err != nil {
 		return // the bar goes without them; the wait reports what matters
 	}
-	p.at = map[string]uint64{}
-	for subj, n := range info.State.Subjects {
-		if parts := broker.SubjectParts(subj); len(parts) == 2 {
-			p.at[parts[1]] += n
-		}
-	}
+	p.at = at
 	for _, a := range job.Actions {
 		p.at[a] += 0 // every action shows, those with none too
 	}
@@ -142,6 +137,14 @@ func (p *progress) actions(ctx context.Context, b *broker.Broker, job *broker.Jo
 func (p *progress) update(done, total int64, st broker.Progress) {
 	if p.bar == nil {
 		return
+	}
+	if len(p.actionOrder) > 1 && p.at != nil {
+		// A pipeline: the bar counts steps, a record and action each
+		// (jobstatus.Steps), so it moves before records finish their
+		// last action; never back, as the counts are read at two paces.
+		done, total = jobstatus.Steps(total, done, p.actionOrder, p.at)
+		done = max(done, p.steps)
+		p.steps = done
 	}
 	if total > 0 && total != p.total {
 		p.total = total
@@ -166,7 +169,9 @@ func progressLine(st broker.Progress, actions []string, at map[string]uint64, ra
 		fmt.Fprintf(&sb, "; at %s", strings.Join(parts, ", "))
 	}
 	sb.WriteString(")")
-	if rate > 0 {
+	if rate > 0 && len(at) > 0 {
+		fmt.Fprintf(&sb, " %.1f steps/s", rate) // a pipeline's bar counts steps (update)
+	} else if rate > 0 {
 		fmt.Fprintf(&sb, " %.1f rec/s", rate)
 	}
 	if left > 0 {
