@@ -166,6 +166,9 @@ type env struct {
 	// describe, when set, asks the command for its flags and subcommands
 	// instead of running it (completion, help): see cmdSpec.
 	describe *cmdSpec
+	// abort ends the command's context with a cause (a store lost under it:
+	// connect); nil in tests that build an env by hand.
+	abort context.CancelCauseFunc
 }
 
 func lookup(cmds []command, name string) *command {
@@ -209,9 +212,16 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, abort := context.WithCancelCause(sigCtx)
+	defer abort(nil)
+	e.abort = abort
 	err = cmd.run(ctx, e, args[1:])
+	if cause := context.Cause(ctx); errors.Is(cause, broker.ErrStoreLost) {
+		// Whatever the command made of its context ending, this is why.
+		err = &exitError{code: exitJobFailed, err: cause}
+	}
 	code := exitCode(ctx, err)
 	if code != exitOK {
 		if msg := err.Error(); msg != "" {
@@ -380,6 +390,17 @@ func connect(ctx context.Context, e *env) (*broker.Broker, error) {
 	if err := b.Ensure(ctx); err != nil {
 		b.Close()
 		return nil, connectErr(err)
+	}
+	if lost := b.StoreLost(); lost != nil && e.abort != nil {
+		// A data dir removed under the process: the command ends, saying
+		// so, instead of waiting on a store that is gone.
+		go func() {
+			select {
+			case <-lost:
+				e.abort(b.StoreErr())
+			case <-ctx.Done():
+			}
+		}()
 	}
 	return b, nil
 }
