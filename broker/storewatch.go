@@ -45,6 +45,7 @@ type storeWatch struct {
 	dir      string          // the data dir
 	storeDir string          // opts.StoreDir
 	lockIno  uint64          // the inode of the lock file this process holds
+	down     bool            // JetStream seen shut down (by a full disk), not started again yet
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -134,6 +135,11 @@ func (w *storeWatch) check() bool {
 		return false
 	}
 	if !w.srv.JetStreamEnabled() {
+		if !w.down {
+			w.down = true
+			w.b.Log.Error().Str("data_dir", w.dir).Int64("free_bytes", free).
+				Msg("the embedded store shut itself down: its disk is full (no space left on device). Free space there: it starts again by itself, and the answers held are stored")
+		}
 		if free < storeRestartFree {
 			return false
 		}
@@ -146,6 +152,7 @@ func (w *storeWatch) check() bool {
 		w.mu.Lock()
 		w.opts.JetStreamMaxStore = cfg.MaxStore
 		w.mu.Unlock()
+		w.down = false
 		w.b.Log.Warn().Str("data_dir", w.dir).Int64("free_bytes", free).
 			Msg("the embedded store had been shut down by a full disk: space is back and it is started again; held writes go on")
 		return false

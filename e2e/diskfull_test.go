@@ -90,7 +90,7 @@ func (d *diskFull) run(t *testing.T) *proc {
 // a while: no call may be made meanwhile beyond what the slots held.
 func (d *diskFull) waitFull(t *testing.T, p *proc) {
 	t.Helper()
-	p.waitOutput(t, regexp.MustCompile(`no space left|store is full`), 2*time.Minute)
+	p.waitOutput(t, regexp.MustCompile(`no space left|store is full|disk is full`), 2*time.Minute)
 	calls := d.srv.Calls()
 	since := time.Now()
 	testenv.Eventually(t, 30*time.Second, func() bool { return time.Since(since) > 3*time.Second }, "full 3 s")
@@ -168,3 +168,4 @@ func TestChaosDataDirRemoved(t *testing.T) {
 	require.Equal(t, 0, again.wait(t, 2*time.Minute), "the next run starts a new store and completes")
 	require.Contains(t, again.stdout.String(), fmt.Sprintf("%d records, %d succeeded, 0 failed", n, n))
 }
+
