@@ -15,7 +15,7 @@ import (
 // that member's copy holds. A member just restarted or thawed can be
 // catching up for a while — and the leader may already report it
 // "current" then: that is its raft log, not its stream's catch-up
-// (TestLookupReadsTheLeader read 0 of 300 results through one) — and a
+// (TestChaosLookupReadsTheLeader read 0 of 300 results through one) — and a
 // count or an export read there is behind: a job looks unfinished, an
 // export misses records. So such a consumer is used only on the stream's
 // leader: else it is made again, up to placeTries times, after a pause

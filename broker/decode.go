@@ -15,9 +15,9 @@ const decodeAhead = 1024
 // orderedDecoder decodes results on every core beside the read, and hands
 // them to the caller's fn one at a time, in the order they were read, on
 // the caller's own goroutine (so that fn may stop it with t.FailNow or a
-// panic like any callback). encoding/json's Unmarshal was 45 % of the CPU
-// of `jetpool results` of 1M records, done on the read's goroutine with
-// the second core mostly idle.
+// panic like any callback). encoding/json's Unmarshal was the most of the
+// CPU of `jetpool results` of a large job, done on the read's goroutine
+// with the second core mostly idle.
 //
 // The read calls add for each message and finish at its end; the caller
 // calls each, then drain whatever each returned.

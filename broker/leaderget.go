@@ -17,8 +17,8 @@ const leaderGetTimeout = 5 * time.Second
 // leaderLast reads the last message on subject (wildcards allowed) in
 // stream from the stream's leader ($JS.API.STREAM.MSG.GET). It is what a
 // lookup that decides whether to pay for a call must read: jetpool's streams
-// allow direct gets, and a direct get is answered by any replica that is 90 %
-// caught up (nats-server enables a follower's direct gets at that point), so
+// allow direct gets, and a direct get is answered by any replica that is
+// nearly caught up (nats-server enables a follower's direct gets at that point), so
 // it can miss an outcome stored a moment ago, or all those a node frozen and
 // thawed has not caught up with yet. Measured: TestChaosFrozenNode paid a
 // record twice when a thawed replica answered its lookup. nil when the

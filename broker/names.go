@@ -42,7 +42,11 @@ const (
 	HeaderFailedAt   = "Jetpool-Failed-At"
 	HeaderReplays    = "Jetpool-Replays"
 	HeaderWorker     = "Jetpool-Worker"
-	HeaderMode       = "Jetpool-Mode" // "online" forces online mode on replay of a batch action
+	// HeaderTraceparent is the W3C trace context of a work message or a
+	// dead letter (package tracing): lower case, as the W3C spells it and
+	// NATS headers match case-sensitively.
+	HeaderTraceparent = "traceparent"
+	HeaderMode        = "Jetpool-Mode" // "online" forces online mode on replay of a batch action
 	// HeaderFirstRun "1" says the publisher knew that no result of this
 	// action can exist for the record yet (a job's first dispatch, or the
 	// hop from the one run of the previous action): the first delivery of

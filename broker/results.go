@@ -212,7 +212,7 @@ func (b *Broker) WriteResult(ctx context.Context, r *Result) error {
 }
 
 // PublishResult publishes a result without waiting for the store: wait on
-// the future (AwaitResult) before acting on the result being stored. Async
+// the future (AwaitPublish) before acting on the result being stored. Async
 // publish, then a wait on its ack, stores a result as PublishMsg does,
 // without a request (an inbox, a context and a timer) per result: many
 // handlers share one reply subscription. Once the future's ack came, the
@@ -249,7 +249,7 @@ func resultMsg(r *Result) (*nats.Msg, error) {
 // the redelivery's already-succeeded lookup, so it is not paid twice.
 const ResultAckTimeout = 5 * time.Second
 
-// resultTimers are AwaitResult's timers, stopped (a stopped timer's channel
+// resultTimers are AwaitPublish's timers, stopped (a stopped timer's channel
 // holds nothing since Go 1.23).
 var resultTimers = sync.Pool{New: func() any {
 	t := time.NewTimer(time.Hour)
@@ -257,18 +257,12 @@ var resultTimers = sync.Pool{New: func() any {
 	return t
 }}
 
-// AwaitResult waits for a publish made at sent (PublishResult, or any async
-// publish) to be stored, until ResultAckTimeout after sent. The deadline
-// runs from the publish, not from the wait: publishes lost together (sent
-// into a connection whose server froze) time out together, instead of one
-// after another, each a full timeout behind the last, while their records
-// wait unstored (TestChaosFrozenNode: 5 s a record, until AckWait ran out
-// under three of them and they were paid again).
-func AwaitResult(ctx context.Context, f jetstream.PubAckFuture, sent time.Time) error {
-	return AwaitPublish(ctx, f, sent, nil)
-}
-
-// AwaitPublish is AwaitResult for a publish sent ahead of reconnection rc
+// AwaitPublish waits for a publish made at sent (PublishResult, or any
+// async publish) to be stored, until ResultAckTimeout after sent. The
+// deadline runs from the publish, not from the wait: publishes lost
+// together (sent into a connection whose server froze) time out together,
+// instead of one after another, each a full timeout behind the last, while
+// their records wait unstored. For a publish sent ahead of reconnection rc
 // (Broker.NextReconnect; nil: none known): should the connection reconnect
 // before the ack comes, the wait ends ReconnectGrace after the
 // reconnection, not ResultAckTimeout after the publish — the publish most

@@ -106,13 +106,13 @@ func (f silentFuture) Msg() *nats.Msg               { return f.m }
 // The wait for a result's ack runs from its publish: publishes lost
 // together time out together, not one a full ResultAckTimeout after the
 // other.
-func TestAwaitResultDeadlineFromThePublish(t *testing.T) {
+func TestAwaitPublishDeadlineFromThePublish(t *testing.T) {
 	f := silentFuture{nats.NewMsg("jetpool.results.j.a.ok.r1")}
 	began := time.Now()
-	err := broker.AwaitResult(context.Background(), f, began.Add(-broker.ResultAckTimeout+50*time.Millisecond))
+	err := broker.AwaitPublish(context.Background(), f, began.Add(-broker.ResultAckTimeout+50*time.Millisecond), nil)
 	require.ErrorContains(t, err, "no ack from the store within")
 	require.Less(t, time.Since(began), broker.ResultAckTimeout/2, "the deadline was mostly spent before the wait")
-	err = broker.AwaitResult(context.Background(), f, began.Add(-time.Hour))
+	err = broker.AwaitPublish(context.Background(), f, began.Add(-time.Hour), nil)
 	require.ErrorContains(t, err, "no ack from the store within", "past its deadline at once")
 }
 

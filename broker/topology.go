@@ -34,6 +34,11 @@ func (b *Broker) Ensure(ctx context.Context) error {
 		if err == nil || ctx.Err() != nil || !notReady(err) {
 			return err
 		}
+		if errors.Is(err, nats.ErrNoResponders) && !b.serverJetStream() && time.Since(began) > noJetStreamWait {
+			// A server without JetStream whose cluster, if any, answers
+			// no JetStream request either: not a cluster still forming.
+			return fmt.Errorf("JetStream is not enabled on the NATS server at %s (nor anywhere it routes to): %w", redact(b.url), err)
+		}
 		if time.Since(began)+delay > ensureWait {
 			return fmt.Errorf("JetStream not ready after %s: %w", ensureWait.Round(time.Second), err)
 		}
@@ -74,6 +79,17 @@ func (b *Broker) EnsureReading(ctx context.Context, wait time.Duration) (bool, e
 		}
 	}
 	return true, b.Ensure(ctx)
+}
+
+// noJetStreamWait is how long Ensure waits on a server that says it has no
+// JetStream before it takes it at its word.
+const noJetStreamWait = 2 * time.Second
+
+// serverJetStream reports whether the server connected to says it runs
+// JetStream.
+func (b *Broker) serverJetStream() bool {
+	on, _ := b.NC.ConnectedServerJetStream()
+	return on
 }
 
 // notReady reports whether err is JetStream not answering yet, or not yet

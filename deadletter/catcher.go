@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/tracing"
 )
 
 // Catcher moves records that reached the work consumer's MaxDeliver (a worker
@@ -107,6 +108,7 @@ func (c *Catcher) handle(ctx context.Context, m jetstream.Msg) error {
 	e := &Entry{
 		Job: job, Action: action, Record: record, Reason: retry.ReasonMaxDeliveries, Class: retry.ClassProgramming,
 		Error: msg, Deliveries: int(a.Deliveries), Replays: replays, FailedAt: time.Now().UTC(), Data: raw.Data,
+		Trace: tracing.Traceparent(nil, raw.Header),
 	}
 	if err := Publish(ctx, c.B, e); err != nil {
 		return err

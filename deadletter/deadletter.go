@@ -37,7 +37,10 @@ type Entry struct {
 	// JETPOOL_WORKER_NAME, else host-pid); "" when no worker did (the
 	// dispatcher's bad lines, the max-deliveries catcher).
 	Worker string `json:"worker,omitempty"`
-	Data   []byte `json:"-"` // the body: a work envelope, or the raw bad line
+	// Trace is the W3C traceparent of the delivery that failed the record
+	// (package tracing), "" when none was traced: a replay continues it.
+	Trace string `json:"trace,omitempty"`
+	Data  []byte `json:"-"` // the body: a work envelope, or the raw bad line
 }
 
 // MaxHeaderError bounds the Jetpool-Error header; the full diagnostic is
@@ -75,6 +78,9 @@ func (e *Entry) Msg() *nats.Msg {
 	if e.Worker != "" {
 		h.Set(broker.HeaderWorker, e.Worker)
 	}
+	if e.Trace != "" {
+		h[broker.HeaderTraceparent] = []string{e.Trace}
+	}
 	return m
 }
 
@@ -111,6 +117,9 @@ func FromMsg(seq uint64, subject string, h nats.Header, data []byte) *Entry {
 	e.FailedAt, _ = time.Parse(time.RFC3339Nano, h.Get(broker.HeaderFailedAt))
 	e.Replays, _ = strconv.Atoi(h.Get(broker.HeaderReplays))
 	e.Worker = h.Get(broker.HeaderWorker)
+	if v := h[broker.HeaderTraceparent]; len(v) > 0 {
+		e.Trace = v[0]
+	}
 	return e
 }
 

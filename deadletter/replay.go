@@ -9,6 +9,7 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/tracing"
 )
 
 // ReplayOptions select and steer a replay.
@@ -135,6 +136,16 @@ func replayOne(ctx context.Context, b *broker.Broker, o ReplayOptions, e *Entry,
 	if err != nil {
 		return err
 	}
+	// The replay goes on in the record's trace (package tracing): under
+	// the delivery that failed it, or, while this process does not trace,
+	// with that delivery's context passed on as it was.
+	_, span := tracing.StartReplay(ctx, e.Trace, tracing.Record{Job: e.Job, Action: e.Action, ID: e.Record}, e.Replays+1, string(e.Reason))
+	if span.SpanContext().IsValid() {
+		tracing.InjectSpan(span, m.Header)
+	} else if e.Trace != "" {
+		m.Header[broker.HeaderTraceparent] = []string{e.Trace}
+	}
+	defer span.End()
 	if rev > 1 {
 		m.Header.Set(broker.HeaderRevision, strconv.Itoa(rev))
 	}

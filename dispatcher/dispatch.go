@@ -18,6 +18,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/tracing"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -480,6 +481,13 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 		}
 		if fresh {
 			m.Header.Set(broker.HeaderFirstRun, "1")
+		}
+		if tracing.Enabled() {
+			// The root of the record's trace (docs/tracing.md): every
+			// delivery, call and replay of it goes under this span.
+			sctx, span := tracing.StartDispatch(ctx, tracing.Record{Job: job.ID, Action: first.Name, ID: rec.ID})
+			tracing.Inject(sctx, m.Header)
+			span.End()
 		}
 		if !atomic {
 			return async(m)

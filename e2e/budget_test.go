@@ -139,7 +139,7 @@ actions:
 		// A frozen worker that comes back stores the answers it held, also
 		// of records another worker has since ended for the budget: the
 		// answer is the record's line, the dead letter stays. Fencing a
-		// thawed worker's writes is issue 47's.
+		// thawed worker's writes is a known gap (docs/durability.md).
 		t.Logf("%d records have both a stored answer and a budget dead letter after the freeze", p.Done-int64(c.records))
 	}
 

@@ -22,7 +22,8 @@ import (
 // was an error, so a limiter slot stayed held and a job was not marked
 // failed. Several connections, each on another node, update one limiter
 // state and one job state at once: every update retries and lands.
-func TestClusterCompareAndSetContention(t *testing.T) {
+func TestChaosCompareAndSetContention(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	c := startCluster(t)
 	admin := readyCluster(t, c)

@@ -63,6 +63,7 @@ func chaosWorkers(t *testing.T, c *natsCluster, m *model, job string, ackWait ti
 // a result write the lost leader did not answer is written again, not
 // called again — and every record has one final result.
 func TestChaosLeaderLoss(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const n = 1500
 	c := startNATSCluster(t, natsOpts{SyncAlways: true})
@@ -114,6 +115,7 @@ func TestChaosLeaderLoss(t *testing.T) {
 // held and written again once a new leader is elected; workers connected to
 // it notice and move on; nothing is paid twice.
 func TestChaosFrozenNode(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const n = 1200
 	c := startNATSCluster(t, natsOpts{SyncAlways: true})
@@ -147,6 +149,7 @@ func TestChaosFrozenNode(t *testing.T) {
 // answers are held, pulling pauses, `jetpool run` says what is wrong; once
 // space comes back the same run completes, with no call made twice.
 func TestChaosFullStore(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	chaosFullStore(t, false)
 }
@@ -155,6 +158,7 @@ func TestChaosFullStore(t *testing.T) {
 // stream keeps acked records until they are purged, and results go in
 // group commits (docs/durability.md); a full store fails a whole batch.
 func TestChaosFullStoreSynced(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	chaosFullStore(t, true)
 }
@@ -353,7 +357,8 @@ func okResults(t *testing.T, env map[string]string, job string, n int) []string 
 // A cluster started a moment ago (compose, Kubernetes): `jetpool dispatch`
 // waits for JetStream to elect its leaders and place the streams, within a
 // bound, instead of failing with "context deadline exceeded".
-func TestDispatchToAFreshCluster(t *testing.T) {
+func TestChaosDispatchToAFreshCluster(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	c := startNATSCluster(t, natsOpts{}) // listening, no meta leader yet
 	wf := filepath.Join(t.TempDir(), "wf.yaml")
@@ -400,7 +405,8 @@ func TestChaosStarvedPool(t *testing.T) {
 // through the thawed node found.
 //
 // Counts and reads (status, exports) are kept off a member that is behind.
-func TestLookupReadsTheLeader(t *testing.T) {
+func TestChaosLookupReadsTheLeader(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const n = 300
 	c := startNATSCluster(t, natsOpts{})

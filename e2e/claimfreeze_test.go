@@ -22,7 +22,8 @@ import (
 // and every twin paid again: TestChaosLeaderLoss paid six records again in
 // CI 5.5 s after their first calls (the claim's 5 s timeout), after the
 // leader of the claims bucket and of the results was lost at once.
-func TestClusterTwinWaitsOutAFrozenClaimsLeader(t *testing.T) {
+func TestChaosTwinWaitsOutAFrozenClaimsLeader(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const n = 6
 	c := startNATSCluster(t, natsOpts{})

@@ -238,7 +238,8 @@ func TestClusterFirstDeliveryLooksUp(t *testing.T) {
 // row on a healthy cluster all answer, each with every result. With eight
 // placements a count, about one in 26 failed ("no count could be placed on
 // the stream's leader"), and a status poll in a cluster test with it.
-func TestClusterCountsAnswer(t *testing.T) {
+func TestChaosClusterCountsAnswer(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	c := startCluster(t)
 	admin := readyCluster(t, c)
@@ -257,7 +258,8 @@ func TestClusterCountsAnswer(t *testing.T) {
 // Three nodes, R3 streams, two worker pools on separate connections; the node
 // that leads the work stream — and serves one pool's only URL — is shut down
 // mid-job. The job completes; every record has exactly one final result.
-func TestClusterNodeLossMidJob(t *testing.T) {
+func TestChaosNodeLossMidJob(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const n = 300
 	c := startCluster(t)
@@ -329,7 +331,8 @@ func TestClusterNodeLossMidJob(t *testing.T) {
 // time while its first delivery's call (2 s) is under way. On R3 every call
 // is claimed first (worker/handle.go twin): the twin finds the claim,
 // waits, and finds the answer stored; nothing is paid twice.
-func TestClusterTwinWaitsForACallUnderWay(t *testing.T) {
+func TestChaosTwinWaitsForACallUnderWay(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const n = 6
 	c := startCluster(t)

@@ -24,7 +24,8 @@ import (
 // cannot renew its lease, publishes nothing more and exits with why; what
 // it had buffered carries its old nonce, and the workers drop it. The
 // promise holds: every record has one result and was called once.
-func TestDispatchStoppedMidPassIsTakenOver(t *testing.T) {
+func TestChaosDispatchStoppedMidPassIsTakenOver(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const n = 5000
 	c := startNATSCluster(t, natsOpts{})

@@ -211,6 +211,7 @@ func TestChaosFrozenWorker(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			longChaos(t, tc.freeze)
 			const conc = 8
 			c := startNATSCluster(t, natsOpts{})
 			admin := readyURLs(t, c.urls(), tc.ackWait)
@@ -351,6 +352,7 @@ func TestChaosFrozenRun(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			longChaos(t, tc.freeze)
 			const n = 160
 			conc := tc.conc
 			m := newModel(t, tc.latency)

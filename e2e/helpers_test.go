@@ -154,3 +154,13 @@ func progress(b *broker.Broker, job string) (*broker.Job, broker.Progress, error
 	p, err := b.JobProgress(ctx, j, true)
 	return j, p, err
 }
+
+// chaosOnly skips a test that takes minutes of faults on real clusters in
+// the README's `go test ./...`: .ci/run runs them with the chaos tag
+// (`go test -tags chaos -run '^TestChaos' ./e2e/`).
+func chaosOnly(t *testing.T) {
+	t.Helper()
+	if !chaosBuild {
+		t.Skip("a chaos test: go test -tags chaos -run '^TestChaos' ./e2e/")
+	}
+}

@@ -142,8 +142,14 @@ func childEnv(env map[string]string) []string {
 // if it still runs, and its output is logged when the test fails.
 func start(t testing.TB, env map[string]string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: "jetpool " + strings.Join(args, " "), stdout: newSyncBuffer(), stderr: newSyncBuffer(), done: make(chan struct{})}
-	p.cmd = exec.Command(jetpoolBin, args...)
+	return startBin(t, jetpoolBin, env, args...)
+}
+
+// startBin is start for another program (a tool the CI installs).
+func startBin(t testing.TB, bin string, env map[string]string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: filepath.Base(bin) + " " + strings.Join(args, " "), stdout: newSyncBuffer(), stderr: newSyncBuffer(), done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = childEnv(env)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	require.NoError(t, p.cmd.Start(), p.name)

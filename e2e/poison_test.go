@@ -74,7 +74,8 @@ func (c *crashLoop) stop() {
 // worked, alone, when its worker died is poison. It is dead-lettered as
 // max_deliveries; no innocent record is (6 of 60 were), each has its one
 // result, and none is paid again after a success.
-func TestCrashLoopingWorkerSparesInnocents(t *testing.T) {
+func TestChaosCrashLoopingWorkerSparesInnocents(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const (
 		n       = 40

@@ -80,7 +80,8 @@ func TestChaosRunKilledWhereEveryWriteIsSynced(t *testing.T) {
 // consumer has acked. The leaders of the work stream and of the results
 // are killed mid-job in turn: the promise holds, and the acked work is
 // purged by the end.
-func TestClusterBatchedWritesKeepThePromise(t *testing.T) {
+func TestChaosBatchedWritesKeepThePromise(t *testing.T) {
+	chaosOnly(t)
 	t.Parallel()
 	const n = 1000
 	c := startNATSCluster(t, natsOpts{SyncAlways: true})

@@ -47,7 +47,7 @@ func refusals(t testing.TB, env map[string]string, job string) statusWithRefusal
 // metricsAddr is the address a worker's metrics server logged.
 var metricsAddrRE = regexp.MustCompile(`"addr":"(127\.0\.0\.1:\d+)"[^\n]*metrics on`)
 
-// Issue 25: a worker without the provider's key took any job and
+// A worker without the provider's key took any job and
 // dead-lettered 282 of 400 records. Now a keyless worker next to a keyed
 // one takes none of the job's records: 0 dead letters, the job completes,
 // and the keyless one says why once — in its log, in `jetpool status` and
@@ -112,7 +112,7 @@ actions:
 		"a finished job is no longer listed")
 }
 
-// Issue 25: with the deploy/ users, a workflow written by the dispatcher
+// With the deploy/ users, a workflow written by the dispatcher
 // user named the worker's NATS password (or HOME, or any readable file) as
 // its key and an endpoint of its own: the worker sent it there as a Bearer
 // token. Now the worker sends nothing (the recording server receives no
@@ -239,7 +239,7 @@ func TestWorkerCannotRewriteAWorkflow(t *testing.T) {
 	require.Equal(t, string(before.Value()), string(still.Value()))
 }
 
-// Issue 25: a 2 MB record against a stock nats-server (max_payload 1 MB)
+// A 2 MB record against a stock nats-server (max_payload 1 MB)
 // failed at publish with `nats: maximum payload exceeded`, exit 1, one
 // record orphaned in JETPOOL_WORK and the job stuck at dispatching. Now the
 // validation pass refuses it with file:line, exit 2, nothing published.

@@ -1,5 +1,5 @@
 // Package expect checks a model's output against an action's expect: block
-// (docs/design.md §2, issue 6): it finds the JSON value in what a model really
+// (docs/design.md §2): it finds the JSON value in what a model really
 // returns, validates it with a JSON Schema (draft 2020-12 unless the schema
 // names another), and, when the output falls short, says why in words fit
 // both for a diagnostic and for the correction message of a repair.

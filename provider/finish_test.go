@@ -13,8 +13,8 @@ var rawStop = map[string]string{
 	provider.KindOpenAI: "stop", provider.KindAnthropic: "end_turn", provider.KindGemini: "STOP", provider.KindSim: "stop",
 }
 
-// finishCases are the suite's cases of answers that are not a plain stop
-// (issue 27): cut at max_tokens, stopped by a filter, usage with cached
+// finishCases are the suite's cases of answers that are not a plain
+// stop: cut at max_tokens, stopped by a filter, usage with cached
 // and reasoning tokens, and 200 bodies of the wrong shape.
 func finishCases() []suiteCase {
 	const cut = "Hello from"

@@ -24,7 +24,7 @@ func withTools(r *provider.Request) {
 	r.Tools, r.ToolChoice = []provider.Tool{weather}, provider.ToolChoiceAuto
 }
 
-// toolCases are the suite's cases of answers that call tools (issue 31),
+// toolCases are the suite's cases of answers that call tools,
 // streamed or not, with cached input tokens in the streamed usage.
 func toolCases() []suiteCase {
 	call := func(id, sig string) []provider.ToolCall {

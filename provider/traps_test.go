@@ -15,7 +15,7 @@ import (
 	"github.com/jetpool/jetpool/retry"
 )
 
-// trap is a provider failure that a naive classifier gets wrong (issue 5).
+// trap is a provider failure that a naive classifier gets wrong.
 type trap struct {
 	name   string
 	kind   string

@@ -20,14 +20,15 @@ const (
 	// provider has answered anything. Until a first answer there is nothing
 	// to learn from, and a slow start by round trips from 4 cannot reach a
 	// pool of 1,000 before a short job is half done (at 100 ms calls it
-	// loses eight round trips: 29 % of a 2 s job). In 60 ms a pool on an
+	// loses eight round trips). In 60 ms a pool on an
 	// endpoint that never pushes back runs at its concurrency within one
 	// round trip, while an endpoint that answers 429 at once (they come
 	// back in a millisecond, long before the first success) stops the ramp
 	// a few calls past its bucket; a small pool doubles more slowly
-	// (every 20 ms from 4 to 32), so it overshoots less. It was 80 ms,
-	// with a hold of 10 ms: 2 points of a 2 s job at concurrency 1000 (88 %
-	// against 90 %), with no more 429s on the rate-limit benchmark.
+	// (every 20 ms from 4 to 32), so it overshoots less. A slower ramp
+	// with a hold cost short jobs at concurrency 1000 a little, and a
+	// faster one made no more 429s on the rate-limit benchmark
+	// (docs/ratelimits.md).
 	AdaptiveRampDefault = 60 * time.Millisecond
 	// AdaptiveRampHoldDefault is how long after its first call a process
 	// waits before it ramps: long enough for the shared state's watch to

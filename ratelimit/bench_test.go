@@ -20,7 +20,7 @@ import (
 	"github.com/jetpool/jetpool/worker"
 )
 
-// Parameters of the rate-limit benchmark (issue 10): a provider allowing
+// Parameters of the rate-limit benchmark: a provider allowing
 // benchRate requests/s (429 + whole-second Retry-After), benchLatency per
 // call, benchRecords records, benchConcurrency per pool — well above
 // 1.5 × rate × latency = 6.

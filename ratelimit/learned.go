@@ -14,12 +14,12 @@ const (
 	LearnedBetaDefault = 0.97
 	// LearnedProbeDefault is how fast the learned pace grows, as a share
 	// of itself a second, while it holds calls back: slow, because each
-	// probe past the provider's rate ends in a cohort of 429s. From 95 %
-	// of a provider's rate (after a cut) it passes it in about 5 s and
-	// then empties a bucket of one second's worth in about 14 s more: one congestion
-	// event every 20 s or so, instead of one every 4–6 s with the window
-	// alone (whose steps, one call at a time, are a quarter of the rate
-	// when the provider sustains four).
+	// probe past the provider's rate ends in a cohort of 429s: from just
+	// under the provider's rate (after a cut) it passes it within seconds
+	// and empties a bucket of a second's worth some seconds later, so
+	// congestion events come several times less often than with the
+	// window alone, whose steps of one call are a large share of the rate
+	// of a provider that sustains few (docs/ratelimits.md has the runs).
 	LearnedProbeDefault = 0.01
 	// learnedMinServed and learnedMinSpan are the least a measure of the
 	// provider's rate is taken from: successes, over a span.

@@ -52,14 +52,15 @@ const (
 	// one-off: only the record that met one waits (its session delay, at
 	// least its Retry-After). A single 429 among hundreds of successes says
 	// nothing about the provider's capacity; freezing every record on it
-	// made a job with 2 % random 429s 16 times slower (issue 24).
+	// made a job with a few random 429s many times slower
+	// (docs/ratelimits.md).
 	CongestionMinDefault   = 2
 	CongestionShareDefault = 0.2
 	// CongestionRunDefault 429s (or overloads) in a row, with no other
 	// answer between them, are congestion too, whatever the share: a
 	// bucket that ran dry answers every call 429 at once, and each 429
 	// frees a slot that sends the next call into it, while one-off 429s
-	// almost never come three in a row (at 2 %, once in 125,000 answers).
+	// almost never come three in a row.
 	CongestionRunDefault = 3
 	// leasePoll is how often a waiter for a concurrency slot looks again
 	// when no change was seen (a lease that lapsed produces no event).
@@ -512,8 +513,8 @@ func (l *Limiter) acquire(ctx context.Context, start time.Time, tokens int) (*Pe
 // when nothing stands in its way: the circuit closed (or off), no
 // cooldown, room in the window, no learned pace to book and no ramp to
 // announce. It returns nil otherwise, and Acquire's loop decides. At zero
-// latency, with 256 calls in flight, Acquire (two locks and a copy of the
-// state) and Done were 4.4 % of the pool's CPU; 3 % with this.
+// latency, with hundreds of calls in flight, Acquire's two locks and copy
+// of the state showed in the pool's profile; this path skips them.
 func (l *Limiter) admitFast(now time.Time, tokens int) *Permit {
 	if l.aimd == nil || l.limits.Budgeted() {
 		return nil

@@ -65,7 +65,7 @@ func signalOf(err error) signal {
 // error event inside a stream). That is congestion, like a 429. A 503 (or
 // Gemini's UNAVAILABLE) on one call is a fault, whatever type its body
 // names: it says little about capacity, and cutting on it collapsed
-// adaptive concurrency under ordinary noise (issue 24).
+// adaptive concurrency under ordinary noise.
 func Overloaded(e *retry.Error) bool {
 	if e == nil || e.Status == 503 {
 		return false

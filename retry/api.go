@@ -41,6 +41,11 @@ const (
 	// not through the server's MaxDeliver advisories, which a full store
 	// cannot keep.
 	LostDeliveriesMax = 3
+	// LostBeforeAlone is how many deliveries a record may lose with a
+	// process before it runs alone in its process (worker/poison.go), its
+	// later losses its own. A record's lost deliveries that made calls are
+	// thus at most LostBeforeAlone + LostDeliveriesMax (Bound.Killed).
+	LostBeforeAlone = 2
 )
 
 // Policy is the retry configuration of one action, both layers.

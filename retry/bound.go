@@ -42,16 +42,13 @@ type Bound struct {
 	Waiting time.Duration
 	// Total is Waiting plus every call taking its whole timeout.
 	Total time.Duration
-	// Killed is the most calls where processes die mid-call: Calls, plus,
-	// for each of up to LostDeliveriesMax deliveries lost with a process
-	// (more make the record a poison record), the calls of a delivery
-	// that nothing recorded. A worker records each call in its claim
-	// before it makes it, and a delivery taking the claim over counts
-	// them, so a worker killed alone costs nothing beyond Calls but for
-	// a first call on a single server that no heartbeat had claimed yet;
-	// the claims are in memory, so a process that dies with the store it
-	// hosts (`jetpool run`), or a cluster that loses every node at once,
-	// takes them with it.
+	// Killed is the most calls where processes die mid-call: Calls, plus
+	// the calls of each delivery lost with a process, up to
+	// LostBeforeAlone + LostDeliveriesMax of them (more make the record a
+	// poison record). A worker records each call in its claim before it
+	// makes it and a delivery taking the claim over counts them; they do
+	// not spend the record's deliveries, so a record in flight on a worker
+	// that another record kills is not failed for it.
 	Killed int
 }
 
@@ -69,7 +66,7 @@ func (a Action) Bound() Bound {
 	if a.MaxCalls > 0 {
 		lost = min(lost, a.MaxCalls)
 	}
-	b.Killed = b.Calls + LostDeliveriesMax*lost
+	b.Killed = b.Calls + (LostBeforeAlone+LostDeliveriesMax)*lost
 	// One round's session waits are bounded by its budget, or by its own
 	// schedule jittered up by a fifth, whichever is longer.
 	session := max(p.SessionBudget(), p.scheduledDelays()*6/5)

@@ -19,7 +19,7 @@ import (
 )
 
 // faulty is a local OpenAI-format endpoint that streams every answer after
-// latency and injects the ordinary faults of issue 24, each drawn per call:
+// latency and injects the ordinary faults of real providers, each drawn per call:
 // 503s, streams dropped mid-flight and connections reset before any
 // header (a third of faults each), and one-off 429s with Retry-After 1.
 type faulty struct {
@@ -74,7 +74,7 @@ func (f *faulty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	providertest.SSE{Events: events}.ServeHTTP(w, r)
 }
 
-// BenchmarkAdaptiveFaults is issue 24's first target: 1,000 records × 2
+// BenchmarkAdaptiveFaults is the first target of the adaptive work: 1,000 records × 2
 // actions, 100 ms a call, concurrency 32, retry on, against a local
 // OpenAI-format server; clean, with about 4 % faults (503s, dropped
 // streams, resets), and with those plus about 2 % one-off 429s

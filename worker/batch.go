@@ -312,6 +312,7 @@ func (h batchHandler) online(ctx context.Context, a *workflow.Action, it *batch.
 	if err != nil {
 		return err
 	}
+	traceOn(d, m.Header)
 	m.Data = it.Data
 	// The rounds the record spent in batches are its first calls: the online
 	// session counts them against max_calls, numbers its attempts after

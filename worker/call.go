@@ -6,9 +6,12 @@ import (
 	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/tracing"
 )
 
 // LimitMetrics is implemented by a Metrics that also wants the state of each
@@ -47,7 +50,15 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 		}
 		return jr.callOnce(ctx, providerName, pr, req)
 	}
+	var span trace.Span
+	var asked time.Time
+	if tracing.Enabled() {
+		span, asked = trace.SpanFromContext(ctx), jr.p.cfg.Clock.Now()
+	}
 	permit, err := lim.Acquire(ctx, ratelimit.Estimate(req))
+	if span != nil {
+		tracing.Wait(span, jr.p.cfg.Clock.Now().Sub(asked)) // the call's span shows its wait for the limiter
+	}
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrWait) {
 			return provider.Response{}, &retry.NotCalled{Err: err}

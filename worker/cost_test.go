@@ -20,8 +20,8 @@ import (
 // which stops at max_tokens as a model does (four characters a token).
 const reply40 = "0123456789abcdefghijklmnopqrstuvwxyzABCD"
 
-// An answer cut at max_tokens or stopped by a filter is not a silent ok
-// (issue 27): by default it fails with its own class and reason, the
+// An answer cut at max_tokens or stopped by a filter is not a silent
+// ok: by default it fails with its own class and reason, the
 // partial answer kept in the result and in the dead letter's diagnostic;
 // on_truncated: ok keeps it; grow asks again with max_tokens doubled.
 func TestTruncatedAndFilteredAnswers(t *testing.T) {

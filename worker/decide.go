@@ -10,6 +10,7 @@ import (
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/tracing"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -231,6 +232,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		Job: d.job, Record: d.env.ID, Action: d.action.Name, Reason: reason, Class: final.Class, Error: diag,
 		Attempts: calls, Deliveries: d.n, Provider: d.action.Provider, Model: cmp.Or(final.Model, d.action.Model),
 		Replays: d.replays, Data: d.msg.Data(), FailedAt: in.now.UTC(), Worker: in.worker,
+		Trace: tracing.Traceparent(d.span, d.msg.Headers()),
 	}
 	res := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusFailed, Reason: string(reason), Action: d.action.Name, Job: d.job,

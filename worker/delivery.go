@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/retry"
@@ -78,6 +79,10 @@ type delivery struct {
 	// alone: the delivery holds its pool's place for a suspect record
 	// (poison.go).
 	alone bool
+	// span is the delivery's trace span (package tracing): nil while
+	// tracing is off; ended with the delivery's outcome (jobRunner.complete)
+	// and carried on to the next action's work message and a dead letter.
+	span trace.Span
 }
 
 // deliveries keeps the deliveries the completer is done with, for the

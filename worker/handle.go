@@ -12,6 +12,7 @@ import (
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/tracing"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -38,6 +39,10 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		d, o := jr.broken(msg, err)
 		return jr.complete(ctx, d, o, release)
 	}
+	if tracing.Enabled() {
+		ctx, d.span = tracing.StartDelivery(ctx, msg.Headers(), tracing.Record{Job: d.job, Action: d.action.Name, ID: d.env.ID},
+			d.replays, p.id)
+	}
 	batched := d.action.Mode == workflow.ModeBatch && d.mode != workflow.ModeOnline
 	if !batched && !jr.hold(d) {
 		// Delivered again to this pool while a delivery of it is handled
@@ -59,6 +64,12 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		return jr.complete(ctx, d, outcome{kind: outcomeAbandon}, release) // as if the process died running it: no ack, no nak
 	}
 	if batched {
+		if d.span != nil {
+			// Its calls serve many records at once: the delivery's span
+			// ends as it joins a batch (docs/tracing.md).
+			tracing.EndDelivery(d.span, tracing.Outcome{Kind: "batch", Delivery: d.delivery()})
+			d.span = nil
+		}
 		jr.enqueueBatch(ctx, d, release) // worker/batch.go: the batcher acks it once its batch is recorded
 		return false
 	}
@@ -84,6 +95,9 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 
 // complete hands d's outcome to the completer.
 func (jr *jobRunner) complete(ctx context.Context, d *delivery, o outcome, release func()) bool {
+	if d != nil && d.span != nil {
+		endSpan(d, o)
+	}
 	return jr.p.done.complete(ctx, d, o, release, jr)
 }
 
@@ -212,7 +226,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 //     (broker.Claim), and after an outage on any: of two twins one calls,
 //     the other waits, until the winner's result is stored or its claim
 //     let go or lapsed. A claim the store does not answer is asked again
-//     until it does (TestClusterTwinWaitsOutAFrozenClaimsLeader); one it
+//     until it does (TestChaosTwinWaitsOutAFrozenClaimsLeader); one it
 //     refuses (the bucket full, say) does not stop the call;
 //   - a redelivery claims on a single server too: the delivery before it
 //     may be a worker stopped mid-call (worker/lease.go), whose claim,
@@ -268,7 +282,7 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 		return park(d.nextState(nil)), true
 	}
 	if c.LapsedCalls > 0 {
-		return jr.takeOver(ctx, d, c.LapsedCalls)
+		jr.takeOver(d, c.LapsedCalls)
 	}
 	return outcome{}, false
 }
@@ -338,7 +352,7 @@ func (jr *jobRunner) broken(msg jetstream.Msg, cause error) (*delivery, outcome)
 		rec = "unknown"
 	}
 	d := &delivery{msg: msg, job: jr.id, action: &workflow.Action{Name: action}, env: &broker.Envelope{ID: rec}}
-	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError,
+	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError, Trace: tracing.Traceparent(nil, msg.Headers()),
 		Class: retry.ClassProgramming, Error: "failed permanently: ProgrammingError: " + cause.Error(), Data: msg.Data(),
 		FailedAt: time.Now().UTC(), Worker: jr.p.id}
 	return d, outcome{kind: outcomeDeadLetter, entry: e}

@@ -25,7 +25,7 @@ const BeatsPerAckWait = 6
 // once when the connection comes back after a loss (soon), so no delivery
 // the pool still owns runs out its AckWait and is delivered again (paid
 // twice). One goroutine and one map for every message: a timer per
-// message cost more (timers were about 4 % of the worker's CPU).
+// message cost more (timers showed in the worker's profile).
 //
 // A message whose delivery holds a claim of its call (worker/lease.go) has
 // the claim renewed on the same beat, by renew, so that the claim stands

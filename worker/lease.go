@@ -380,13 +380,14 @@ func (d *delivery) unhold() {
 // takeOver counts the calls of the delivery whose lapsed claim d took
 // over (broker.Claimed.LapsedCalls): its holder recorded them in its claim
 // before it made them, then went silent (stopped, cut off, killed), and no
-// state of the record holds them. They spend a delivery of the record's
-// budget, as a delivery that made calls and was retried does, so that
-// validate's bound holds; a record left with no delivery is dead-lettered
-// exhausted, with no call. Should the silent worker come back, it finds
-// its claim taken and makes no further call (fence); an answer it holds is
-// stored.
-func (jr *jobRunner) takeOver(ctx context.Context, d *delivery, calls int) (outcome, bool) {
+// state of the record holds them. They are the record's attempts (its
+// calls, max_calls and accounts count them) but spend none of its
+// deliveries: a record in flight on a worker that another record killed
+// is not to blame. Its losses are bounded by poison.go, and validate's
+// bound for processes that die mid-call counts them (retry.Bound.Killed).
+// Should the silent worker come back, it finds its claim taken and makes
+// no further call (fence); an answer it holds is stored.
+func (jr *jobRunner) takeOver(d *delivery, calls int) {
 	p := jr.p
 	now := p.cfg.Clock.Now()
 	prior := len(d.prior())
@@ -396,7 +397,6 @@ func (jr *jobRunner) takeOver(ctx context.Context, d *delivery, calls int) (outc
 			Error: "LostCall: made by a delivery whose worker went silent before it said how the call ended (stopped, cut off or killed)"}
 	}
 	st := d.nextState(lost)
-	st.Deliveries++
 	if d.saved == nil {
 		// The state as read stays the base of the record's next state's
 		// write: the lapsed calls are this delivery's to add
@@ -408,12 +408,5 @@ func (jr *jobRunner) takeOver(ctx context.Context, d *delivery, calls int) (outc
 	d.lease.watch = true
 	d.lease.mu.Unlock()
 	p.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("calls", calls).
-		Msg("took over the claim of a delivery silent longer than it stands: the calls it recorded count against the record's budget")
-	if d.delivery() <= d.action.Retry.Deliveries() {
-		return outcome{}, false
-	}
-	final := &retry.Error{Class: retry.ClassUnknown, TypeName: "LostCallError",
-		Message: "the record's last delivery was made by a worker that went silent mid-call (stopped, cut off or killed), and no delivery is left"}
-	all := st.Attempts
-	return deadLetterOutcome(jr.decision(d), final, retry.ReasonExhausted, retry.Diagnose(final, all, d.delivery()), all, nil), true
+		Msg("took over the claim of a delivery silent longer than it stands: the calls it recorded count as the record's")
 }

@@ -355,7 +355,7 @@ actions:
 	require.Zero(t, srv.Online())
 }
 
-// Each example of issue 31 (examples/images, tools, structured, cache,
+// Each example (examples/images, tools, structured, cache,
 // embed) parses and runs to completion on the sim, every record ok.
 func TestExamplesRun(t *testing.T) {
 	t.Parallel()

@@ -10,9 +10,9 @@ import (
 	"github.com/jetpool/jetpool/workflow"
 )
 
-// Finish decides what a successful call's answer is worth to action a
-// (issue 27): an answer cut at max_tokens or stopped by a content filter is
-// not a silent ok.
+// finishErr decides what a successful call's answer is worth to action a:
+// an answer cut at max_tokens or stopped by a content filter is not a
+// silent ok.
 //
 //   - finish_reason length: with on_truncated ok the partial answer is the
 //     output; left unset on an action whose expect: block has repairs, the
@@ -29,13 +29,6 @@ import (
 // reason truncated or content_filter, and output holds the partial answer
 // for the failed result. Anything else (stop, tool_calls, other, or a
 // provider that gave no reason) is accepted as it is.
-func Finish(a *workflow.Action, resp provider.Response) (output any, err *retry.Error) {
-	return resp.Text, finishErr(a, resp)
-}
-
-// finishErr is Finish's error alone: the sessions read no output from it
-// (the answer's output is answerOutput's), and a string made an any is an
-// allocation a record.
 func finishErr(a *workflow.Action, resp provider.Response) *retry.Error {
 	switch resp.FinishReason {
 	case provider.FinishLength:

@@ -48,8 +48,7 @@ func TestFinish(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := Finish(&tc.action, tc.resp)
-			require.Equal(t, tc.resp.Text, out, "the answer is kept either way")
+			err := finishErr(&tc.action, tc.resp)
 			if tc.class == "" {
 				require.Nil(t, err)
 				return

@@ -12,7 +12,7 @@ import (
 	"github.com/jetpool/jetpool/workflow"
 )
 
-// Compaction (issue 30): an action's overflow: block answers a call refused
+// Compaction: an action's overflow: block answers a call refused
 // for a prompt longer than the model's context window. The design's retry
 // layers never retry context_overflow (docs/design.md §1: "compaction's
 // job"); this is that job, as rounds of the session like repairs are:

@@ -13,8 +13,8 @@ import (
 )
 
 // An action's images and documents, its tools and their calls, and its
-// cache marks, as a request carries them and a result keeps them
-// (issue 31). The session (session.go) calls these at its edges; its loop
+// cache marks, as a request carries them and a result keeps
+// them. The session (session.go) calls these at its edges; its loop
 // is the same for every action.
 
 // partsFor renders the action's images and documents for the delivery. A

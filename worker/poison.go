@@ -41,7 +41,7 @@ import (
 // killed once (a deploy, an OOM kill of a busy process) loses every record
 // it held once, and running those one at a time would slow the job's
 // recovery by as many calls; records lost twice in a row are few.
-const AloneAfterLost = 2
+const AloneAfterLost = retry.LostBeforeAlone
 
 // lostMax bounds the losses of a record that runs alone, counted or not: a
 // record that every process loses without it ever being the one that

@@ -192,8 +192,8 @@ const handlerIdle = 10 * time.Second
 
 // run hands t to an idle handler goroutine, or starts one. Handlers live on
 // between records: a new goroutine per record would grow its stack through
-// the session's call chain every time (runtime.newstack was 5 % of the
-// worker's CPU at zero latency). Their number never exceeds the records
+// the session's call chain every time (runtime.newstack showed in the
+// worker's profile at zero latency). Their number never exceeds the records
 // being handled: at most twice Concurrency (the slots, and results being
 // stored).
 func (p *Pool) run(t task) {
@@ -219,15 +219,14 @@ func (p *Pool) handler(t task) {
 // nextTask waits for the handler's next task (false: the handler ends: the
 // pool stops, or retireIdle lets it go). It waits on no timer of its own:
 // a timer reset and waited on for every record, its channel added to and
-// taken from the timers' heap each time, was 2 % of a zero-latency
-// worker's CPU. It counts itself idle meanwhile, for retireIdle.
+// taken from the timers' heap each time, showed in a zero-latency
+// worker's profile. It counts itself idle meanwhile, for retireIdle.
 //
 // It waits with handlerStackKeep bytes of its frame on the stack: a parked
 // goroutine that uses less than a quarter of its stack has it halved by
 // the next garbage collection, and the handler's next record grew it back
-// (runtime.copystack: 3.3 % of a zero-latency worker's CPU, every handler
-// at every collection). Clearing the frame costs less (1.9 % with
-// 8 KiB; 4 KiB left 1.3 % of copying and cost 1.2 %).
+// (runtime.copystack, every handler at every collection). Clearing the
+// frame costs less than the copying it saves (docs/performance.md).
 //
 //go:noinline
 func (p *Pool) nextTask() (task, bool) {

@@ -132,7 +132,7 @@ func revisionOf(h interface{ Get(string) string }) int {
 
 // headerInt is a header's number, 0 when it is absent (as it is on nearly
 // every message: strconv.Atoi("") makes an error, and that error's
-// allocations were 2 % of the worker's CPU) or not a number.
+// allocations showed in the worker's profile) or not a number.
 func headerInt(s string) int {
 	if s == "" {
 		return 0

@@ -118,7 +118,7 @@ func render(a *workflow.Action, d *delivery) (string, error) {
 // the model, with the session retry layer around every model request and,
 // when the action has an expect: block, the repair loop around that.
 //
-// The repair loop (issue 6). An output that fails the expectation is not a
+// The repair loop. An output that fails the expectation is not a
 // transport error and no retry layer sees it: the invalid assistant turn
 // stays in the history, a user message naming what is wrong follows it, and
 // the model is asked again, up to expect.repair.max_attempts times in a
@@ -413,17 +413,21 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	// The call is recorded in the delivery's claim before it is made, and
 	// a delivery paused meanwhile checks it still holds the record's call
 	// (worker/lease.go), once it may go.
-	resp, err := jr.call(ctx, a.Provider, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
+	callCtx, span := jr.startCall(ctx, d, run, &req, "chat") // worker/trace.go
+	resp, err := jr.call(callCtx, a.Provider, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
 	if retry.AsNotCalled(err) == nil {
 		run.calls++
 	}
 	if err != nil {
+		endCall(span, resp, err, 0, false)
 		res.settle(0) // no answer: nothing billed
 		return resp, err
 	}
 	run.usage.Add(resp.Usage)
 	run.finish, run.finishRaw, run.latency = resp.FinishReason, resp.FinishReasonRaw, resp.Latency
+	spent := run.cost
 	jr.spend(a, resp, run, false, res) // worker/cost.go
+	endCall(span, resp, nil, run.cost-spent, run.priced)
 	if resp.Model != "" {
 		run.model = resp.Model
 	}

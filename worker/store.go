@@ -18,7 +18,7 @@ import (
 type brokerStore struct{ p *Pool }
 
 // pubFuture is an async publish and when it was sent: its wait ends
-// ResultAckTimeout after that (broker.AwaitResult).
+// ResultAckTimeout after that (broker.AwaitPublish).
 type pubFuture struct {
 	f    jetstream.PubAckFuture
 	sent time.Time
@@ -45,9 +45,8 @@ func (f batchFuture) release() {}
 // (pulls, heartbeats and naks go on the pulls connection, docs/decisions.md):
 // acked on the pulls connection, each record's writes were split over two
 // connections, each then written and read in smaller pieces, and zero-
-// latency work against an external server ran at 80–86 % of the raw work
-// loop with the record work, against 87–89 % with acks here (jetpool
-// bench --external, alternated). The ack is the one Msg.Ack sends; a
+// latency work against an external server ran slower than with acks here
+// (jetpool bench --external, alternated: docs/performance.md). The ack is the one Msg.Ack sends; a
 // message without a reply subject (none from a pull consumer) is acked by
 // Msg.Ack.
 func (s brokerStore) ack(msg jetstream.Msg) {
@@ -98,6 +97,7 @@ func (s brokerStore) forward(d *delivery, output any) (future, error) {
 	if err != nil {
 		return nil, err
 	}
+	traceOn(d, m.Header) // worker/trace.go: the next action's deliveries under this one
 	if d.revision > 1 {
 		m.Header.Set(broker.HeaderRevision, strconv.Itoa(d.revision))
 	}

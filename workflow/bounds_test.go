@@ -27,7 +27,7 @@ func allocated(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-// The 13-line alias bomb of issue 25 took `jetpool validate` to 14.6 GB in
+// The 13-line alias bomb took `jetpool validate` to 14.6 GB in
 // 40 s; refused now, at the line where the expansion passes the bound.
 const aliasBomb = `
 actions:
@@ -127,7 +127,7 @@ func badInput(t *testing.T, err error, want error) *retry.Error {
 	return re
 }
 
-// Issue 25: three nested ranges over a 300-element field (27M items of
+// Three nested ranges over a 300-element field (27M items of
 // output) took a worker to 3.4 GB; over 2,000 elements (8·10⁹ iterations)
 // it never finished. Both stop at a bound, in bounded memory.
 func TestRangeExplosionRefused(t *testing.T) {

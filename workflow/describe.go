@@ -165,8 +165,8 @@ func describeBudget(a *Action, pc provider.Config, row func(label, format string
 		shape += fmt.Sprintf(", + %d batch rounds", p.Attempts())
 	}
 	row("worst case", "%s (%s), a hard bound of every layer", count(bound.Calls, "call", "calls"), shape)
-	row("", "%s if processes die mid-call (the unrecorded calls of up to %d deliveries lost with them: docs/durability.md)",
-		count(bound.Killed, "call", "calls"), retry.LostDeliveriesMax)
+	row("", "%s if processes die mid-call (the calls of up to %d deliveries lost with them: docs/durability.md)",
+		count(bound.Killed, "call", "calls"), retry.LostBeforeAlone+retry.LostDeliveriesMax)
 	row("", "at most %s waiting between calls (max_wait %s for the provider included), %s with every call at its timeout",
 		bound.Waiting.Round(time.Millisecond), p.WaitLimit(), bound.Total.Round(time.Second))
 	return calls

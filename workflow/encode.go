@@ -27,8 +27,8 @@ import (
 // older Decode would read differently or refuse: a worker then says it
 // cannot serve the job (ErrNewerFormat) instead of misreading it. An
 // encoded workflow without a version is version 1. Version 2 added
-// actions[].overflow (issue 30) and an action's kind, input, images,
-// documents, tools, tool_choice, cache and embed (issue 31). Version 3
+// actions[].overflow and an action's kind, input, images,
+// documents, tools, tool_choice, cache and embed. Version 3
 // added a price's long_context tier, actions[].context_window,
 // overflow.context_window and a provider's stream_idle_timeout.
 const FormatVersion = 3

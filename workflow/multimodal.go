@@ -12,7 +12,7 @@ import (
 	"github.com/jetpool/jetpool/provider"
 )
 
-// An action's fields beyond a text prompt (issue 31): images and documents,
+// An action's fields beyond a text prompt: images and documents,
 // tools, prompt caching, and the embed kind.
 
 // moreSpec is what an action (or defaults:, for cache) writes of them.

@@ -9,7 +9,7 @@ import (
 	"github.com/jetpool/jetpool/pricing"
 )
 
-// What an action does with an answer that is not a plain stop (issue 27).
+// What an action does with an answer that is not a plain stop.
 const (
 	// OnTruncatedFail (the default): an answer cut at max_tokens fails the
 	// record with class truncated, dead-lettered with the partial output —

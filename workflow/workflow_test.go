@@ -399,7 +399,7 @@ action 1/2 extract_metadata (line 13)
               exec: 3 deliveries, redeliver backoff 1.5s doubling
               on_exhausted: raise
   worst case: 45 calls (5 attempts × 3 deliveries × 3 rounds (repairs, max_tokens doublings)), a hard bound of every layer
-              90 calls if processes die mid-call (the unrecorded calls of up to 3 deliveries lost with them: docs/durability.md)
+              120 calls if processes die mid-call (the calls of up to 5 deliveries lost with them: docs/durability.md)
               at most 55m24s waiting between calls (max_wait 30m0s for the provider included), 2h25m24s with every call at its timeout
   expect:     json, inline schema
   repair:     up to 2 calls, then return_last
@@ -410,7 +410,7 @@ action 2/2 noisy_endpoint (line 21)
   mode:       online
   retry:      off (1 call, 1 delivery)
   worst case: 1 call (1 attempt × 1 delivery), a hard bound of every layer
-              4 calls if processes die mid-call (the unrecorded calls of up to 3 deliveries lost with them: docs/durability.md)
+              6 calls if processes die mid-call (the calls of up to 5 deliveries lost with them: docs/durability.md)
               at most 30m0s waiting between calls (max_wait 30m0s for the provider included), 32m0s with every call at its timeout
   reads:      extract_metadata
 `, b.String())

@@ -15,8 +15,8 @@ import (
 // default target: its live heap holds the server's state, which grows with
 // the job (the results stream's subject index, about 150 bytes a record),
 // so a higher target multiplies a growing base: `jetpool run` of 1M records
-// peaked at 802 MiB at 100 and 1,180 MiB at 200, for no measurable speed-up
-// at that size (6–9 % at 100k records). Such a process also gets a soft
+// peaked far higher at 200 than at 100, for no measurable speed-up at that
+// size (docs/performance.md). Such a process also gets a soft
 // memory limit that follows its live heap (followLiveHeap) unless
 // $GOMEMLIMIT or $GOGC is set. The returned func ends the limit's watch;
 // the limit and the GC target stay (the embedded server's shutdown, after

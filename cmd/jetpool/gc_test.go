@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	rtmetrics "runtime/metrics"
 	"testing"
 	"time"
 
@@ -67,4 +68,11 @@ func TestFollowLiveHeap(t *testing.T) {
 	keep = nil
 	runtime.GC()
 	testenv.Eventually(t, 10*time.Second, func() bool { return debug.SetMemoryLimit(-1) < 32<<20 }, "and comes back down")
+}
+
+// gcPercent is the process's GC target now (GOGC), read without setting it.
+func gcPercent() int {
+	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
+	rtmetrics.Read(s)
+	return int(s[0].Value.Uint64())
 }

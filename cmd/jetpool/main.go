@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	rtmetrics "runtime/metrics"
 	"strings"
 	"syscall"
 	"time"
@@ -22,9 +21,10 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/profile"
+	"github.com/jetpool/jetpool/tracing"
 )
 
-// Exit codes, one meaning each (README "Exit codes", `jetpool help`), so a
+// Exit codes, one meaning each (docs/reference.md, `jetpool help`), so a
 // script can tell a failed job from a typo from a server that is down.
 const (
 	exitOK          = 0
@@ -85,7 +85,7 @@ Usage: jetpool COMMAND [flags]
 Commands:
 `
 
-// usageEnv lists every variable of README "Environment"
+// usageEnv lists every variable of docs/reference.md "Environment"
 // (TestHelpMatchesReadme keeps the two the same).
 const usageEnv = `
 Environment (process configuration):
@@ -120,7 +120,12 @@ Environment (process configuration):
   JETPOOL_CPUPROFILE, JETPOOL_MEMPROFILE
                          write a CPU profile of the command / a heap profile of a stopping worker
                          (of run and retry: when every record has its result)
-  Only JETPOOL_ names are read: NATS_URL (the nats CLI's) and other bare names are ignored.
+  JETPOOL_TRACE_CONTENT  true: prompts and answers on the model call spans (default off)
+  OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...
+                         OpenTelemetry traces of run, dispatch, worker and retry over OTLP/HTTP:
+                         off unless an endpoint or OTEL_TRACES_EXPORTER=otlp is set (docs/tracing.md)
+  Besides the standard OTEL_ variables only JETPOOL_ names are read: NATS_URL (the nats CLI's)
+  and other bare names are ignored.
 `
 
 const usageTail = `
@@ -218,6 +223,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	ctx, abort := context.WithCancelCause(sigCtx)
 	defer abort(nil)
 	e.abort = abort
+	if traced(cmd.name) {
+		shutdown, err := tracing.Setup(ctx, cmd.name)
+		if err != nil {
+			fmt.Fprintf(stderr, "jetpool: tracing: %v\n", err)
+			return exitUsage
+		}
+		defer flushTraces(shutdown, stderr)
+	}
 	err = cmd.run(ctx, e, args[1:])
 	if cause := context.Cause(ctx); errors.Is(cause, broker.ErrStoreLost) {
 		// Whatever the command made of its context ending, this is why.
@@ -233,6 +246,26 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// traced says which commands export traces when OTEL_* asks for them:
+// those that dispatch, run or replay records (docs/tracing.md).
+func traced(name string) bool {
+	switch name {
+	case "run", "dispatch", "worker", "retry":
+		return true
+	}
+	return false
+}
+
+// flushTraces sends the spans still buffered, for at most a few seconds:
+// an unreachable collector does not hold the exit.
+func flushTraces(shutdown func(context.Context) error, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		fmt.Fprintf(stderr, "jetpool: tracing: %v\n", err)
+	}
 }
 
 // needsNoConfig: help, version and completion (and any -h) work whatever
@@ -466,18 +499,11 @@ func serveLocal(b *broker.Broker) error {
 // A worker's live heap is small (tens of MiB) and it allocates a few KiB per
 // record, so at Go's default (100) it collects several times a second, and
 // each collection also shrinks the stacks of its idle handler goroutines,
-// which the next record grows again: about a quarter of a worker's CPU at
-// 10k records/s (worker profile). At 400 a worker process does 10–28 % more
-// records/s and peaks at about 60–75 MiB instead of 40, flat in the job's
-// size.
+// which the next record grows again: a large share of a busy worker's
+// CPU (worker profile). At 400 a worker process does more records a
+// second for a few tens of MiB more, flat in the job's size
+// (docs/performance.md).
 const WorkerGOGC = 400
-
-// gcPercent is the process's GC target now (GOGC), read without setting it.
-func gcPercent() int {
-	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
-	rtmetrics.Read(s)
-	return int(s[0].Value.Uint64())
-}
 
 func plural(n int64, word string) string {
 	if n == 1 {

@@ -13,13 +13,26 @@ import (
 	"github.com/jetpool/jetpool/broker"
 )
 
-// readmeSection is the text of README.md's section whose heading starts with name.
+// The README's short tour and the reference it points to.
+const (
+	readmeFile    = "../../README.md"
+	referenceFile = "../../docs/reference.md"
+)
+
+// readmeSection is the text of the docs/reference.md section whose heading
+// starts with name.
 func readmeSection(t *testing.T, name string) string {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	return docSection(t, referenceFile, name)
+}
+
+// docSection is the text of file's section whose heading starts with name.
+func docSection(t *testing.T, file, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(data), "\n## "+name)
-	require.True(t, ok, "README.md has no section %q", name)
+	require.True(t, ok, "%s has no section %q", file, name)
 	if i := strings.Index(rest, "\n## "); i >= 0 {
 		rest = rest[:i]
 	}
@@ -75,7 +88,8 @@ func TestReadmeCommandsTable(t *testing.T) {
 	code := regexp.MustCompile("`([^`]+)`")
 	flagRE := regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 	seen := map[string]bool{}
-	for _, row := range rows.FindAllStringSubmatch(readmeSection(t, "Commands"), -1) {
+	tables := readmeSection(t, "Commands") + docSection(t, readmeFile, "Day 2")
+	for _, row := range rows.FindAllStringSubmatch(tables, -1) {
 		var cmd *cmdSpec
 		for _, c := range code.FindAllStringSubmatch(row[1], -1) {
 			words := strings.Fields(strings.TrimPrefix(c[1], "jetpool "))

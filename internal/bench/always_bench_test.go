@@ -17,7 +17,7 @@ import (
 
 // BenchmarkFloorAlways is the raw engine's ceiling for jetpool's storage
 // work when the server syncs every write (sync_interval: always), for the
-// two choices that bound it (issue 33's fsync target):
+// two choices that bound it (the fsync target):
 //
 //   - the work stream's retention: a work-queue stream (the design's) removes
 //     each message on its ack, and the file store writes and syncs each

@@ -13,7 +13,7 @@ import (
 	"github.com/jetpool/jetpool/workflow"
 )
 
-// The pairs (Options.Pairs) measure the one ratio issue 33's work target
+// The pairs (Options.Pairs) measure the one ratio the work target
 // is about — jetpool's zero-latency work against the raw work loop with
 // jetpool's record work — and nothing else: the two back to back, Pairs
 // times, the order turned each time (loop then jetpool, jetpool then loop,
@@ -111,8 +111,8 @@ func (h *harness) pairsOn(ctx context.Context, s *server, wf *workflow.Workflow,
 			}
 			// Gone before the next pair, as the loop's streams are: each
 			// pair starts on the same store (the results of earlier jobs
-			// left there took jetpool's share from 94 to 89 % over six
-			// pairs on the embedded server, whose state is this heap's).
+			// left there lowered jetpool's share pair after pair on the
+			// embedded server, whose state is this heap's).
 			if _, err := s.b.DeleteJob(ctx, job); err != nil {
 				return err
 			}

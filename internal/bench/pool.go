@@ -77,10 +77,10 @@ func (h *harness) waitJob(ctx context.Context, s *server, job string) error {
 // waitHandled waits for job to finish as `jetpool run` does, its status
 // read every runPoll, until near is closed (every record handled: only the
 // last records' writes and acks are left), and from then on every
-// endPoll, so that the run's end is seen within milliseconds. Read every
-// 20 ms all along, as before, the polls took about 1 % of the run's CPU
-// (the job's entry, its consumer's info and its counts, ten times as
-// often as a run reads them) and saw the end 10 ms late on average.
+// endPoll, so that the run's end is seen within milliseconds. Read often
+// all along, the polls (the job's entry, its consumer's info and its
+// counts, far more often than a run reads them) took a share of the run's
+// CPU and still saw the end late.
 func (h *harness) waitHandled(ctx context.Context, s *server, job string, near <-chan struct{}) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -117,7 +117,7 @@ func (h *harness) work(ctx context.Context, s *server, job string, conc, records
 	defer stopPool()
 	// Sample the records the pool has finished (handled, no longer in
 	// flight): two counters, not a Snapshot, whose maps and locks every
-	// 5 ms were 1 % of the run's CPU. Every record handled closes near
+	// few milliseconds were a share of the run's CPU. Every record handled closes near
 	// (waitHandled).
 	win := window{records: int64(records)}
 	stop := make(chan struct{})

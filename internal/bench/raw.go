@@ -469,8 +469,8 @@ func (iw *inlineWork) result(ctx context.Context, data []byte) ([]byte, error) {
 // storage work, at the pool's concurrency: conc goroutines, each taking a
 // work message from a work-queue stream (one Consume feeds them), publishing
 // its result and waiting for the store's ack (js.PublishMsg), then acking
-// the work message. With iw nil it does no work on the record (issue 33's
-// target row); with iw set the messages are work envelopes and each
+// the work message. With iw nil it does no work on the record (the
+// bare loop's row); with iw set the messages are work envelopes and each
 // goroutine does jetpool's own work on its record first (inlineWork: the
 // envelope, the prompt, the call, the result's JSON), the same program
 // doing the same work as jetpool minus its machinery. began, when set, is

@@ -1,3 +1,7 @@
+// Package rawjson reads JSON without decoding it: a validating scan and a
+// walk over top-level keys, with values handed out as slices of the input
+// rather than copies. The worker's envelope and the dispatcher's input
+// lines go through it once per record.
 package rawjson
 
 import (

@@ -8,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
-	"github.com/tidwall/gjson"
 )
 
 var scanSeeds = []string{
@@ -119,15 +118,6 @@ func BenchmarkMembers(b *testing.B) {
 func BenchmarkMembersOf(b *testing.B) {
 	for b.Loop() {
 		MembersOf(benchLine, func(string, []byte) bool { return true })
-	}
-}
-
-// What Members replaces: gjson's validation, then its walk.
-func BenchmarkGjsonValidForEach(b *testing.B) {
-	for b.Loop() {
-		if gjson.ValidBytes(benchLine) {
-			Parse(benchLine).ForEach(func(k, v gjson.Result) bool { return true })
-		}
 	}
 }
 

@@ -262,7 +262,7 @@ func GeminiModel(name string) string {
 	return fmt.Sprintf(`{"name":%s,"version":"001","displayName":"Gemini","inputTokenLimit":1048576,"outputTokenLimit":65536,"supportedGenerationMethods":["generateContent","countTokens"]}`, q("models/"+name))
 }
 
-// --- Tool calls, structured output, embeddings (issue 31) -------------------
+// --- Tool calls, structured output, embeddings -------------------
 
 // ToolCall is a call a fake answers with: the tool's name and its
 // arguments as JSON text.

@@ -1,0 +1,5 @@
+//go:build !chaos
+
+package e2e
+
+const chaosBuild = false
