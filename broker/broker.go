@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,11 +95,7 @@ func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so Serve
 		// Someone else owns the store: if it is a `jetpool server`, use it.
 		if url := readServerFile(dir); url != "" {
 			log.Debug().Str("url", url).Msg("connecting to the jetpool server that owns the data dir")
-			// The process that owns the store may be started again (a
-			// `jetpool run` interrupted and run again), its server on
-			// another port: every reconnection dials the one the server
-			// file names then.
-			return dial(ctx, cfg, log, url, nil, nats.SetCustomDialer(&serverFileDialer{dir: dir}))
+			return dial(ctx, cfg, log, url, nil, nats.SetCustomDialer(&serverFileDialer{dir: dir, d: net.Dialer{Timeout: 2 * time.Second}}))
 		}
 		return nil, fmt.Errorf("%s: %w; run `jetpool server` and point every process at it with JETPOOL_NATS_URL", dir, err)
 	}
@@ -304,22 +299,6 @@ func (b *Broker) WriteServerFile(url string) error {
 	}
 	data, _ := json.Marshal(map[string]string{"url": url})
 	return os.WriteFile(filepath.Join(filepath.Dir(b.lock.Name()), ServerFile), data, 0o600)
-}
-
-// serverFileDialer dials the server the data dir's server file names now,
-// or the address it is given when there is none (the owner is between
-// runs: the dial fails, and nats.go tries again).
-type serverFileDialer struct {
-	dir string
-	d   net.Dialer
-}
-
-func (s *serverFileDialer) Dial(network, address string) (net.Conn, error) {
-	if u, err := url.Parse(readServerFile(s.dir)); err == nil && u.Host != "" {
-		address = u.Host
-	}
-	s.d.Timeout = 2 * time.Second
-	return s.d.Dial(network, address)
 }
 
 func readServerFile(dir string) string {

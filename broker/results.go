@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,6 +56,20 @@ type Recovery struct {
 	// Compacted is what the delivery that ended the action did about
 	// context overflows (the action's overflow: block), in order.
 	Compacted []Compaction `json:"compacted,omitempty"`
+	// Routes are the moves the delivery that ended the action made to the
+	// action's fallbacks, in order: the last one's provider and model
+	// answered (Result.Provider, Result.Model).
+	Routes []Route `json:"routes,omitempty"`
+}
+
+// Route is a move to one of an action's fallbacks.
+type Route struct {
+	// After is the attempt (Failure.N) that led to it; 0 when the
+	// provider took no call (an open circuit, a cooldown).
+	After int    `json:"after,omitempty"`
+	From  string `json:"from"` // provider/model
+	To    string `json:"to"`
+	On    string `json:"on"` // the trigger: outage, or the failure's class
 }
 
 // Compaction is one answer to a context overflow: a field shortened, or a
@@ -153,8 +168,11 @@ type Result struct {
 	Record   json.RawMessage `json:"-"`
 	Provider string          `json:"provider,omitempty"`
 	Model    string          `json:"model,omitempty"`
-	Replays  int             `json:"replays,omitempty"`
-	Finished time.Time       `json:"finished_at"`
+	// Deployment is the provider's deployment that answered (the last
+	// call's), "" for a provider without deployments.
+	Deployment string    `json:"deployment,omitempty"`
+	Replays    int       `json:"replays,omitempty"`
+	Finished   time.Time `json:"finished_at"`
 
 	// FinishReason is the answer's normalised finish reason (stop, length,
 	// content_filter, tool_calls, other), FinishReasonRaw the provider's
@@ -488,7 +506,9 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 	leader := b.leaderView(StreamResults)
 	for i, cc := range counterConfigs(j) {
 		c, err := b.JS.Consumer(ctx, StreamResults, cc.Durable)
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || (err == nil && !sameFilters(c.CachedInfo().Config, cc)) {
+			// Missing, or made by a version that knew fewer failure
+			// reasons (a cancelled record would go uncounted).
 			c, err = b.JS.CreateOrUpdateConsumer(ctx, StreamResults, cc)
 		}
 		if err != nil {
@@ -504,6 +524,16 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 		}
 	}
 	return n[0], n[1], nil
+}
+
+// sameFilters reports whether a consumer's filters are the ones cc sets
+// (a server may keep a single filter as FilterSubject).
+func sameFilters(have, cc jetstream.ConsumerConfig) bool {
+	h := have.FilterSubjects
+	if have.FilterSubject != "" {
+		h = append(slices.Clone(h), have.FilterSubject)
+	}
+	return slices.Equal(slices.Sorted(slices.Values(h)), slices.Sorted(slices.Values(cc.FilterSubjects)))
 }
 
 // countFiltered counts the messages of stream matching any of filters at
@@ -565,9 +595,9 @@ type Progress struct {
 func (p Progress) Drained() bool { return p.Queued == 0 && p.AckPending == 0 }
 
 // Finished reports whether every record of j has its final result (or j
-// failed and nothing of it is left in flight).
+// failed or was cancelled, and nothing of it is left in flight).
 func (p Progress) Finished(j *Job) bool {
-	return j.Dispatched && p.Drained() && (p.Done >= j.Total || j.Status == JobFailed)
+	return j.Dispatched && p.Drained() && (p.Done >= j.Total || j.Stopped())
 }
 
 // JobProgress reads a job's progress.

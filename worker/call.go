@@ -12,6 +12,7 @@ import (
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/tracing"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // LimitMetrics is implemented by a Metrics that also wants the state of each
@@ -48,7 +49,13 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 				return provider.Response{}, err
 			}
 		}
-		return jr.callOnce(ctx, providerName, pr, req)
+		// Last, with nothing that can wait between it and the call
+		// (worker/steer.go): a cancelled job calls no more.
+		made, err := jr.enterCall()
+		if err != nil {
+			return provider.Response{}, err
+		}
+		return jr.callOnce(ctx, providerName, pr, req, made)
 	}
 	var span trace.Span
 	var asked time.Time
@@ -71,7 +78,12 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 			return provider.Response{}, err
 		}
 	}
-	resp, err := jr.callOnce(ctx, providerName, pr, req)
+	made, err := jr.enterCall()
+	if err != nil {
+		permit.Done(provider.Response{}, context.Canceled)
+		return provider.Response{}, err
+	}
+	resp, err := jr.callOnce(ctx, providerName, pr, req, made)
 	permit.Done(resp, err)
 	if lm, ok := jr.p.cfg.Metrics.(LimitMetrics); ok {
 		lm.Limiter(lim.Status())
@@ -82,10 +94,12 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 	return resp, nil
 }
 
-// callOnce is one HTTP call, counted and measured.
-func (jr *jobRunner) callOnce(ctx context.Context, providerName string, pr provider.Provider, req provider.Request) (provider.Response, error) {
+// callOnce is one HTTP call, counted and measured; made runs once it is
+// counted, before the request goes.
+func (jr *jobRunner) callOnce(ctx context.Context, providerName string, pr provider.Provider, req provider.Request, made func()) (provider.Response, error) {
 	start := jr.p.cfg.Clock.Now()
 	jr.p.calls.Add(1)
+	made()
 	resp, err := pr.Call(ctx, req)
 	if err != nil {
 		e := retry.AsError(err)
@@ -124,13 +138,46 @@ func (jr *jobRunner) limiter(name string) *ratelimit.Limiter {
 // circuitOpen reports whether every provider the job calls has an open
 // circuit: then the job's work is not pulled until a probe is due (until:
 // the first provider's). While one provider is open and another is not,
-// records are pulled and those of the open provider wait in the limiter.
+// records are pulled and those of the open provider wait in the limiter,
+// or move to a fallback that takes outages (worker/fallback.go).
 func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 	if jr.p.limits == nil || len(jr.wf.Actions) == 0 {
 		return time.Time{}, false
 	}
 	for _, a := range jr.wf.Actions {
-		l := jr.limiter(a.Provider)
+		targets := []string{a.Provider}
+		for _, f := range a.Fallbacks {
+			if f.Takes(workflow.FallbackOutage) {
+				targets = append(targets, f.Provider)
+			}
+		}
+		for _, name := range targets {
+			u, open := jr.circuitOpenUntil(name)
+			if !open {
+				return time.Time{}, false
+			}
+			if until.IsZero() || u.Before(until) {
+				until = u
+			}
+		}
+	}
+	return until, true
+}
+
+// circuitOpenUntil reports whether the provider called name takes no
+// calls for an open circuit, and until when: for a provider with
+// deployments, whether every deployment's circuit is open (until: the first
+// probe).
+func (jr *jobRunner) circuitOpenUntil(name string) (until time.Time, open bool) {
+	names := []string{name}
+	if cfg, ok := jr.providerConfig(name); ok && len(cfg.Deployments) > 0 {
+		names = names[:0]
+		for _, d := range cfg.Endpoints() {
+			names = append(names, d.Name)
+		}
+	}
+	for _, n := range names {
+		l := jr.limiter(n)
 		if l == nil {
 			return time.Time{}, false
 		}

@@ -235,7 +235,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		Trace: tracing.Traceparent(d.span, d.msg.Headers()),
 	}
 	res := &broker.Result{
-		ID: d.env.ID, Status: broker.StatusFailed, Reason: string(reason), Action: d.action.Name, Job: d.job,
+		ID: d.env.ID, Status: failedStatus(reason), Reason: string(reason), Action: d.action.Name, Job: d.job,
 		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: e.Model, Replays: d.replays,
 		Recovery: recovery(all, calls, d.delivery(), repairsOf(all, true)), Finished: e.FailedAt,
@@ -244,6 +244,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		end = d.priorRun() // worker/ledger.go: what earlier deliveries spent
 	}
 	answered(res, d, end, in.carry) // worker/cost.go: usage, cost, finish reason, latency, line, carry
+	res.Deployment = end.deployment
 	if end.text != "" {
 		// return_last: the last answer the model gave, when it gave one
 		// (an answer that failed the expectation, say).
@@ -252,10 +253,19 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 	story(&res.Recovery, d)
 	account(res, d, all, in.now)
 	o := outcome{kind: outcomeDeadLetter, entry: e, result: res}
-	if reason != retry.ReasonJobFailed && reason != retry.ReasonBadInput && exhaustedPolicy(d.action, reason, final) == retry.Raise {
+	if reason != retry.ReasonJobFailed && reason != retry.ReasonCancelled && reason != retry.ReasonBadInput && exhaustedPolicy(d.action, reason, final) == retry.Raise {
 		o.raise = diag
 	}
 	return o
+}
+
+// failedStatus is the status of a record that ended for reason: cancelled,
+// or failed.
+func failedStatus(reason retry.Reason) string {
+	if reason == retry.ReasonCancelled {
+		return broker.StatusCancelled
+	}
+	return broker.StatusFailed
 }
 
 // okResult is the result of a delivery whose session succeeded.
@@ -272,7 +282,7 @@ func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *brok
 	}
 	*r = broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: end.output, Action: d.action.Name, Job: d.job,
-		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: end.model, Replays: d.replays,
+		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: end.model, Deployment: end.deployment, Replays: d.replays,
 		Finished: now.UTC(),
 	}
 	answered(r, d, end, carry) // worker/cost.go
@@ -341,6 +351,9 @@ func story(rec *broker.Recovery, d *delivery) {
 		rec.Waits, rec.Waited, rec.HandBacks = st.Waits, st.Waited, st.HandBacks
 	}
 	rec.Compacted = d.run.compactions() // worker/overflow.go
+	if d.run != nil {
+		rec.Routes = d.run.routes // worker/fallback.go
+	}
 }
 
 // recovery is how a record got to its result: calls made, deliveries that

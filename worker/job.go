@@ -27,6 +27,7 @@ type jobRunner struct {
 	job       *broker.Job
 	providers map[string]provider.Provider
 	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
+	spreads   map[string]*spread            // by provider name, of one with deployments (deployments.go)
 	heartbeat atomic.Int64                  // InProgress interval: the consumer's AckWait / BeatsPerAckWait
 	ackWait   atomic.Int64                  // the consumer's AckWait (0: not read yet): claims stand twice that (lease.go)
 	held      heldSet                       // the work messages handled here, by sequence (lease.go hold)
@@ -57,6 +58,16 @@ type jobRunner struct {
 	// deliver (JobDone): its pulls end then, not at their expiry.
 	done   context.Context
 	endJob context.CancelFunc
+
+	// steer is held (read) by a call from its check of the job's state
+	// until it is counted as made, and taken once by a worker that sees
+	// the job cancelled; quiet is set then (worker/steer.go).
+	steer sync.RWMutex
+	quiet atomic.Bool
+	// wants is set while the job's fetch loop waits for a slot: its
+	// weight counts in the division of the slots (worker/share.go).
+	wants    atomic.Bool
+	wantedAt atomic.Int64 // when its loop last asked for slots (unix ns)
 }
 
 func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {
@@ -93,6 +104,7 @@ func (jr *jobRunner) setJob(j *broker.Job) {
 	jr.job = j
 	b := jr.costs
 	jr.mu.Unlock()
+	jr.sawState(j) // worker/steer.go: a cancel
 	if b != nil {
 		b.seen(j) // worker/budget.go: a change of the job's ledger
 	}

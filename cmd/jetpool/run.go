@@ -29,6 +29,7 @@ type runFlags struct {
 	skipBad, noProgress, noPreflight    bool
 	allowFailed                         bool
 	maxCost                             float64             // cost.go
+	priority                            int                 // a new job's priority (0: the workflow's)
 	checked                             *dispatcher.Checked // by prepare
 	fresh, matched                      bool                // --new-job; f.job found by matchJob (match.go)
 }
@@ -62,6 +63,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.allowFailed, "allow-failed", false, "exit 0 when the job completed with failed records (default: exit 4)")
 	f.duplicatesFlag(fs)
 	f.newJobFlag(fs)
+	f.priorityFlag(fs)
 	maxCostFlag(fs, &f.maxCost)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -73,6 +75,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	if f.input == "" {
 		return usageErr("--input is required")
+	}
+	if err := checkPriority("--priority", f.priority); err != nil {
+		return err
 	}
 	wf, err := loadWorkflow(pos[0])
 	if err != nil {
@@ -220,7 +225,7 @@ func runTrust(wfs ...*workflow.Workflow) (*provider.Trust, error) {
 // of it run, and inputError makes it exit 2). f.checked is nil then.
 func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, b *broker.Broker) (dispatcher.Options, error) {
 	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad,
-		Duplicates: f.duplicates}
+		Duplicates: f.duplicates, Priority: f.priority}
 	if b != nil {
 		opts.MaxPayload = b.NC.MaxPayload()
 	}
@@ -363,8 +368,8 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	if output != "" {
 		fmt.Fprintf(e.stderr, "results: %s\n", output)
 	}
-	if job.Status == broker.JobFailed {
-		return &exitError{code: exitJobFailed, err: fmt.Errorf("job %s failed: %s", job.ID, job.Reason)}
+	if err := stoppedErr(job); err != nil {
+		return err
 	}
 	if sum.failed > 0 {
 		return &errFailedRecords{job: job.ID, failed: sum.failed}
@@ -397,27 +402,35 @@ func waitJob(ctx context.Context, e *env, b *broker.Broker, jobID string, progre
 	return jobstatus.Wait(ctx, b, jobID, 200*time.Millisecond, update, e.log)
 }
 
-// preflight checks each provider the workflow uses once, before anything is published.
+// preflight checks each provider the workflow uses once, before anything
+// is published: each action's model and each of its fallbacks'.
 func preflight(ctx context.Context, wf *workflow.Workflow) error {
 	seen := map[string]bool{}
 	var errs []string
-	for _, a := range wf.Actions {
-		key := a.Provider + "\x00" + a.Model
+	check := func(a *workflow.Action, prov, model string) {
+		key := fmt.Sprint(prov, "\x00", model, "\x00", a.IsEmbed())
 		if seen[key] {
-			continue
+			return
 		}
 		seen[key] = true
-		cfg := wf.Providers[a.Provider]
-		pr, err := provider.New(cfg)
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("provider %s: %v", a.Provider, err))
-			continue
+		for _, cfg := range wf.Providers[prov].Endpoints() { // each deployment
+			pr, err := provider.New(cfg)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("provider %s: %v", cfg.Name, err))
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = provider.PreflightModel(pctx, pr, model, a.IsEmbed())
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", cfg.Name, model, a.Name, err))
+			}
 		}
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = pr.Preflight(pctx, a.Model)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", a.Provider, a.Model, a.Name, err))
+	}
+	for _, a := range wf.Actions {
+		check(a, a.Provider, a.Model)
+		for _, f := range a.Fallbacks {
+			check(a, f.Provider, f.Model)
 		}
 	}
 	if len(errs) > 0 {
