@@ -56,31 +56,6 @@ func (b *Broker) Ensure(ctx context.Context) error {
 // ensureWait bounds Ensure's wait for a JetStream that does not answer yet.
 var ensureWait = 60 * time.Second
 
-// EnsureReading is Ensure for a command that only reads (status): where
-// jetpool's streams exist, one whose leader does not answer (its node down
-// or partitioned off, a leader being elected) is not waited for beyond
-// wait; what answers is read. It reports whether everything answered.
-// An embedded server, or a server where something is missing, gets
-// Ensure's whole wait.
-func (b *Broker) EnsureReading(ctx context.Context, wait time.Duration) (bool, error) {
-	if b.Embedded() {
-		return true, b.Ensure(ctx)
-	}
-	ectx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	err := b.ensure(ectx)
-	switch {
-	case err == nil:
-		return true, nil
-	case ctx.Err() == nil && notReady(err):
-		if _, kerr := b.JS.KeyValue(ctx, BucketJobs); kerr == nil {
-			b.Log.Warn().Err(err).Msg("some of jetpool's streams do not answer (a node down or partitioned off, or a leader being elected): answering from what does")
-			return false, nil
-		}
-	}
-	return true, b.Ensure(ctx)
-}
-
 // noJetStreamWait is how long Ensure waits on a server that says it has no
 // JetStream before it takes it at its word.
 const noJetStreamWait = 2 * time.Second

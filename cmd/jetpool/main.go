@@ -443,26 +443,6 @@ func connect(ctx context.Context, e *env) (*broker.Broker, error) {
 	return b, nil
 }
 
-// connectReading is connect for a command that only reads: a stream whose
-// leader does not answer (a node partitioned off) is not waited for.
-func connectReading(ctx context.Context, e *env) (*broker.Broker, error) {
-	if e.describe != nil {
-		return nil, errDescribe
-	}
-	b, err := broker.Connect(ctx, e.cfg, e.log)
-	if err != nil {
-		return nil, connectErr(err)
-	}
-	if _, err := b.EnsureReading(ctx, readingWait); err != nil {
-		b.Close()
-		return nil, connectErr(err)
-	}
-	return b, nil
-}
-
-// readingWait is how long connectReading waits for every stream to answer.
-const readingWait = 3 * time.Second
-
 func connectErr(err error) error {
 	var op *net.OpError
 	switch {

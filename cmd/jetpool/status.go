@@ -21,7 +21,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := connectReading(ctx, e)
+	b, err := connect(ctx, e)
 	if err != nil {
 		return err
 	}
