@@ -379,9 +379,19 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 	}
 	res := &Result{}
 	pending := make([]jetstream.PubAckFuture, 0, maxPending)
+	// A dispatch that validates as it publishes renews its lease while it
+	// waits for the store's acks too: synced writes may keep it waiting
+	// longer than the lease's fence.
+	var renewTick <-chan time.Time
+	if check != nil {
+		t := time.NewTicker(leaseRenew)
+		defer t.Stop()
+		renewTick = t.C
+	}
 	drain := func(keep int) error {
 		n := len(pending) - keep
-		for i, f := range pending[:n] {
+		for i := 0; i < n; {
+			f := pending[i]
 			select {
 			case ack := <-f.Ok():
 				if ack.Duplicate {
@@ -389,9 +399,15 @@ func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *br
 				} else {
 					res.Published++
 				}
+				i++
 			case err := <-f.Err():
 				pending = pending[i+1:] // those not answered yet
 				return fmt.Errorf("publish %s: %w", f.Msg().Header.Get(broker.HeaderRecord), err)
+			case <-renewTick:
+				if err := check.renew(ctx); err != nil {
+					pending = pending[i:]
+					return err
+				}
 			case <-ctx.Done():
 				pending = pending[i:]
 				return ctx.Err()

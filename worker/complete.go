@@ -215,8 +215,9 @@ func (c *completer) settle(ctx context.Context, s *settling, release func()) (ha
 	select {
 	case c.room <- struct{}{}:
 	case <-ctx.Done():
-		// Stopping past the deadline: no room is waited for.
-		c.giveUp(s)
+		// Stopping past the deadline: no room is waited for; a paid
+		// answer is parked for the next delivery, not dropped.
+		c.park(s)
 		return false
 	}
 	s.handOver()
@@ -442,7 +443,13 @@ func (c *completer) park(s *settling) {
 	default:
 		// A dead letter not stored: the record runs again.
 	}
-	if err := c.st.saveState(ctx, d, st); err != nil {
+	err := c.st.saveState(ctx, d, st)
+	if r, ok := c.st.(interface{ stopReserve() bool }); ok && broker.StoreFull(err) && r.stopReserve() {
+		// The store at its limit: an embedded one lends what it keeps
+		// free, for the answers a stop must not lose.
+		err = c.st.saveState(ctx, d, st)
+	}
+	if err != nil {
 		if s.o.kind == outcomeDone {
 			c.log.Error().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Err(err).
 				Msg("stopping with this record's answer unstored, and it could not be parked either: it will be called again")

@@ -330,7 +330,11 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	if waitErr == nil {
 		pool.JobDone(jobID) // nothing left to pull: the stop need not wait for the idle pull
 	}
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	stopFor := 30 * time.Second
+	if b.StoreErr() != nil {
+		stopFor = time.Second // nothing held can be stored any more: the store is gone
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopFor)
 	defer cancel()
 	if err := pool.Stop(stopCtx); err != nil {
 		e.log.Warn().Err(err).Msg("worker pool stop")
