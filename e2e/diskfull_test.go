@@ -37,12 +37,12 @@ type diskFull struct {
 }
 
 // tmpfs mounts a tmpfs of size bytes at dir, unmounted when the test ends.
-// It needs root (CAP_SYS_ADMIN): without, the test skips locally and fails
-// under CI.
+// It needs root (CAP_SYS_ADMIN), or sudo without a password: without, the
+// test skips locally and fails under CI.
 func tmpfs(t *testing.T, dir string, size int) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(dir, 0o750))
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
+	out, err := asRoot("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput()
 	if err != nil {
 		msg := fmt.Sprintf("mount a tmpfs (needs root): %v: %s", err, out)
 		if os.Getenv("CI") != "" {
@@ -50,14 +50,28 @@ func tmpfs(t *testing.T, dir string, size int) {
 		}
 		t.Skip(msg)
 	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if os.Geteuid() != 0 {
+		// The store is written by this user's processes.
+		out, err := asRoot("chown", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()), dir).CombinedOutput()
+		require.NoError(t, err, "chown the tmpfs: %s", out)
+	}
+	t.Cleanup(func() { _ = asRoot("umount", "-l", dir).Run() })
+}
+
+// asRoot is name with args as root: directly when the test is root, else
+// through sudo without a password (as .ci/run installs its packages).
+func asRoot(name string, args ...string) *exec.Cmd {
+	if os.Geteuid() == 0 {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("sudo", append([]string{"-n", name}, args...)...)
 }
 
 // grow remounts the tmpfs at dir with size bytes: space comes back under
 // the running process.
 func grow(t *testing.T, dir string, size int) {
 	t.Helper()
-	out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%d", size), dir).CombinedOutput()
+	out, err := asRoot("mount", "-o", fmt.Sprintf("remount,size=%d", size), dir).CombinedOutput()
 	require.NoError(t, err, "remount: %s", out)
 }
 
@@ -168,4 +182,3 @@ func TestChaosDataDirRemoved(t *testing.T) {
 	require.Equal(t, 0, again.wait(t, 2*time.Minute), "the next run starts a new store and completes")
 	require.Contains(t, again.stdout.String(), fmt.Sprintf("%d records, %d succeeded, 0 failed", n, n))
 }
-
