@@ -82,6 +82,7 @@ func marshalResult(r *Result) ([]byte, error) {
 	}
 	w.optStr(`,"provider":`, r.Provider)
 	w.optStr(`,"model":`, r.Model)
+	w.optStr(`,"deployment":`, r.Deployment)
 	w.optInt(`,"replays":`, int64(r.Replays))
 	w.raw(`,"finished_at":"`)
 	w.b = r.Finished.AppendFormat(w.b, time.RFC3339Nano)
@@ -284,6 +285,27 @@ func (w *jsonWriter) recovery(r *Recovery) {
 		}
 		w.raw(`]`)
 	}
+	if len(r.Routes) > 0 {
+		w.raw(`,"routes":[`)
+		for i := range r.Routes {
+			rt := &r.Routes[i]
+			if i > 0 {
+				w.raw(`,`)
+			}
+			w.raw(`{`)
+			n := len(w.b)
+			w.optInt(`,"after":`, int64(rt.After))
+			w.raw(`,"from":`)
+			w.str(rt.From)
+			w.raw(`,"to":`)
+			w.str(rt.To)
+			w.raw(`,"on":`)
+			w.str(rt.On)
+			w.b = append(w.b[:n], w.b[n+1:]...) // the first member's comma
+			w.raw(`}`)
+		}
+		w.raw(`]`)
+	}
 	w.raw(`}`)
 }
 
@@ -318,7 +340,7 @@ var resultFields = map[reflect.Type][]string{
 		"ID string id", "Status string status", "Output interface {} output,omitempty", "Error *broker.ResultError error,omitempty",
 		"Reason string reason,omitempty", "Recovery broker.Recovery recovery", "Usage broker.Usage usage", "Action string action",
 		"Job string job", "Outputs map[string]interface {} outputs,omitempty", "Record json.RawMessage -",
-		"Provider string provider,omitempty", "Model string model,omitempty", "Replays int replays,omitempty",
+		"Provider string provider,omitempty", "Model string model,omitempty", "Deployment string deployment,omitempty", "Replays int replays,omitempty",
 		"Finished time.Time finished_at", "FinishReason string finish_reason,omitempty",
 		"FinishReasonRaw string finish_reason_raw,omitempty", "Cost *float64 cost,omitempty", "TotalCost *float64 total_cost,omitempty",
 		"LatencyMS float64 latency_ms,omitempty", "Line int line,omitempty", "Input map[string]interface {} input,omitempty",
@@ -330,8 +352,9 @@ var resultFields = map[reflect.Type][]string{
 		"Attempts int attempts", "Deliveries int deliveries", "Repairs int repairs,omitempty",
 		"Failures []broker.Failure failures,omitempty", "Classes []string classes,omitempty", "Waits int waits,omitempty",
 		"Waited time.Duration waited_ns,omitempty", "Lost int lost,omitempty", "HandBacks int hand_backs,omitempty",
-		"Compacted []broker.Compaction compacted,omitempty",
+		"Compacted []broker.Compaction compacted,omitempty", "Routes []broker.Route routes,omitempty",
 	},
+	reflect.TypeFor[Route](): {"After int after,omitempty", "From string from", "To string to", "On string on"},
 	reflect.TypeFor[Compaction](): {
 		"After int after,omitempty", "Field string field,omitempty", "From int from,omitempty", "To int to,omitempty",
 		"Model string model,omitempty", "Note string note",

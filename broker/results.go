@@ -55,6 +55,20 @@ type Recovery struct {
 	// Compacted is what the delivery that ended the action did about
 	// context overflows (the action's overflow: block), in order.
 	Compacted []Compaction `json:"compacted,omitempty"`
+	// Routes are the moves the delivery that ended the action made to the
+	// action's fallbacks, in order: the last one's provider and model
+	// answered (Result.Provider, Result.Model).
+	Routes []Route `json:"routes,omitempty"`
+}
+
+// Route is a move to one of an action's fallbacks.
+type Route struct {
+	// After is the attempt (Failure.N) that led to it; 0 when the
+	// provider took no call (an open circuit, a cooldown).
+	After int    `json:"after,omitempty"`
+	From  string `json:"from"` // provider/model
+	To    string `json:"to"`
+	On    string `json:"on"` // the trigger: outage, or the failure's class
 }
 
 // Compaction is one answer to a context overflow: a field shortened, or a
@@ -153,8 +167,11 @@ type Result struct {
 	Record   json.RawMessage `json:"-"`
 	Provider string          `json:"provider,omitempty"`
 	Model    string          `json:"model,omitempty"`
-	Replays  int             `json:"replays,omitempty"`
-	Finished time.Time       `json:"finished_at"`
+	// Deployment is the provider's deployment that answered (the last
+	// call's), "" for a provider without deployments.
+	Deployment string    `json:"deployment,omitempty"`
+	Replays    int       `json:"replays,omitempty"`
+	Finished   time.Time `json:"finished_at"`
 
 	// FinishReason is the answer's normalised finish reason (stop, length,
 	// content_filter, tool_calls, other), FinishReasonRaw the provider's

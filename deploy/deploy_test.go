@@ -615,9 +615,16 @@ func TestPermissions(t *testing.T) {
 
 		w.noViolations(t)
 
-		// never: purge, delete a stream, delete a consumer, create a stream
-		denied(t, w, "$JS.API.STREAM.PURGE.JETPOOL_WORK", func(ctx context.Context) error {
-			return work.Purge(ctx)
+		// It purges the work its pool acked (batched writes: the work
+		// stream keeps acked records), one job's below a sequence.
+		require.NoError(t, work.Purge(ctx, jetstream.WithPurgeSubject("jetpool.work.job1.>"), jetstream.WithPurgeSequence(1)), "answered: allowed")
+		// never: purge another stream, delete a stream, delete a consumer, create a stream
+		denied(t, w, "$JS.API.STREAM.PURGE.JETPOOL_RESULTS", func(ctx context.Context) error {
+			s, err := w.js.Stream(ctx, "JETPOOL_RESULTS")
+			if err != nil {
+				return err
+			}
+			return s.Purge(ctx)
 		})
 		denied(t, w, "$JS.API.STREAM.DELETE.JETPOOL_RESULTS", func(ctx context.Context) error {
 			return w.js.DeleteStream(ctx, "JETPOOL_RESULTS")

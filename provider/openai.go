@@ -178,7 +178,8 @@ func (p *openAI) body(req Request) (map[string]any, *retry.Error) {
 			own["response_format"] = map[string]any{"type": "json_object"}
 		}
 	}
-	return mergeParams(req.Params, own), nil
+	params, _ := AdaptParams(KindOpenAI, req.Model, req.Params) // models.go
+	return mergeParams(params, own), nil
 }
 
 // openAIChoice is a choice of a completion or of a stream chunk. Message
@@ -470,6 +471,17 @@ func contentText(c json.RawMessage) (string, error) {
 // endpoint without a listing (404/405), or with an empty one, gets a
 // one-token call instead.
 func (p *openAI) Preflight(ctx context.Context, model string) error {
+	return p.preflight(ctx, model, p.probe)
+}
+
+// PreflightEmbed is Preflight for an embedding model: where there is no
+// listing it embeds one word, since a chat call to an embedding model is
+// refused whatever the key.
+func (p *openAI) PreflightEmbed(ctx context.Context, model string) error {
+	return p.preflight(ctx, model, p.probeEmbed)
+}
+
+func (p *openAI) preflight(ctx context.Context, model string, probe func(context.Context, string) error) error {
 	key, kerr := p.key(model)
 	if kerr != nil {
 		return kerr
@@ -479,7 +491,7 @@ func (p *openAI) Preflight(ctx context.Context, model string) error {
 	resp, rerr := p.send(ctx, http.MethodGet, p.endpoint("models", nil), nil, model, key, nil)
 	if rerr != nil {
 		if rerr.Status == http.StatusNotFound || rerr.Status == http.StatusMethodNotAllowed {
-			return p.probe(ctx, model)
+			return probe(ctx, model)
 		}
 		return rerr
 	}
@@ -494,7 +506,7 @@ func (p *openAI) Preflight(ctx context.Context, model string) error {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(b, &list); err != nil || len(list.Data) == 0 {
-		return p.probe(ctx, model)
+		return probe(ctx, model)
 	}
 	if model == "" {
 		return nil
@@ -517,6 +529,30 @@ func (p *openAI) probe(ctx context.Context, model string) error {
 	_, err := p.Call(ctx, Request{Model: model, Messages: []Message{{Role: "user", Content: "ping"}},
 		Params: map[string]any{"max_tokens": 1}})
 	return err
+}
+
+// probeEmbed embeds one word.
+func (p *openAI) probeEmbed(ctx context.Context, model string) error {
+	if model == "" {
+		return nil
+	}
+	_, err := p.Embed(ctx, EmbedRequest{Model: model, Inputs: []string{"ping"}})
+	return err
+}
+
+// EmbedPreflighter is a Provider whose preflight of an embedding model
+// differs from that of a chat model.
+type EmbedPreflighter interface {
+	PreflightEmbed(ctx context.Context, model string) error
+}
+
+// PreflightModel is p's preflight of model, for an embed action when embed
+// is set.
+func PreflightModel(ctx context.Context, p Provider, model string, embed bool) error {
+	if ep, ok := p.(EmbedPreflighter); ok && embed {
+		return ep.PreflightEmbed(ctx, model)
+	}
+	return p.Preflight(ctx, model)
 }
 
 // sameModel matches a listed id against a requested model: Gemini's

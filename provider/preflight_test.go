@@ -31,6 +31,7 @@ func TestPreflight(t *testing.T) {
 		kind   string
 		keyEnv string
 		model  string
+		embed  bool // preflight for an embed action
 		serve  http.Handler
 		want   *wantErr // nil: preflight passes
 		// calls are the requests the preflight must have made.
@@ -58,6 +59,17 @@ func TestPreflight(t *testing.T) {
 		name: "openai-compatible without a listing: one-token call", kind: provider.KindOpenAI, model: "local-model",
 		serve: routes{"POST /v1/chat/completions": ok(providertest.OpenAIChat("local-model", "p", 1, 1))},
 		calls: []string{"GET /v1/models", "POST /v1/chat/completions"},
+	}, {
+		// A chat call to an embedding model is refused whatever the key.
+		name: "openai-compatible without a listing, embed action: one embedding", kind: provider.KindOpenAI, model: "local-embed", embed: true,
+		serve: routes{"POST /v1/embeddings": ok(providertest.OpenAIEmbeddings("local-embed", [][]float32{{0.1, 0.2}}, 1)),
+			"POST /v1/chat/completions": providertest.Reply{Status: 400, Body: providertest.OpenAIError(
+				"local-embed does not support chat", "invalid_request_error", "")}},
+		calls: []string{"GET /v1/models", "POST /v1/embeddings"},
+	}, {
+		name: "openai embed action, model listed: no call", kind: provider.KindOpenAI, model: "text-embedding-3-small", embed: true,
+		serve: routes{"GET /v1/models": ok(providertest.OpenAIModels("text-embedding-3-small"))},
+		calls: []string{"GET /v1/models"},
 	}, {
 		name: "openai one-token call: model_not_found", kind: provider.KindOpenAI, model: "nope",
 		serve: routes{"POST /v1/chat/completions": providertest.Reply{Status: 404, Body: providertest.OpenAIError(
@@ -106,7 +118,7 @@ func TestPreflight(t *testing.T) {
 			cfg := providertest.Config(tc.kind, srv)
 			cfg.APIKeyEnv = cmpOr(tc.keyEnv, keyEnv)
 			p := providertest.New(t, cfg)
-			err := p.Preflight(context.Background(), tc.model)
+			err := provider.PreflightModel(context.Background(), p, tc.model, tc.embed)
 			if tc.want == nil {
 				require.NoError(t, err)
 			} else {

@@ -213,6 +213,9 @@ type Config struct {
 	// retry-after-ms, rate-limit resets, Gemini's RetryInfo):
 	// MaxRetryAfterDefault when 0.
 	MaxRetryAfter time.Duration `json:"max_retry_after,omitempty"`
+	// Deployments, when set, are where the provider's calls go, spread
+	// across them (deployments.go); none: BaseURL with the key.
+	Deployments []Deployment `json:"deployments,omitempty"`
 }
 
 // TimeoutDefault is the per-request timeout when a provider sets none.

@@ -20,6 +20,7 @@ func TestRequestBody(t *testing.T) {
 	tests := []struct {
 		name  string
 		kind  string
+		model string // "m" when empty
 		reply http.Handler
 		req   provider.Request
 		want  map[string]any // top-level fields of the sent body
@@ -31,6 +32,29 @@ func TestRequestBody(t *testing.T) {
 			"model": "params-cannot-override-this"}},
 		want: map[string]any{"temperature": 0.2, "max_tokens": 50.0, "seed": 7.0, "stop": []any{"END"}, "model": "m",
 			"response_format": map[string]any{"type": "json_object"}},
+	}, {
+		// As the official SDKs send a reasoning model's call: the token
+		// cap as max_completion_tokens, no sampling but the defaults.
+		name:  "openai reasoning model: max_completion_tokens, temperature dropped",
+		kind:  provider.KindOpenAI,
+		model: "gpt-5-mini",
+		reply: providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-5-mini", "{}", 1, 1)},
+		req:   provider.Request{Params: map[string]any{"temperature": 0.2, "top_p": 1.0, "max_tokens": 50, "seed": 7}},
+		want:  map[string]any{"max_completion_tokens": 50.0, "max_tokens": nil, "temperature": nil, "top_p": 1.0, "seed": 7.0},
+	}, {
+		name:  "openai o-series: max_completion_tokens as set, max_tokens dropped",
+		kind:  provider.KindOpenAI,
+		model: "o4-mini",
+		reply: providertest.Reply{Status: 200, Body: providertest.OpenAIChat("o4-mini", "{}", 1, 1)},
+		req:   provider.Request{Params: map[string]any{"max_tokens": 50, "max_completion_tokens": 80, "temperature": 1.0}},
+		want:  map[string]any{"max_completion_tokens": 80.0, "max_tokens": nil, "temperature": 1.0},
+	}, {
+		name:  "openai gpt-5 chat model keeps its params",
+		kind:  provider.KindOpenAI,
+		model: "gpt-5-chat-latest",
+		reply: providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-5-chat-latest", "{}", 1, 1)},
+		req:   provider.Request{Params: map[string]any{"temperature": 0.2, "max_tokens": 50}},
+		want:  map[string]any{"max_tokens": 50.0, "temperature": 0.2, "max_completion_tokens": nil},
 	}, {
 		name:  "openai json_schema",
 		kind:  provider.KindOpenAI,
@@ -60,7 +84,7 @@ func TestRequestBody(t *testing.T) {
 			cfg.APIKeyEnv = keyEnv
 			p := providertest.New(t, cfg)
 			req := tc.req
-			req.Model = "m"
+			req.Model = cmpOr(tc.model, "m")
 			req.Messages = []provider.Message{{Role: "user", Content: "q"}, {Role: "assistant", Content: "a"}, {Role: "user", Content: "q2"}}
 			resp, err := p.Call(context.Background(), req)
 			require.NoError(t, err)

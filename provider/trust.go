@@ -320,16 +320,17 @@ func (t *Trust) Allowing(cfgs map[string]Config) *Trust {
 		n.keys[k] = slices.Clone(v)
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfgs)) {
-		c := cfgs[name]
-		e, err := endpointOf(c)
-		if err != nil {
-			continue // Check reports it
-		}
-		r := hostRule{host: e.host, port: cmp.Or(e.port, defaultPort(e.https)), http: !e.https, sim: e.sim}
-		if src := keySource(c); src != "" {
-			n.add(src, r)
-		} else if !slices.Contains(n.keyless, r) {
-			n.keyless = append(n.keyless, r)
+		for _, c := range cfgs[name].Endpoints() { // each deployment's key and host
+			e, err := endpointOf(c)
+			if err != nil {
+				continue // Check reports it
+			}
+			r := hostRule{host: e.host, port: cmp.Or(e.port, defaultPort(e.https)), http: !e.https, sim: e.sim}
+			if src := keySource(c); src != "" {
+				n.add(src, r)
+			} else if !slices.Contains(n.keyless, r) {
+				n.keyless = append(n.keyless, r)
+			}
 		}
 	}
 	return n
@@ -338,8 +339,17 @@ func (t *Trust) Allowing(cfgs map[string]Config) *Trust {
 // Check returns nil when a worker under t may use c: its key goes only to a
 // host the key is bound to, and an endpoint without a key is an allowed
 // keyless host. Otherwise it returns an *UntrustedError saying why. It
-// does not read the key (a missing key is APIKey's error).
+// does not read the key (a missing key is APIKey's error). A provider with
+// deployments is checked deployment by deployment.
 func (t *Trust) Check(c Config) error {
+	if len(c.Deployments) > 0 {
+		for _, d := range c.Endpoints() {
+			if err := t.Check(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	e, err := endpointOf(c)
 	if err != nil {
 		return &UntrustedError{Provider: c.Name, Why: err.Error()}

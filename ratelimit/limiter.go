@@ -1117,3 +1117,14 @@ func littles(n int, sum time.Duration, oldest, now time.Time) float64 {
 	mean := sum / time.Duration(n)
 	return float64(n) / span.Seconds() * mean.Seconds()
 }
+
+// Resting reports whether the provider takes no calls now: its circuit is
+// open or a shared cooldown is under way. A router spreading calls across
+// deployments sends none to a resting one while another has room.
+func (l *Limiter) Resting() bool {
+	if _, open := l.CircuitOpenUntil(); open {
+		return true
+	}
+	s, _ := l.view()
+	return s.Cooling(l.now())
+}

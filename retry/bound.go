@@ -15,6 +15,9 @@ type Action struct {
 	// context overflow (a field shortened, a move to the fallback model) is a
 	// round of its own, with the session's attempts, as a repair is.
 	OverflowRounds int
+	// Fallbacks is how many fallbacks the action has: moving to one is a
+	// round of its own, with the session's attempts.
+	Fallbacks int
 	// BatchRounds is how many provider batch rounds a batch-mode action may
 	// spend before it goes online (0 for an online action).
 	BatchRounds int
@@ -30,7 +33,7 @@ type Action struct {
 // every retry layer keeps (docs/design.md §9), printed by `jetpool validate`.
 type Bound struct {
 	// Calls is the most calls the record's action can make: attempts ×
-	// (1 + repairs + overflow rounds) × deliveries, plus batch rounds,
+	// (1 + repairs + overflow rounds + fallbacks) × deliveries, plus batch rounds,
 	// capped by max_calls.
 	Calls int
 	// Uncapped is Calls before max_calls (equal when no cap applies).
@@ -55,7 +58,7 @@ type Bound struct {
 // Bound computes the worst case of a; see Bound.
 func (a Action) Bound() Bound {
 	p := a.Policy.WithDefaults()
-	rounds := 1 + max(a.Repairs, 0) + max(a.OverflowRounds, 0)
+	rounds := 1 + max(a.Repairs, 0) + max(a.OverflowRounds, 0) + max(a.Fallbacks, 0)
 	perDelivery := p.Attempts() * rounds
 	b := Bound{Uncapped: perDelivery*p.Deliveries() + max(a.BatchRounds, 0)}
 	b.Calls = b.Uncapped

@@ -12,6 +12,7 @@ import (
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/tracing"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // LimitMetrics is implemented by a Metrics that also wants the state of each
@@ -124,13 +125,46 @@ func (jr *jobRunner) limiter(name string) *ratelimit.Limiter {
 // circuitOpen reports whether every provider the job calls has an open
 // circuit: then the job's work is not pulled until a probe is due (until:
 // the first provider's). While one provider is open and another is not,
-// records are pulled and those of the open provider wait in the limiter.
+// records are pulled and those of the open provider wait in the limiter,
+// or move to a fallback that takes outages (worker/fallback.go).
 func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 	if jr.p.limits == nil || len(jr.wf.Actions) == 0 {
 		return time.Time{}, false
 	}
 	for _, a := range jr.wf.Actions {
-		l := jr.limiter(a.Provider)
+		targets := []string{a.Provider}
+		for _, f := range a.Fallbacks {
+			if f.Takes(workflow.FallbackOutage) {
+				targets = append(targets, f.Provider)
+			}
+		}
+		for _, name := range targets {
+			u, open := jr.circuitOpenUntil(name)
+			if !open {
+				return time.Time{}, false
+			}
+			if until.IsZero() || u.Before(until) {
+				until = u
+			}
+		}
+	}
+	return until, true
+}
+
+// circuitOpenUntil reports whether the provider called name takes no
+// calls for an open circuit, and until when: for a provider with
+// deployments, whether every deployment's circuit is open (until: the first
+// probe).
+func (jr *jobRunner) circuitOpenUntil(name string) (until time.Time, open bool) {
+	names := []string{name}
+	if cfg, ok := jr.providerConfig(name); ok && len(cfg.Deployments) > 0 {
+		names = names[:0]
+		for _, d := range cfg.Endpoints() {
+			names = append(names, d.Name)
+		}
+	}
+	for _, n := range names {
+		l := jr.limiter(n)
 		if l == nil {
 			return time.Time{}, false
 		}

@@ -244,6 +244,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		end = d.priorRun() // worker/ledger.go: what earlier deliveries spent
 	}
 	answered(res, d, end, in.carry) // worker/cost.go: usage, cost, finish reason, latency, line, carry
+	res.Deployment = end.deployment
 	if end.text != "" {
 		// return_last: the last answer the model gave, when it gave one
 		// (an answer that failed the expectation, say).
@@ -272,7 +273,7 @@ func okResult(d *delivery, end *sessionEnd, now time.Time, carry []string) *brok
 	}
 	*r = broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: end.output, Action: d.action.Name, Job: d.job,
-		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: end.model, Replays: d.replays,
+		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: end.model, Deployment: end.deployment, Replays: d.replays,
 		Finished: now.UTC(),
 	}
 	answered(r, d, end, carry) // worker/cost.go
@@ -341,6 +342,9 @@ func story(rec *broker.Recovery, d *delivery) {
 		rec.Waits, rec.Waited, rec.HandBacks = st.Waits, st.Waited, st.HandBacks
 	}
 	rec.Compacted = d.run.compactions() // worker/overflow.go
+	if d.run != nil {
+		rec.Routes = d.run.routes // worker/fallback.go
+	}
 }
 
 // recovery is how a record got to its result: calls made, deliveries that

@@ -76,6 +76,9 @@ type delivery struct {
 	// reusable: once the completer is done with the delivery nothing else
 	// holds it, and it goes back to deliveries (recycle).
 	reusable bool
+	// slot is the handler's hold on the delivery's call slot, the session's
+	// clock (worker/slot.go); nil outside a handler.
+	slot *slot
 	// alone: the delivery holds its pool's place for a suspect record
 	// (poison.go).
 	alone bool
@@ -221,4 +224,13 @@ func numDelivered(msg jetstream.Msg) (delivered, seq uint64, _ error) {
 		return 0, 0, err
 	}
 	return meta.NumDelivered, meta.Sequence.Stream, nil
+}
+
+// clock is the clock of the delivery's sessions: its slot, whose backoffs
+// are waited off the slot, or the pool's.
+func (d *delivery) clock(p *Pool) retry.Clock {
+	if d.slot != nil {
+		return d.slot
+	}
+	return p.cfg.Clock
 }

@@ -278,7 +278,7 @@ func (jr *jobRunner) runEmbed(ctx context.Context, d *delivery) *sessionEnd {
 	if left := a.MaxCalls - prior; a.MaxCalls > 0 && pol.Attempts() > left {
 		pol.MaxAttempts = left
 	}
-	s := &retry.Session{Policy: pol, Clock: jr.p.cfg.Clock, History: &history{}, Delivery: d.delivery(), PriorAttempts: prior}
+	s := &retry.Session{Policy: pol, Clock: d.clock(jr.p), History: &history{}, Delivery: d.delivery(), PriorAttempts: prior}
 	var res embedResult
 	o := s.Run(ctx, func(ctx context.Context, attempt int) error {
 		res = b.do(ctx, input, d.env.ID)

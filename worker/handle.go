@@ -26,8 +26,9 @@ import (
 //
 // pauses is the pause watch's reading when the message was pulled
 // (worker/lease.go).
-func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.Duration, release func()) (handedOver bool) {
+func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.Duration, s *slot) (handedOver bool) {
 	p := jr.p
+	release := s.release
 	p.handled.Add(1)
 	p.cfg.Metrics.Delivery(jr.id)
 	d, err := jr.parse(msg)
@@ -74,6 +75,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		return false
 	}
 	jr.attach(d, pauses) // worker/lease.go: its claim kept alive while it calls
+	d.slot = s           // worker/slot.go: its backoffs waited off the slot
 	run := jr.runSession
 	if d.action.IsEmbed() {
 		run = jr.runEmbed // worker/embed.go

@@ -27,6 +27,7 @@ type jobRunner struct {
 	job       *broker.Job
 	providers map[string]provider.Provider
 	limiters  map[string]*ratelimit.Limiter // by provider name (call.go)
+	spreads   map[string]*spread            // by provider name, of one with deployments (deployments.go)
 	heartbeat atomic.Int64                  // InProgress interval: the consumer's AckWait / BeatsPerAckWait
 	ackWait   atomic.Int64                  // the consumer's AckWait (0: not read yet): claims stand twice that (lease.go)
 	held      heldSet                       // the work messages handled here, by sequence (lease.go hold)

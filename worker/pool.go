@@ -121,8 +121,12 @@ type Pool struct {
 	cfg        Config
 	log        zerolog.Logger
 	sem        chan struct{}
-	id         string
-	suspect    chan struct{} // the one place for a record that runs alone (poison.go)
+	// back hands a slot from a record that is done to one back from its
+	// backoff (slot.go); resting bounds the records waiting off their slot.
+	back    chan struct{}
+	resting chan struct{}
+	id      string
+	suspect chan struct{} // the one place for a record that runs alone (poison.go)
 
 	mu      sync.Mutex
 	started bool
@@ -194,8 +198,9 @@ const handlerIdle = 10 * time.Second
 // between records: a new goroutine per record would grow its stack through
 // the session's call chain every time (runtime.newstack showed in the
 // worker's profile at zero latency). Their number never exceeds the records
-// being handled: at most twice Concurrency (the slots, and results being
-// stored).
+// being handled: the slots, the records waiting out a backoff off their
+// slot (at most RestingPerSlot per slot), and results being stored (at
+// most one per slot).
 func (p *Pool) run(t task) {
 	select {
 	case p.tasks <- t:
@@ -207,8 +212,9 @@ func (p *Pool) run(t task) {
 
 func (p *Pool) handler(t task) {
 	defer p.handlers.Done()
+	s := &slot{p: p}
 	for {
-		p.handleTask(t)
+		p.handleTask(s, t)
 		var ok bool
 		if t, ok = p.nextTask(); !ok {
 			return
@@ -294,37 +300,17 @@ const handlerStackKeep = 8 << 10
 //go:noinline
 func holdStack(b *[handlerStackKeep]byte) { b[0] = 1 }
 
-func (p *Pool) handleTask(t task) {
-	released := false
-	// release hands the slot on, at the latest when the record is done. The
-	// in-flight counts (stats, status, metrics) follow the slot, so they
-	// never exceed Concurrency; a record whose result is still being stored
-	// counts as delivered but not in flight for those few milliseconds.
-	release := func() {
-		if !released {
-			released = true
-			p.finishedCount.Add(1)
-			if next, ok := p.ahead.take(); ok {
-				// The slot goes to the oldest record read ahead.
-				t.jr.inFlight.Add(-1)
-				next.jr.inFlight.Add(1)
-				p.run(next)
-				return
-			}
-			p.inFlight.Add(-1)
-			t.jr.inFlight.Add(-1)
-			p.cfg.Metrics.InFlight(-1)
-			<-p.sem
-		}
-	}
+func (p *Pool) handleTask(s *slot, t task) {
+	s.t, s.held = t, true
 	handedOver := false
 	defer func() {
-		release()
+		// The slot goes on at the latest when the record is done.
+		s.release()
 		if !handedOver {
 			p.pulled.Done()
 		}
 	}()
-	handedOver = t.jr.handle(p.hctx, t.msg, t.pauses, release)
+	handedOver = t.jr.handle(p.hctx, t.msg, t.pauses, s)
 }
 
 // New makes a pool over b.
@@ -359,7 +345,8 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	}
 	host, _ := os.Hostname()
 	p := &Pool{
-		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency), suspect: make(chan struct{}, 1),
+		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
+		back: make(chan struct{}), resting: make(chan struct{}, RestingPerSlot*cfg.Concurrency), suspect: make(chan struct{}, 1),
 		jobs: map[string]*jobRunner{}, id: cmp.Or(b.Cfg.WorkerName, fmt.Sprintf("%s-%d", host, os.Getpid())),
 		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
 		pauses: cfg.Pauses, unpause: func() {},

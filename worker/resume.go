@@ -19,7 +19,7 @@ import (
 // round of attempts for the first ask and for each repair, max_tokens
 // doubling and overflow round (retry.Action.Bound's per delivery).
 func deliveryCalls(a *workflow.Action) int {
-	rounds := 1 + a.Overflow.Rounds()
+	rounds := 1 + a.Overflow.Rounds() + len(a.Fallbacks)
 	if a.Expect != nil {
 		rounds += a.Expect.RepairAttempts
 	}

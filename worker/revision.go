@@ -76,11 +76,30 @@ func (jr *jobRunner) providerConfig(name string) (provider.Config, bool) {
 	if cfg, ok := jr.wf.Providers[name]; ok {
 		return cfg, true
 	}
+	if cfg, ok := deploymentConfig(jr.wf, name); ok {
+		return cfg, true
+	}
 	jr.revs.mu.Lock()
 	defer jr.revs.mu.Unlock()
 	for _, wf := range jr.revs.wfs {
 		if cfg, ok := wf.Providers[name]; ok {
 			return cfg, true
+		}
+	}
+	return provider.Config{}, false
+}
+
+// deploymentConfig is the configuration of the deployment called name of
+// one of wf's providers.
+func deploymentConfig(wf *workflow.Workflow, name string) (provider.Config, bool) {
+	for _, cfg := range wf.Providers {
+		if len(cfg.Deployments) == 0 {
+			continue
+		}
+		for _, d := range cfg.Endpoints() {
+			if d.Name == name {
+				return d, true
+			}
 		}
 	}
 	return provider.Config{}, false

@@ -137,8 +137,10 @@ func refusals(trust *provider.Trust, wf *workflow.Workflow, keys bool) []string 
 		if !keys || cfg.Kind == provider.KindSim {
 			continue // the sim's key is optional: without it its auth faults stay faults
 		}
-		if _, err := cfg.APIKey(); err != nil {
-			why = append(why, err.Error())
+		for _, c := range cfg.Endpoints() { // every deployment's key
+			if _, err := c.APIKey(); err != nil {
+				why = append(why, err.Error())
+			}
 		}
 	}
 	return why

@@ -64,6 +64,13 @@ type sessionEnd struct {
 	grows             int // max_tokens doublings (on_truncated: grow)
 	params            map[string]any
 	overflow          *overflowRun // context overflow rounds (worker/overflow.go)
+	// nextFallback is the first of the action's fallbacks not yet passed
+	// in this delivery, routes the moves made (worker/fallback.go).
+	nextFallback int
+	routes       []broker.Route
+	// deployment is the provider's deployment the last call went to ("":
+	// a provider without deployments).
+	deployment string
 	// fence, when set, ended the session before a call the delivery may
 	// not make (worker/lease.go): another delivery holds the record's
 	// call now, or its result was stored meanwhile.
@@ -146,13 +153,16 @@ func (jr *jobRunner) runSession(ctx context.Context, d *delivery) *sessionEnd {
 // conversation is one delivery's session under way: the history with the
 // model, and what the rounds have spent.
 type conversation struct {
-	jr  *jobRunner
-	d   *delivery
-	a   *workflow.Action
-	pr  provider.Provider
-	chk *expect.Checker // nil without expect: format json
-	h   *history
-	run *sessionEnd
+	jr *jobRunner
+	d  *delivery
+	a  *workflow.Action
+	// base is the delivery's action before any fallback (its fallbacks
+	// are walked from it).
+	base *workflow.Action
+	pr   provider.Provider
+	chk  *expect.Checker // nil without expect: format json
+	h    *history
+	run  *sessionEnd
 	// prior is the attempts of earlier deliveries (every one a call billed
 	// against max_calls: the attempts are numbered after them); repairs is
 	// this delivery's; rounds the rounds begun.
@@ -203,7 +213,7 @@ func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 	}
 	b.msgs[0] = provider.Message{Role: "user", Content: prompt, Parts: parts}
 	b.h.msgs = b.msgs[:1]
-	b.c = conversation{jr: jr, d: d, a: a, pr: pr, chk: chk, run: run, prior: len(d.prior()), h: &b.h}
+	b.c = conversation{jr: jr, d: d, a: a, base: a, pr: pr, chk: chk, run: run, prior: len(d.prior()), h: &b.h}
 	c = &b.c
 	c.pr = jr.estimateOverflow(d, run, c.h, pr) // worker/overflow.go
 	return c, nil
@@ -214,9 +224,10 @@ func (jr *jobRunner) converse(d *delivery) (c *conversation, end *sessionEnd) {
 // compacted, a truncated answer asked again larger, a repair).
 func (c *conversation) round(ctx context.Context) bool {
 	run := c.run
+	c.skipOpen() // worker/fallback.go
 	s := &retry.Session{
 		Policy:        c.policy(),
-		Clock:         c.jr.p.cfg.Clock,
+		Clock:         c.d.clock(c.jr.p),
 		History:       c.h,
 		Delivery:      c.d.delivery(),
 		PriorAttempts: c.prior + run.calls,
@@ -247,6 +258,9 @@ func (c *conversation) round(ctx context.Context) bool {
 		if budgetEnded(run, o) { // worker/budget.go
 			return false
 		}
+		if c.fallBack(outage, c.lastAttempt(before)) { // worker/fallback.go
+			return true
+		}
 		run.wait = asWait(o.NotCalled, c.a.Provider)
 		if o.Err != nil {
 			run.err = o.Err
@@ -259,6 +273,9 @@ func (c *conversation) round(ctx context.Context) bool {
 			c.pr = next
 			return true
 		}
+	}
+	if o.Err != nil && !o.Canceled && ctx.Err() == nil && c.fallBack(errTriggers(o.Err), c.lastAttempt(before)) {
+		return true
 	}
 	if o.Err != nil || o.Canceled {
 		// A transport error: the retry layers decide, unless the cap is
@@ -325,6 +342,9 @@ func (c *conversation) unfinished(ferr *retry.Error) bool {
 	}
 	run.err = ferr
 	c.attempt(ferr.Class, ferr.Error())
+	if c.fallBack([]string{string(ferr.Class)}, c.lastAttempt(-1)) { // worker/fallback.go
+		return true
+	}
 	c.explainWith(ferr)
 	return false
 }
@@ -413,8 +433,15 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	// The call is recorded in the delivery's claim before it is made, and
 	// a delivery paused meanwhile checks it still holds the record's call
 	// (worker/lease.go), once it may go.
+	target := a.Provider
+	if dep, dpr, ok, derr := jr.deployment(a.Provider, run.deployment); derr != nil { // worker/deployments.go
+		res.settle(0)
+		return provider.Response{}, retry.AsError(derr)
+	} else if ok {
+		target, pr, run.deployment = dep, dpr, dep
+	}
 	callCtx, span := jr.startCall(ctx, d, run, &req, "chat") // worker/trace.go
-	resp, err := jr.call(callCtx, a.Provider, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
+	resp, err := jr.call(callCtx, target, pr, req, func() error { return jr.fence(ctx, d, run.calls) })
 	if retry.AsNotCalled(err) == nil {
 		run.calls++
 	}

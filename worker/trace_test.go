@@ -310,14 +310,16 @@ func (f *failFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // A record parked while its provider's circuit is open: the delivery that
-// waits says until when, and the next delivery is its sibling.
+// waits says until when, and the next delivery is its sibling. (The
+// circuit stays open seconds, so that the session's next attempt finds
+// it open however loaded the machine.)
 func TestTraceParkedWait(t *testing.T) {
 	exp := traced(t)
 	srv := providertest.NewServer(t, &failFirst{n: 2})
 	b := testenv.Broker(t)
 	wf := testenv.Workflow(t, fmt.Sprintf(`
 providers:
-  p: {kind: openai, base_url: %q, timeout: 5s, limits: {adaptive: false, breaker: {min_calls: 2, failure_ratio: 0.5, cooldown: 1s, cooldown_max: 1s}}}
+  p: {kind: openai, base_url: %q, timeout: 5s, limits: {adaptive: false, breaker: {min_calls: 2, failure_ratio: 0.5, cooldown: 4s, cooldown_max: 4s}}}
 actions:
   - name: act
     provider: p

@@ -14,7 +14,7 @@ import (
 // hard bound that every retry layer keeps (docs/design.md §9); `jetpool
 // validate` prints it.
 func (a *Action) Bound(p provider.Config) retry.Bound {
-	ra := retry.Action{Policy: a.Retry, MaxCalls: a.MaxCalls,
+	ra := retry.Action{Policy: a.Retry, MaxCalls: a.MaxCalls, Fallbacks: len(a.Fallbacks),
 		CallTimeout: cmp.Or(p.Timeout, provider.TimeoutDefault), RetryAfterMax: p.RetryAfterCap()}
 	if a.Expect != nil {
 		ra.Repairs = a.Expect.RepairAttempts

@@ -84,6 +84,14 @@ func (w *Workflow) budgetProblem(a *Action) string {
 		return fmt.Sprintf("action %s's overflow fallback (provider %s, model %s) is unpriced, so the budget could not count its calls: set `price:` on its provider or load a price file",
 			a.Name, o.FallbackProvider, o.FallbackModel)
 	}
+	for _, f := range a.Fallbacks {
+		if f.Price == nil {
+			return fmt.Sprintf("action %s's fallback %s is unpriced, so the budget could not count its calls: set its `price:` or load a price file", a.Name, f)
+		}
+		if _, ok := OutputBound(w.Providers[f.Provider].Kind, a.Params); !ok {
+			return fmt.Sprintf("action %s's fallback %s sets no max_tokens, so nothing bounds what one of its calls may cost: set params: {max_tokens: N} on the action", a.Name, f)
+		}
+	}
 	return w.unboundedUnderBudget(a)
 }
 

@@ -49,6 +49,8 @@ func describeProvider(pr func(string, ...any), name string, c provider.Config) {
 		parts = append(parts, c.BaseURL)
 	}
 	switch {
+	case len(c.Deployments) > 0:
+		parts = append(parts, fmt.Sprintf("calls spread over %d deployments by their rpm, none to one resting (open circuit, cooldown)", len(c.Deployments)))
 	case c.APIKeyFile != "":
 		parts = append(parts, "key from file "+c.APIKeyFile)
 	case c.APIKeyEnv != "":
@@ -63,6 +65,7 @@ func describeProvider(pr func(string, ...any), name string, c provider.Config) {
 	for _, l := range lines {
 		pr("    %s\n", l)
 	}
+	describeDeployments(pr, c) // deployments.go
 	if c.Stream || c.StreamIdleTimeout > 0 {
 		pr("    stream: cut after %s without content (stream_idle_timeout), retried as a dropped stream\n", c.StreamIdle())
 	}
@@ -88,6 +91,9 @@ func (w *Workflow) describeAction(pr func(string, ...any), i int, a *Action) {
 	model := cmp.Or(a.Model, "(provider default)")
 	kind := w.Providers[a.Provider].Kind
 	row("provider", "%s/%s (%s)%s", a.Provider, model, kind, prefixed(", ", flags))
+	for _, c := range ParamChanges(kind, a.Model, a.Params) {
+		row("params", "%s", c)
+	}
 	if a.Mode == ModeBatch {
 		fallback := ""
 		if a.Fallback != "" {
@@ -97,6 +103,7 @@ func (w *Workflow) describeAction(pr func(string, ...any), i int, a *Action) {
 	} else {
 		row("mode", "%s", a.Mode)
 	}
+	w.describeFallbacks(a, row) // fallbacks.go
 	calls := describeBudget(a, w.Providers[a.Provider], row)
 	if e := a.Expect; e != nil {
 		what := e.Format
@@ -159,7 +166,11 @@ func describeBudget(a *Action, pc provider.Config, row func(label, format string
 	calls = bound.Uncapped
 	shape := fmt.Sprintf("%s × %s", count(p.Attempts(), "attempt", "attempts"), count(p.Deliveries(), "delivery", "deliveries"))
 	if rounds := bound.Uncapped / max(p.Attempts()*p.Deliveries(), 1); rounds > 1 && a.Mode != ModeBatch {
-		shape += fmt.Sprintf(" × %d rounds (repairs, max_tokens doublings)", rounds)
+		what := "repairs, max_tokens doublings"
+		if len(a.Fallbacks) > 0 {
+			what += ", fallbacks"
+		}
+		shape += fmt.Sprintf(" × %d rounds (%s)", rounds, what)
 	}
 	if a.Mode == ModeBatch {
 		shape += fmt.Sprintf(", + %d batch rounds", p.Attempts())
@@ -170,6 +181,28 @@ func describeBudget(a *Action, pc provider.Config, row func(label, format string
 	row("", "at most %s waiting between calls (max_wait %s for the provider included), %s with every call at its timeout",
 		bound.Waiting.Round(time.Millisecond), p.WaitLimit(), bound.Total.Round(time.Second))
 	return calls
+}
+
+// ParamChanges are what the model's rules change in params at request time
+// (provider.AdaptParams): shown by validate, which warns of the dropped ones.
+func ParamChanges(kind, model string, params map[string]any) []provider.ParamChange {
+	_, changes := provider.AdaptParams(kind, model, params)
+	return changes
+}
+
+// ParamWarnings are what `jetpool validate` warns of the actions' params:
+// each one that a model's rules drop (a temperature gpt-5 refuses, say), so
+// that a workflow written for another model is not silently run otherwise.
+func (w *Workflow) ParamWarnings() []string {
+	var out []string
+	for _, a := range w.Actions {
+		for _, c := range ParamChanges(w.Providers[a.Provider].Kind, a.Model, a.Params) {
+			if c.To == "" {
+				out = append(out, fmt.Sprintf("%s:%d: actions[%d].params.%s (action %s)", w.File, a.Line, a.Index, c, a.Name))
+			}
+		}
+	}
+	return out
 }
 
 func plural(n int) string {

@@ -30,8 +30,9 @@ import (
 // actions[].overflow and an action's kind, input, images,
 // documents, tools, tool_choice, cache and embed. Version 3
 // added a price's long_context tier, actions[].context_window,
-// overflow.context_window and a provider's stream_idle_timeout.
-const FormatVersion = 3
+// overflow.context_window and a provider's stream_idle_timeout. Version 4
+// added actions[].fallbacks.
+const FormatVersion = 4
 
 // ErrNewerFormat is returned (wrapped, naming both versions) by Decode for
 // a workflow encoded by a newer jetpool than this one.
@@ -60,7 +61,8 @@ type wireProvider struct {
 	Limits            *wireLimits `json:"limits,omitempty"`
 	Sim               any         `json:"sim,omitempty"`
 	// MaxRetryAfter is max_retry_after.
-	MaxRetryAfter string `json:"max_retry_after,omitempty"`
+	MaxRetryAfter string           `json:"max_retry_after,omitempty"`
+	Deployments   []wireDeployment `json:"deployments,omitempty"`
 }
 
 type wireAction struct {
@@ -83,10 +85,11 @@ type wireAction struct {
 	// worker bills the job alike, whatever its own built-in table says.
 	Price *pricing.Price `json:"price,omitempty"`
 	// ContextWindow is the model's, resolved where the job was dispatched.
-	ContextWindow int           `json:"context_window,omitempty"`
-	OnTruncated   string        `json:"on_truncated,omitempty"`
-	OnFiltered    string        `json:"on_filtered,omitempty"`
-	Overflow      *wireOverflow `json:"overflow,omitempty"`
+	ContextWindow int            `json:"context_window,omitempty"`
+	OnTruncated   string         `json:"on_truncated,omitempty"`
+	OnFiltered    string         `json:"on_filtered,omitempty"`
+	Overflow      *wireOverflow  `json:"overflow,omitempty"`
+	Fallbacks     []wireFallback `json:"fallbacks,omitempty"`
 
 	Kind       string          `json:"kind,omitempty"`
 	Input      string          `json:"input,omitempty"`
@@ -191,6 +194,7 @@ func (w *Workflow) Encode() ([]byte, error) {
 	for name, c := range w.Providers {
 		wp := wireProvider{Kind: c.Kind, BaseURL: c.BaseURL, APIKeyEnv: c.APIKeyEnv, APIKeyFile: c.APIKeyFile,
 			Timeout: dur(c.Timeout), Headers: c.Headers, Stream: c.Stream, Limits: encodeLimits(c.Limits),
+			Deployments:   encodeDeployments(c.Deployments),
 			MaxRetryAfter: dur(c.MaxRetryAfter), StreamIdleTimeout: dur(c.StreamIdleTimeout)}
 		if c.Sim != nil {
 			sim, err := yamlValue(reflect.ValueOf(c.Sim))
@@ -205,7 +209,8 @@ func (w *Workflow) Encode() ([]byte, error) {
 		wa := wireAction{Name: a.Name, Line: a.Line, Provider: a.Provider, Model: a.Model, System: a.System,
 			Prompt: a.Prompt, Params: a.Params, Stream: a.Stream, JSON: a.JSON, Retry: wirePolicy(a.Retry),
 			MaxCalls: a.MaxCalls, Mode: a.Mode, Fallback: a.Fallback,
-			Price: a.Price, ContextWindow: a.ContextWindow, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered, Overflow: encodeOverflow(a.Overflow)}
+			Price: a.Price, ContextWindow: a.ContextWindow, OnTruncated: a.OnTruncated, OnFiltered: a.OnFiltered, Overflow: encodeOverflow(a.Overflow),
+			Fallbacks: encodeFallbacks(a.Fallbacks)}
 		if e := a.Expect; e != nil {
 			wa.Expect = &wireExpect{Format: e.Format, Schema: e.Schema, SchemaFile: e.SchemaFile, SchemaLine: e.SchemaLine,
 				Repair: wireRepair{MaxAttempts: e.RepairAttempts, OnExhausted: string(e.RepairOnExhausted)}}

@@ -86,7 +86,7 @@ func (o *Overflow) worstCase(a *Action) string {
 	if a.Expect != nil {
 		repairs = a.Expect.RepairAttempts
 	}
-	b := retry.Action{Policy: a.Retry, Repairs: repairs, OverflowRounds: o.Rounds(), MaxCalls: a.MaxCalls}.Bound()
+	b := retry.Action{Policy: a.Retry, Repairs: repairs, OverflowRounds: o.Rounds(), Fallbacks: len(a.Fallbacks), MaxCalls: a.MaxCalls}.Bound()
 	parts := []string{"the first"}
 	if repairs > 0 {
 		parts = append(parts, count(repairs, "repair", "repairs"))

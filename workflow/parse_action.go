@@ -56,8 +56,9 @@ type spec struct {
 	maxCost      opt[float64] // defaults: only
 	// contextWindow is the encoded form's: the window resolved at dispatch.
 	contextWindow int
-	overflow      *overflowSpec // actions only
-	more          moreSpec      // multimodal.go: kind, input, images, documents, tools, tool_choice, cache, embed
+	overflow      *overflowSpec  // actions only
+	fallbacks     []fallbackSpec // actions only (fallbacks.go)
+	more          moreSpec       // multimodal.go: kind, input, images, documents, tools, tool_choice, cache, embed
 
 	encodedLine int
 	compiled    *compiledPrompt
@@ -74,7 +75,7 @@ func (p *parser) spec(n *yaml.Node, path string, action bool) *spec {
 	n = deref(n)
 	known := slices.Concat(specFields, []string{"max_cost", "overflow"}) // a job's budget: defaults: only
 	if action {
-		known = append([]string{"name", "prompt", "overflow", "kind", "input", "images", "documents", "tools", "tool_choice", "embed"}, specFields...)
+		known = append([]string{"name", "prompt", "overflow", "fallbacks", "kind", "input", "images", "documents", "tools", "tool_choice", "embed"}, specFields...)
 		if p.encoded {
 			known = append(known, "line", "context_window")
 		}
@@ -221,6 +222,8 @@ func (p *parser) policyField(s *spec, name string, v field, action bool) {
 		} else if x, ok := p.overflow(v); ok {
 			s.overflow = x
 		}
+	case "fallbacks":
+		s.fallbacks, _ = p.fallbacks(v) // fallbacks.go: the entries without a problem
 	case "max_cost":
 		if x, ok := p.money(v); ok {
 			if x > 0 && x < MaxCostMin {
@@ -349,5 +352,11 @@ func (p *parser) resolve(s, d *spec, index int, w *Workflow) *Action {
 		}
 	}
 	p.resolveMore(s, d, a, cfg, known) // multimodal.go
+	if len(cfg.Deployments) > 0 && (a.IsEmbed() || a.Mode == ModeBatch) {
+		p.errorf(s.line, child(s.path, "provider"), "provider %s has deployments, which only online chat actions spread calls across (not kind: embed or mode: batch)", a.Provider)
+	}
+	if len(s.fallbacks) > 0 {
+		a.Fallbacks = p.resolveFallbacks(s.fallbacks, a, child(s.path, "fallbacks"), w) // fallbacks.go
+	}
 	return a
 }

@@ -55,7 +55,7 @@ func (p *parser) provider(name string, f field) *entry {
 	e := &entry{cfg: cfg}
 	before := len(p.errs)
 	defer func() { e.bad = len(p.errs) > before }()
-	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "stream_idle_timeout", "limits", "max_retry_after", "sim", "price")
+	pf, ok := p.fields(f.val, f.path, "kind", "base_url", "api_key_env", "api_key_file", "timeout", "headers", "stream", "stream_idle_timeout", "limits", "max_retry_after", "sim", "price", "deployments")
 	if !ok {
 		return e
 	}
@@ -125,6 +125,9 @@ func (p *parser) provider(name string, f field) *entry {
 	}
 	if v, ok := pf["price"]; ok {
 		e.price, _ = p.price(v)
+	}
+	if v, ok := pf["deployments"]; ok {
+		e.cfg.Deployments = p.deployments(name, v, e.cfg.Kind) // deployments.go
 	}
 	if v, ok := pf["sim"]; ok {
 		if e.cfg.Kind != provider.KindSim {

@@ -142,6 +142,9 @@ type Action struct {
 	// Overflow is what a context overflow does (overflow:, overflow.go);
 	// nil: the record is dead-lettered as context_overflow.
 	Overflow *Overflow
+	// Fallbacks are the provider/model pairs a record moves to, in order,
+	// when this one cannot answer it (fallbacks:, fallbacks.go).
+	Fallbacks []Fallback
 	// Price bills the action's calls (price:, its provider's price:, the
 	// price file's or the built-in table's); nil when unknown: its cost is
 	// then not reported.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -60,7 +61,7 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stderr, "%s: %s, every field the prompts read is there\n", f.input, plural(f.checked.Records, "record"))
 	}
-	for _, w := range wf.BudgetWarnings() {
+	for _, w := range slices.Concat(wf.ParamWarnings(), wf.BudgetWarnings()) {
 		fmt.Fprintf(e.stderr, "warning: %s\n", w)
 	}
 	wf.Describe(e.stdout)

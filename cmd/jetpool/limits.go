@@ -14,7 +14,7 @@ import (
 )
 
 const limitsHelp = `Show every provider's shared rate-limit state (JETPOOL_LIMITS), one entry
-per provider and API key: its limits, the adaptive windows of the workers
+per provider (each deployment is one, under its own name) and API key: its limits, the adaptive windows of the workers
 calling it, the calls in flight under limits.concurrency, the shared cooldown
 and its cause, the circuit, and the last change and why.
 

@@ -393,27 +393,35 @@ func waitJob(ctx context.Context, e *env, b *broker.Broker, jobID string, progre
 	return jobstatus.Wait(ctx, b, jobID, 200*time.Millisecond, update, e.log)
 }
 
-// preflight checks each provider the workflow uses once, before anything is published.
+// preflight checks each provider the workflow uses once, before anything
+// is published: each action's model and each of its fallbacks'.
 func preflight(ctx context.Context, wf *workflow.Workflow) error {
 	seen := map[string]bool{}
 	var errs []string
-	for _, a := range wf.Actions {
-		key := a.Provider + "\x00" + a.Model
+	check := func(a *workflow.Action, prov, model string) {
+		key := fmt.Sprint(prov, "\x00", model, "\x00", a.IsEmbed())
 		if seen[key] {
-			continue
+			return
 		}
 		seen[key] = true
-		cfg := wf.Providers[a.Provider]
-		pr, err := provider.New(cfg)
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("provider %s: %v", a.Provider, err))
-			continue
+		for _, cfg := range wf.Providers[prov].Endpoints() { // each deployment
+			pr, err := provider.New(cfg)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("provider %s: %v", cfg.Name, err))
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = provider.PreflightModel(pctx, pr, model, a.IsEmbed())
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", cfg.Name, model, a.Name, err))
+			}
 		}
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = pr.Preflight(pctx, a.Model)
-		cancel()
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("provider %s (model %s, action %s): %v", a.Provider, a.Model, a.Name, err))
+	}
+	for _, a := range wf.Actions {
+		check(a, a.Provider, a.Model)
+		for _, f := range a.Fallbacks {
+			check(a, f.Provider, f.Model)
 		}
 	}
 	if len(errs) > 0 {
