@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,7 +93,7 @@ func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so Serve
 		// Someone else owns the store: if it is a `jetpool server`, use it.
 		if url := readServerFile(dir); url != "" {
 			log.Debug().Str("url", url).Msg("connecting to the jetpool server that owns the data dir")
-			return dial(ctx, cfg, log, url, nil)
+			return dial(ctx, cfg, log, url, nil, nats.SetCustomDialer(&serverFileDialer{dir: dir, d: net.Dialer{Timeout: 2 * time.Second}}))
 		}
 		return nil, fmt.Errorf("%s: %w; run `jetpool server` and point every process at it with JETPOOL_NATS_URL", dir, err)
 	}

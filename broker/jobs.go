@@ -98,7 +98,18 @@ type Job struct {
 	// Finished is when the job last completed: a finished job's rate is
 	// over its own duration, Created to Finished.
 	Finished time.Time `json:"finished,omitzero"`
+	// StartAt, when set, is when the job was scheduled to start (dispatch
+	// --at/--after): its work consumer was made paused until then, which
+	// is what holds it back (the server keeps that across restarts).
+	StartAt time.Time `json:"start_at,omitzero"`
+	// Priority is the job's weight among the jobs a worker serves at once
+	// (0: 1); it lives in BucketJobState, so it changes while the job runs
+	// (SetPriority) and workers see it at once.
+	Priority int `json:"priority,omitempty"`
 }
+
+// Weight is the job's priority as a worker weighs it: at least 1.
+func (j *Job) Weight() int { return max(j.Priority, 1) }
 
 // Revision is one later revision of a job's workflow.
 type Revision struct {
@@ -147,16 +158,18 @@ type jobState struct {
 	Replay  *ReplayMark `json:"replay,omitempty"`
 	// Finished: when the job last completed (its rate's end).
 	Finished time.Time `json:"finished,omitzero"`
+	Priority int       `json:"priority,omitempty"`
 	Ledger
 }
 
 func (j *Job) state() jobState {
 	return jobState{Status: j.Status, Reason: j.Reason, Updated: j.Updated, MaxCost: j.MaxCost, Cost: j.Cost, Replay: j.Replay,
-		Finished: j.Finished, Ledger: j.Ledger}
+		Finished: j.Finished, Priority: j.Priority, Ledger: j.Ledger}
 }
 
 func (j *Job) apply(s jobState) {
 	j.Status, j.Reason, j.MaxCost, j.Cost, j.Replay, j.Finished = s.Status, s.Reason, s.MaxCost, s.Cost, s.Replay, s.Finished
+	j.Priority = s.Priority
 	j.Ledger = s.Ledger
 	if s.Updated.After(j.Updated) {
 		j.Updated = s.Updated
@@ -496,12 +509,10 @@ func (b *Broker) CompleteJob(ctx context.Context, id string) (*Job, error) {
 		finished = m.Time.UTC()
 	}
 	return b.UpdateJob(ctx, id, func(j *Job) bool {
-		if j.Status == JobFailed || (j.Status == JobCompleted && j.Replay == nil) {
+		if j.Stopped() || (j.Status == JobCompleted && j.Replay == nil) {
 			return false
 		}
-		if j.Status != JobFailed {
-			j.Status = JobCompleted
-		}
+		j.Status = JobCompleted
 		j.Replay = nil
 		j.Finished = finished
 		return true

@@ -380,7 +380,7 @@ func (b *Broker) Sweep(ctx context.Context, o SweepOptions) ([]Swept, error) {
 		}
 		s := Swept{Job: j.ID, Status: j.Status, Finished: j.Updated}
 		switch j.Status {
-		case JobCompleted, JobFailed:
+		case JobCompleted, JobFailed, JobCancelled:
 		case JobRunning:
 			c, err := b.JobCounts(ctx, j, false)
 			if err != nil {
@@ -454,7 +454,7 @@ func (b *Broker) stillFinished(ctx context.Context, id string, finished time.Tim
 	if err != nil {
 		return false, 0, err
 	}
-	return (j.Status == JobCompleted || j.Status == JobFailed) && j.Updated.Equal(finished), rev, nil
+	return j.Ended() && j.Updated.Equal(finished), rev, nil
 }
 
 // removeConsumer deletes a finished job's work consumer, unless the job was

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -505,7 +506,9 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 	leader := b.leaderView(StreamResults)
 	for i, cc := range counterConfigs(j) {
 		c, err := b.JS.Consumer(ctx, StreamResults, cc.Durable)
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || (err == nil && !sameFilters(c.CachedInfo().Config, cc)) {
+			// Missing, or made by a version that knew fewer failure
+			// reasons (a cancelled record would go uncounted).
 			c, err = b.JS.CreateOrUpdateConsumer(ctx, StreamResults, cc)
 		}
 		if err != nil {
@@ -521,6 +524,16 @@ func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err e
 		}
 	}
 	return n[0], n[1], nil
+}
+
+// sameFilters reports whether a consumer's filters are the ones cc sets
+// (a server may keep a single filter as FilterSubject).
+func sameFilters(have, cc jetstream.ConsumerConfig) bool {
+	h := have.FilterSubjects
+	if have.FilterSubject != "" {
+		h = append(slices.Clone(h), have.FilterSubject)
+	}
+	return slices.Equal(slices.Sorted(slices.Values(h)), slices.Sorted(slices.Values(cc.FilterSubjects)))
 }
 
 // countFiltered counts the messages of stream matching any of filters at
@@ -582,9 +595,9 @@ type Progress struct {
 func (p Progress) Drained() bool { return p.Queued == 0 && p.AckPending == 0 }
 
 // Finished reports whether every record of j has its final result (or j
-// failed and nothing of it is left in flight).
+// failed or was cancelled, and nothing of it is left in flight).
 func (p Progress) Finished(j *Job) bool {
-	return j.Dispatched && p.Drained() && (p.Done >= j.Total || j.Status == JobFailed)
+	return j.Dispatched && p.Drained() && (p.Done >= j.Total || j.Stopped())
 }
 
 // JobProgress reads a job's progress.

@@ -347,9 +347,29 @@ func (b *Broker) ConsumerConfig(job string, maxDeliver int) jetstream.ConsumerCo
 	}
 }
 
-// EnsureConsumer creates or updates the job's durable work consumer.
+// EnsureConsumer creates or updates the job's durable work consumer; an
+// existing one keeps its pause (EnsureConsumerFrom).
 func (b *Broker) EnsureConsumer(ctx context.Context, job string, maxDeliver int) (jetstream.Consumer, error) {
-	c, err := b.JS.CreateOrUpdateConsumer(ctx, StreamWork, b.ConsumerConfig(job, maxDeliver))
+	return b.EnsureConsumerFrom(ctx, job, maxDeliver, time.Time{})
+}
+
+// EnsureConsumerFrom creates or updates the job's durable work consumer,
+// paused until startAt when that is set and ahead (a scheduled start: the
+// server delivers nothing of the job until then, across restarts). Without
+// startAt an existing consumer keeps the pause it has: the server takes an
+// update without one as a resume.
+func (b *Broker) EnsureConsumerFrom(ctx context.Context, job string, maxDeliver int, startAt time.Time) (jetstream.Consumer, error) {
+	cfg := b.ConsumerConfig(job, maxDeliver)
+	switch {
+	case !startAt.IsZero() && time.Now().Before(startAt):
+		at := startAt.UTC()
+		cfg.PauseUntil = &at
+	default:
+		if c, err := b.JS.Consumer(ctx, StreamWork, cfg.Durable); err == nil && c.CachedInfo().Paused {
+			cfg.PauseUntil = c.CachedInfo().Config.PauseUntil
+		}
+	}
+	c, err := b.JS.CreateOrUpdateConsumer(ctx, StreamWork, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", ConsumerName(job), err)
 	}

@@ -93,7 +93,7 @@ func Replay(ctx context.Context, b *broker.Broker, o ReplayOptions) (*ReplayResu
 // grace (broker.Sweep), is made again.
 func reopen(ctx context.Context, b *broker.Broker, job string, n int) (int, error) {
 	j, err := b.UpdateJob(ctx, job, func(j *broker.Job) bool {
-		if j.Status == broker.JobFailed || j.Status == broker.JobCompleted {
+		if j.Ended() {
 			j.Status, j.Reason = broker.JobRunning, ""
 			// Its budget, if it stopped it, is asked again call by call.
 			j.Ledger.Reached = false

@@ -154,7 +154,8 @@ func (d *Dispatcher) dispatchChecking(ctx context.Context, wf *workflow.Workflow
 	}
 	now := time.Now().UTC()
 	job := &broker.Job{ID: id, Created: now, MaxCost: wf.MaxCost, Workflow: enc, Actions: actions,
-		Input: opts.Input, MaxDeliver: -1, Status: broker.JobChecking, Nonce: newNonce(), Lease: now}
+		Input: opts.Input, MaxDeliver: -1, Status: broker.JobChecking, Nonce: newNonce(), Lease: now, StartAt: startAt(opts),
+		Priority: cmp.Or(opts.Priority, wf.Priority)}
 	if err := d.B.PutJob(ctx, job); err != nil {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
@@ -275,7 +276,7 @@ func (d *Dispatcher) serve(ctx context.Context, job *broker.Job) (*broker.Job, e
 	if err := d.B.EnsureCounters(ctx, job); err != nil {
 		return nil, err
 	}
-	if _, err := d.B.EnsureConsumer(ctx, job.ID, job.MaxDeliver); err != nil {
+	if _, err := d.B.EnsureConsumerFrom(ctx, job.ID, job.MaxDeliver, job.StartAt); err != nil {
 		return nil, err
 	}
 	return d.B.UpdateJob(ctx, job.ID, func(j *broker.Job) bool {
@@ -285,6 +286,14 @@ func (d *Dispatcher) serve(ctx context.Context, job *broker.Job) (*broker.Job, e
 		j.Status = broker.JobRunning
 		return true
 	})
+}
+
+// startAt is the scheduled start a new job keeps (UTC; zero: none).
+func startAt(opts Options) time.Time {
+	if opts.StartAt.IsZero() {
+		return time.Time{}
+	}
+	return opts.StartAt.UTC()
 }
 
 // renew renews the lease when it is due (looked at every 256 records,

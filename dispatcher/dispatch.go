@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -46,6 +47,14 @@ type Options struct {
 	MaxPayload int64
 	// Progress, when set, is called with the number of records published so far.
 	Progress func(published int64)
+
+	// StartAt, when set, schedules a new job's start: it is stored and
+	// published now, and its work consumer is made paused until then
+	// (broker.EnsureConsumerFrom), so workers get nothing of it before.
+	StartAt time.Time
+	// Priority, when above 0, is a new job's priority in place of the
+	// workflow's priority: (broker.Job.Priority).
+	Priority int
 
 	// Duplicates is how a record id used more than once is treated:
 	// DuplicatesError (DuplicatesDefault, also for "") or DuplicatesFirst.
@@ -351,9 +360,11 @@ func (d *Dispatcher) createJob(ctx context.Context, wf *workflow.Workflow, opts 
 	// cannot keep, and which nothing then counts.
 	maxDeliver := -1
 	job, _, err = d.B.GetJob(ctx, jobID)
+	var start time.Time // a new job's scheduled start: an existing one keeps its pause, or its resume
 	switch {
 	case errors.Is(err, broker.ErrJobNotFound):
-		job = &broker.Job{ID: jobID, Created: time.Now().UTC(), MaxCost: wf.MaxCost}
+		start = startAt(opts)
+		job = &broker.Job{ID: jobID, Created: time.Now().UTC(), MaxCost: wf.MaxCost, StartAt: start, Priority: cmp.Or(opts.Priority, wf.Priority)}
 		// An entry removed by hand must not make old results invisible.
 		if fresh, err = d.B.JobUnseen(ctx, jobID); err != nil {
 			return nil, false, err
@@ -367,7 +378,7 @@ func (d *Dispatcher) createJob(ctx context.Context, wf *workflow.Workflow, opts 
 		return nil, false, fmt.Errorf("job %s: %w", jobID, err)
 	}
 	d.index(ctx, wf, jobID) // match.go
-	if _, err := d.B.EnsureConsumer(ctx, jobID, maxDeliver); err != nil {
+	if _, err := d.B.EnsureConsumerFrom(ctx, jobID, maxDeliver, start); err != nil {
 		return nil, false, err
 	}
 	if err := d.B.EnsureCounters(ctx, job); err != nil {

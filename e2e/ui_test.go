@@ -166,3 +166,68 @@ func TestDashboardInChromium(t *testing.T) {
 	ui.signal(t, syscall.SIGTERM)
 	require.Zero(t, ui.wait(t, 30*time.Second), ui.stderr.String())
 }
+
+// A job steered from the dashboard in a real headless Chromium: paused,
+// resumed, reprioritised and cancelled with the job page's buttons (the cancel asks
+// first), the page showing each state; `jetpool status` agrees.
+func TestDashboardSteeringInChromium(t *testing.T) {
+	browser := chromium(t)
+	dir := t.TempDir()
+	env := map[string]string{"JETPOOL_DATA_DIR": filepath.Join(dir, "data"), "JETPOOL_LOG_LEVEL": "warn"}
+	wf := filepath.Join(dir, "workflow.yaml")
+	require.NoError(t, os.WriteFile(wf, []byte("providers:\n  sim: {kind: sim}\ndefaults: {provider: sim, model: sim-1}\nactions:\n  - name: a\n    prompt: \"{{ .text }}\"\n"), 0o600))
+	d := jetpool(t, env, "dispatch", wf, "--input", "../examples/quickstart/records.jsonl", "--job", "steered", "--no-preflight")
+	require.Zero(t, d.code, d.stderr)
+
+	ui := start(t, env, "ui", "--addr", "127.0.0.1:0")
+	url := ui.waitOutput(t, regexp.MustCompile(`jetpool ui on (http://\S+)`), 30*time.Second)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.NoFirstRun, chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(bctx, 2*time.Minute)
+	defer cancel()
+	waitContains := func(sel, want string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			expr := fmt.Sprintf(`(document.querySelector(%q)?.textContent ?? '').includes(%q)`, sel, want)
+			_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond)))
+			return err
+		})
+	}
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.EmulateViewport(1400, 1000),
+		chromedp.Navigate(url+"#/job/steered"),
+		waitContains(`#card-queued .v`, "200"),
+		chromedp.Click(chromedp.CSS(`#job-pause`)),
+		waitContains(`#steered`, "Paused"),
+		waitContains(`#card-status .v`, "paused"),
+		chromedp.Click(chromedp.CSS(`#job-resume`)),
+		waitContains(`#steered`, "Resumed."),
+		chromedp.SetValue(chromedp.CSS(`#priority-value`), "9"),
+		chromedp.Click(chromedp.CSS(`#job-priority`)),
+		waitContains(`#steered`, "Priority 9."),
+		chromedp.Click(chromedp.CSS(`#job-cancel`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-cancel`)),
+		chromedp.Click(chromedp.CSS(`#confirm-cancel`)),
+		waitContains(`#steered`, "Cancelled: no new calls"),
+		waitContains(`#card-status .v`, "cancelled"),
+	))
+	require.NoError(t, chromedp.Cancel(bctx))
+
+	st := jetpool(t, env, "status", "steered", "--json")
+	require.Zero(t, st.code, st.stderr)
+	var s struct {
+		Status, Reason string
+		Priority       int
+	}
+	require.NoError(t, json.Unmarshal([]byte(st.stdout), &s), st.stdout)
+	require.Equal(t, 9, s.Priority)
+	require.Equal(t, "cancelled", s.Status)
+	require.Equal(t, "cancelled from the dashboard", s.Reason)
+	ui.signal(t, syscall.SIGTERM)
+	require.Zero(t, ui.wait(t, 30*time.Second), ui.stderr.String())
+}

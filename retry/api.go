@@ -95,12 +95,16 @@ const (
 	// call; nothing was spent on it. `jetpool retry` runs it once the
 	// budget is raised.
 	ReasonBudget Reason = "budget"
+	// ReasonCancelled: the job was cancelled (jetpool job cancel) before
+	// the record's next call; nothing more was spent on it. `jetpool retry
+	// --reason cancelled` runs it.
+	ReasonCancelled Reason = "cancelled"
 )
 
 // Reasons lists every reason.
 var Reasons = []Reason{ReasonPermanent, ReasonExhausted, ReasonContextOverflow, ReasonSchemaViolation,
 	ReasonProgrammingError, ReasonBadInput, ReasonMaxDeliveries, ReasonBatchNotReturned, ReasonJobFailed, ReasonMaxCalls,
-	ReasonMaxWait, ReasonTooLarge, ReasonTruncated, ReasonContentFilter, ReasonBudget}
+	ReasonMaxWait, ReasonTooLarge, ReasonTruncated, ReasonContentFilter, ReasonBudget, ReasonCancelled}
 
 // Clock abstracts time for the session loop so tests can use a fake.
 type Clock interface {

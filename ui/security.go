@@ -71,7 +71,7 @@ func seeOther(w http.ResponseWriter, loc string) {
 // Errors of mutating requests.
 var (
 	// ErrReadOnly is returned for a mutating request to a read-only dashboard.
-	ErrReadOnly = errors.New("the dashboard is read-only (--read-only): replay and purge are refused")
+	ErrReadOnly = errors.New("the dashboard is read-only (--read-only): replay, purge, cancel and pause are refused")
 	// ErrCSRF is returned for a mutating request without the page's CSRF token.
 	ErrCSRF = errors.New("missing or wrong CSRF token: reload the page and try again")
 )

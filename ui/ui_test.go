@@ -611,3 +611,62 @@ func TestMountedUnderPrefix(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer tok")
 	require.Equal(t, http.StatusOK, c.do(req, nil).StatusCode)
 }
+
+// Cancel, pause and resume a job from the dashboard: each needs the CSRF
+// token, is refused read-only, and does what `jetpool job` does.
+func TestSteerJob(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, ui.Config{})
+	wf := testenv.Workflow(t, fmt.Sprintf(keyedWorkflow, tb.keyFile))
+	testenv.Dispatch(t, tb.b, wf, testenv.Records(t, 3), dispatcher.Options{JobID: "steered"})
+	var e apiError
+	require.Equal(t, http.StatusForbidden, tb.c.post("/api/jobs/steered/pause", "", map[string]any{}, &e), "no CSRF token")
+	require.Equal(t, ui.ErrCSRF.Error(), e.Error)
+	token := tb.c.csrf()
+
+	var p struct {
+		Paused bool   `json:"paused"`
+		Queued uint64 `json:"queued"`
+	}
+	require.Equal(t, http.StatusOK, tb.c.post("/api/jobs/steered/pause", token, map[string]any{}, &p))
+	require.True(t, p.Paused)
+	require.EqualValues(t, 3, p.Queued)
+	var v struct {
+		Status struct {
+			Paused bool `json:"paused"`
+		} `json:"status"`
+	}
+	require.Equal(t, http.StatusOK, tb.c.get("/api/jobs/steered", &v))
+	require.True(t, v.Status.Paused, "the job's page shows the pause")
+	require.Equal(t, http.StatusOK, tb.c.post("/api/jobs/steered/resume", token, map[string]any{}, &p))
+	require.False(t, p.Paused)
+
+	var pr struct{ Priority int }
+	require.Equal(t, http.StatusOK, tb.c.post("/api/jobs/steered/priority", token, map[string]any{"priority": 7}, &pr))
+	require.Equal(t, 7, pr.Priority)
+	var st struct {
+		Status struct{ Priority int } `json:"status"`
+	}
+	require.Equal(t, http.StatusOK, tb.c.get("/api/jobs/steered", &st))
+	require.Equal(t, 7, st.Status.Priority)
+	require.Equal(t, http.StatusBadRequest, tb.c.post("/api/jobs/steered/priority", token, map[string]any{"priority": 0}, &e))
+	require.Contains(t, e.Error, "out of range 1-1000")
+	require.Equal(t, http.StatusBadRequest, tb.c.post("/api/jobs/steered/explode", token, map[string]any{}, &e))
+	require.Equal(t, http.StatusNotFound, tb.c.post("/api/jobs/nope/cancel", token, map[string]any{}, &e))
+	var c struct {
+		Workers int    `json:"workers"`
+		Queued  uint64 `json:"queued"`
+	}
+	require.Equal(t, http.StatusOK, tb.c.post("/api/jobs/steered/cancel", token, map[string]any{}, &c))
+	require.EqualValues(t, 3, c.Queued)
+	j, _, err := tb.b.GetJob(context.Background(), "steered")
+	require.NoError(t, err)
+	require.Equal(t, broker.JobCancelled, j.Status)
+	require.Equal(t, "cancelled from the dashboard", j.Reason)
+	require.Equal(t, http.StatusConflict, tb.c.post("/api/jobs/steered/pause", token, map[string]any{}, &e), "an ended job")
+	require.Contains(t, e.Error, "job has ended")
+
+	ro := setup(t, ui.Config{ReadOnly: true})
+	require.Equal(t, http.StatusForbidden, ro.c.post("/api/jobs/keyed/cancel", ro.c.csrf(), map[string]any{}, &e))
+	require.Equal(t, ui.ErrReadOnly.Error(), e.Error)
+}

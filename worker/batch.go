@@ -266,7 +266,7 @@ func (h batchHandler) fail(ctx context.Context, a *workflow.Action, it *batch.It
 		return err
 	}
 	res := &broker.Result{
-		ID: d.env.ID, Status: broker.StatusFailed, Reason: string(reason), Action: a.Name, Job: d.job,
+		ID: d.env.ID, Status: failedStatus(reason), Reason: string(reason), Action: a.Name, Job: d.job,
 		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
 		Outputs: d.env.Outputs, Provider: a.Provider, Model: e.Model, Replays: d.replays,
 		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: e.FailedAt,
@@ -285,7 +285,7 @@ func (h batchHandler) fail(ctx context.Context, a *workflow.Action, it *batch.It
 	}
 	jr.p.cfg.Metrics.Record(d.job, a.Name, string(reason), final.Class)
 	jr.p.log.Info().Str("job", d.job).Str("action", a.Name).Str("record", d.env.ID).Str("reason", string(reason)).Msg(logDiag(diag))
-	if reason != retry.ReasonJobFailed && exhaustedPolicy(a, reason, final) == retry.Raise {
+	if reason != retry.ReasonJobFailed && reason != retry.ReasonCancelled && exhaustedPolicy(a, reason, final) == retry.Raise {
 		if err := (brokerStore{jr.p}).failJob(ctx, d, diag); err != nil {
 			jr.p.log.Error().Err(err).Str("job", d.job).Msg("could not mark the job failed")
 		}

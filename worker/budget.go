@@ -455,10 +455,9 @@ func snap(x float64) float64 {
 // all of it.
 const dust = 1e-9
 
-// jobEnded: the job failed or completed; its last calls may still settle.
-func jobEnded(j *broker.Job) bool {
-	return j.Status == broker.JobFailed || j.Status == broker.JobCompleted
-}
+// jobEnded: the job failed, was cancelled or completed; its last calls may
+// still settle.
+func jobEnded(j *broker.Job) bool { return j.Ended() }
 
 // warn logs a failed write of the ledger, at most once a minute.
 func (b *budget) warn(err error, msg string) {

@@ -49,7 +49,13 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 				return provider.Response{}, err
 			}
 		}
-		return jr.callOnce(ctx, providerName, pr, req)
+		// Last, with nothing that can wait between it and the call
+		// (worker/steer.go): a cancelled job calls no more.
+		made, err := jr.enterCall()
+		if err != nil {
+			return provider.Response{}, err
+		}
+		return jr.callOnce(ctx, providerName, pr, req, made)
 	}
 	var span trace.Span
 	var asked time.Time
@@ -72,7 +78,12 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 			return provider.Response{}, err
 		}
 	}
-	resp, err := jr.callOnce(ctx, providerName, pr, req)
+	made, err := jr.enterCall()
+	if err != nil {
+		permit.Done(provider.Response{}, context.Canceled)
+		return provider.Response{}, err
+	}
+	resp, err := jr.callOnce(ctx, providerName, pr, req, made)
 	permit.Done(resp, err)
 	if lm, ok := jr.p.cfg.Metrics.(LimitMetrics); ok {
 		lm.Limiter(lim.Status())
@@ -83,10 +94,12 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 	return resp, nil
 }
 
-// callOnce is one HTTP call, counted and measured.
-func (jr *jobRunner) callOnce(ctx context.Context, providerName string, pr provider.Provider, req provider.Request) (provider.Response, error) {
+// callOnce is one HTTP call, counted and measured; made runs once it is
+// counted, before the request goes.
+func (jr *jobRunner) callOnce(ctx context.Context, providerName string, pr provider.Provider, req provider.Request, made func()) (provider.Response, error) {
 	start := jr.p.cfg.Clock.Now()
 	jr.p.calls.Add(1)
+	made()
 	resp, err := pr.Call(ctx, req)
 	if err != nil {
 		e := retry.AsError(err)

@@ -235,7 +235,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		Trace: tracing.Traceparent(d.span, d.msg.Headers()),
 	}
 	res := &broker.Result{
-		ID: d.env.ID, Status: broker.StatusFailed, Reason: string(reason), Action: d.action.Name, Job: d.job,
+		ID: d.env.ID, Status: failedStatus(reason), Reason: string(reason), Action: d.action.Name, Job: d.job,
 		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: e.Model, Replays: d.replays,
 		Recovery: recovery(all, calls, d.delivery(), repairsOf(all, true)), Finished: e.FailedAt,
@@ -253,10 +253,19 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 	story(&res.Recovery, d)
 	account(res, d, all, in.now)
 	o := outcome{kind: outcomeDeadLetter, entry: e, result: res}
-	if reason != retry.ReasonJobFailed && reason != retry.ReasonBadInput && exhaustedPolicy(d.action, reason, final) == retry.Raise {
+	if reason != retry.ReasonJobFailed && reason != retry.ReasonCancelled && reason != retry.ReasonBadInput && exhaustedPolicy(d.action, reason, final) == retry.Raise {
 		o.raise = diag
 	}
 	return o
+}
+
+// failedStatus is the status of a record that ended for reason: cancelled,
+// or failed.
+func failedStatus(reason retry.Reason) string {
+	if reason == retry.ReasonCancelled {
+		return broker.StatusCancelled
+	}
+	return broker.StatusFailed
 }
 
 // okResult is the result of a delivery whose session succeeded.

@@ -165,19 +165,33 @@ func (jr *jobRunner) mustWait(ctx context.Context) bool {
 // when ctx is done.
 func (jr *jobRunner) grant(ctx context.Context, idle bool) (g grant, ok bool) {
 	p := jr.p
+	if !idle {
+		jr.wantedAt.Store(time.Now().UnixNano())
+	}
+	room, shared, ok := jr.awaitShare(ctx) // worker/share.go: a job over its share waits
+	if !ok {
+		return g, false
+	}
+	jr.wants.Store(true)
 	for g.empty() {
 		select {
 		case p.sem <- struct{}{}:
 			g.slots = 1
 		case <-p.ahead.low:
-			if !idle {
+			if !idle && !shared {
 				g.ahead = p.ahead.reserve(p.aheadTarget(), FetchBatchMax)
 			}
 		case <-ctx.Done():
+			jr.wants.Store(false)
 			return g, false
 		}
 	}
-	g.slots += p.freeSlots(FetchBatchMax - g.slots - g.ahead)
+	jr.wants.Store(false)
+	more := FetchBatchMax - g.slots - g.ahead
+	if room >= 0 {
+		more = min(more, room-g.slots)
+	}
+	g.slots += p.freeSlots(max(more, 0))
 	// A slot that came free while the buffer had a record (the slot was
 	// released just as the record was put) starts that record.
 	for g.slots > 0 {
@@ -192,11 +206,16 @@ func (jr *jobRunner) grant(ctx context.Context, idle bool) (g grant, ok bool) {
 		return g, true
 	}
 	// Every pull is a request (and a subscription) of its own.
-	if want := min(p.cfg.Concurrency/8, FetchGather); !idle && g.slots > 0 && g.slots < want {
+	want := min(p.cfg.Concurrency/8, FetchGather)
+	if room >= 0 {
+		want = min(want, room)
+	}
+	if !idle && g.slots > 0 && g.slots < want {
 		g.slots += p.gatherSlots(ctx, want-g.slots, FetchGatherWait)
 	}
-	// Beyond the free slots, only what the read-ahead has room for.
-	if !idle && g.ahead == 0 {
+	// Beyond the free slots, only what the read-ahead has room for (none
+	// while jobs share the slots: worker/share.go).
+	if !idle && g.ahead == 0 && !shared {
 		g.ahead = p.ahead.reserve(p.aheadTarget(), FetchBatchMax-g.slots)
 	}
 	return g, true

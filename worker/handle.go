@@ -124,21 +124,17 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 		return outcome{kind: outcomeSettled}, true
 	}
 	j := jr.current()
-	if j.Status == broker.JobFailed && d.replays > 0 {
+	if j.Stopped() && d.replays > 0 {
 		// A replayed record: `jetpool retry` reopened the job before it
 		// republished, and the watch may be behind it (as workflowAt).
 		j = jr.reread(ctx, j)
 	}
-	if j.Status == broker.JobFailed {
+	if j.Stopped() {
 		if o, settled := jr.storedOutcome(ctx, d); settled { // worker/failed.go
 			return o, true
 		}
-		final := &retry.Error{Class: retry.ClassUnknown, TypeName: "JobFailed", Message: "the job failed before this record ran: " + j.Reason}
-		reason := retry.ReasonJobFailed
-		if j.OverBudget() { // worker/budget.go
-			final, reason = budgetError(j), retry.ReasonBudget
-		}
-		return deadLetterOutcome(jr.decision(d), final, reason, "job failed: "+j.Reason, d.prior(), nil), true
+		final, reason, diag := stopOutcome(j) // worker/steer.go
+		return deadLetterOutcome(jr.decision(d), final, reason, diag, d.prior(), nil), true
 	}
 	// The first delivery of a message whose publisher knew that no result
 	// can exist yet (broker.HeaderFirstRun) has nothing to look up.

@@ -58,6 +58,16 @@ type jobRunner struct {
 	// deliver (JobDone): its pulls end then, not at their expiry.
 	done   context.Context
 	endJob context.CancelFunc
+
+	// steer is held (read) by a call from its check of the job's state
+	// until it is counted as made, and taken once by a worker that sees
+	// the job cancelled; quiet is set then (worker/steer.go).
+	steer sync.RWMutex
+	quiet atomic.Bool
+	// wants is set while the job's fetch loop waits for a slot: its
+	// weight counts in the division of the slots (worker/share.go).
+	wants    atomic.Bool
+	wantedAt atomic.Int64 // when its loop last asked for slots (unix ns)
 }
 
 func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {
@@ -94,6 +104,7 @@ func (jr *jobRunner) setJob(j *broker.Job) {
 	jr.job = j
 	b := jr.costs
 	jr.mu.Unlock()
+	jr.sawState(j) // worker/steer.go: a cancel
 	if b != nil {
 		b.seen(j) // worker/budget.go: a change of the job's ledger
 	}

@@ -696,6 +696,9 @@ type Stats struct {
 	// Unservable is the running jobs this worker will not serve, with why
 	// (worker/serve.go).
 	Unservable map[string]string `json:"unservable,omitempty"`
+	// Calling is the jobs this worker serves and may start calls for: a
+	// job it has seen cancelled is not listed (worker/steer.go).
+	Calling []string `json:"calling,omitempty"`
 }
 
 // Snapshot returns the pool's stats.
@@ -710,6 +713,9 @@ func (p *Pool) Snapshot() Stats {
 		}
 		if n := jr.storing.Load(); n > 0 {
 			s.Storing[id] = n
+		}
+		if !jr.quiet.Load() {
+			s.Calling = append(s.Calling, id)
 		}
 	}
 	p.mu.Unlock()

@@ -214,7 +214,7 @@ func (p *Pool) admit(j *broker.Job) *workflow.Workflow {
 		p.serve.clear(j.ID)
 		return wf
 	}
-	if j.Status == broker.JobCompleted || j.Status == broker.JobFailed {
+	if j.Ended() {
 		p.serve.clear(j.ID)
 		return nil
 	}

@@ -255,7 +255,7 @@ func (c *conversation) round(ctx context.Context) bool {
 		return false
 	}
 	if o.NotCalled != nil {
-		if budgetEnded(run, o) { // worker/budget.go
+		if budgetEnded(run, o) || cancelEnded(run, o) { // worker/budget.go, worker/steer.go
 			return false
 		}
 		if c.fallBack(outage, c.lastAttempt(before)) { // worker/fallback.go
@@ -396,6 +396,10 @@ func (jr *jobRunner) beforeCalls(d *delivery, run *sessionEnd) *sessionEnd {
 	}
 	if j := jr.current(); j.Status == broker.JobFailed && j.OverBudget() { // worker/budget.go: the job's max_cost
 		run.err, run.reason = budgetError(j), retry.ReasonBudget
+		return run
+	}
+	if j := jr.current(); j.Status == broker.JobCancelled {
+		run.err, run.reason = cancelError(j), retry.ReasonCancelled
 		return run
 	}
 	return nil

@@ -108,7 +108,7 @@ var (
 var credentialHeaders = []string{"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key"}
 
 func (p *parser) workflow(root *yaml.Node) *Workflow {
-	known := []string{"name", "providers", "defaults", "actions", "carry"}
+	known := []string{"name", "providers", "defaults", "actions", "carry", "priority"}
 	if p.encoded {
 		known = append(known, "version", "file", "max_cost")
 	} else {
@@ -130,6 +130,9 @@ func (p *parser) workflow(root *yaml.Node) *Workflow {
 	}
 	if v, ok := f["carry"]; ok {
 		w.Carry, _ = p.carry(v)
+	}
+	if v, ok := f["priority"]; ok {
+		w.Priority, _ = p.intIn(v, PriorityMin, PriorityMax)
 	}
 	if v, ok := f["max_cost"]; ok { // the encoded form's: a file says it under defaults:
 		w.MaxCost, _ = p.money(v)

@@ -94,11 +94,23 @@ type Workflow struct {
 	MaxCost float64
 	// Carry lists record fields copied into every result line (carry:).
 	Carry []string
+	// Priority (priority:, PriorityMin to PriorityMax; 0: PriorityDefault)
+	// is the job's weight among the jobs a worker serves at once: it
+	// divides its slots among them by weight. It is the job's first
+	// priority only: `jetpool job priority` changes it while it runs.
+	Priority int
 	// Prices is the price file the actions' prices and context windows were
 	// looked up in (prices:, else $JETPOOL_PRICES), as given; "" when none,
 	// and always in a decoded workflow, whose actions carry what it said.
 	Prices string
 }
+
+// A job's priority bounds (Workflow.Priority).
+const (
+	PriorityMin     = 1
+	PriorityMax     = 1000
+	PriorityDefault = 1
+)
 
 // Action is one step of the per-record pipeline, with defaults applied.
 type Action struct {

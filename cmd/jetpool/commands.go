@@ -69,9 +69,10 @@ func cmdValidate(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdDispatch(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "dispatch", "WORKFLOW --input FILE [--job ID | --new-job]", "Publish a job to NATS (JETPOOL_NATS_URL) and print its id; workers run it.\n"+
+	fs := newFlags(e, "dispatch", "WORKFLOW --input FILE [--job ID | --new-job] [--at TIME | --after DUR]", "Publish a job to NATS (JETPOOL_NATS_URL) and print its id; workers run it.\n"+
 		"An edited input goes, as with run, to the job that runs this workflow and has records of the input: only its\n"+
-		"new and changed records are published (--new-job: a new job).")
+		"new and changed records are published (--new-job: a new job). --at/--after schedule a new job's start: it is\n"+
+		"stored now and served from then on, across restarts ('jetpool status' shows when; 'jetpool job resume' starts it now).")
 	var f runFlags
 	fs.StringVar(&f.input, "input", "", "input records: JSONL, CSV with a header row, or Parquet (one record a row)")
 	fs.StringVar(&f.job, "job", "", "job id (default: derived from the workflow and the input, or the job that runs this workflow\nand has records of the input); an existing job with a changed input gets only the records that are new or changed")
@@ -82,6 +83,9 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	maxCostFlag(fs, &f.maxCost)
 	f.duplicatesFlag(fs)
 	f.newJobFlag(fs)
+	f.priorityFlag(fs)
+	at := fs.String("at", "", "start the new job at this time (RFC 3339, a local '2026-12-07 18:00', or '18:00' today)")
+	after := fs.Duration("after", 0, "start the new job this long from now")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -89,6 +93,13 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	if len(pos) != 1 || f.input == "" {
 		fs.Usage()
 		return usageErr("want WORKFLOW and --input FILE")
+	}
+	startAt, err := whenFlag(*at, *after, "--at", "--after", time.Now())
+	if err != nil {
+		return err
+	}
+	if err := checkPriority("--priority", f.priority); err != nil {
+		return err
 	}
 	wf, err := loadWorkflow(pos[0])
 	if err != nil {
@@ -113,6 +124,9 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if old != nil && !startAt.IsZero() {
+		fmt.Fprintf(e.stderr, "note: job %s exists: --at/--after schedule only a new job ('jetpool job pause %s --until' pauses it)\n", old.ID, old.ID)
+	}
 	if old != nil {
 		// An input fix: only the records that are new or changed go.
 		if err := f.refresh(ctx, e, b, wf, opts, old, pos[0], "dispatch"); err != nil { // match.go
@@ -122,12 +136,16 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	d := &dispatcher.Dispatcher{B: b, Log: e.log}
+	opts.StartAt = startAt
 	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
 		return inputError(err)
 	}
 	if err := f.applyMaxCost(ctx, b, res.Job); err != nil {
 		return err
+	}
+	if !res.Job.StartAt.IsZero() && res.Job.StartAt.After(time.Now()) {
+		fmt.Fprintf(e.stderr, "job %s starts at %s: nothing of it is served before\n", res.Job.ID, res.Job.StartAt.Local().Format(time.DateTime))
 	}
 	if res.Existing {
 		fmt.Fprintf(e.stderr, "job %s was already dispatched; nothing published\n", res.Job.ID)

@@ -369,8 +369,8 @@ func (rf *retryFlags) finish(ctx context.Context, e *env, b *broker.Broker, job 
 		return err
 	}
 	s.print(e, time.Since(start), 0)
-	if j.Status == broker.JobFailed {
-		return &exitError{code: exitJobFailed, err: fmt.Errorf("job %s failed: %s", j.ID, j.Reason)}
+	if err := stoppedErr(j); err != nil {
+		return err
 	}
 	if s.failed > 0 && !rf.allowFailed {
 		return &exitError{code: exitFailedRecords, err: &errFailedRecords{job: j.ID, failed: s.failed}}

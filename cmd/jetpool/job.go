@@ -13,12 +13,18 @@ import (
 	"github.com/jetpool/jetpool/broker"
 )
 
-const jobUsage = `Usage: jetpool job delete JOB [--yes] [--json]
+const jobUsage = `Usage: jetpool job cancel JOB [--reason TEXT] [--wait DUR] [--json]
+       jetpool job pause JOB [--for DUR | --until TIME] [--json]
+       jetpool job resume JOB [--json]
+       jetpool job priority JOB N
+       jetpool job delete JOB [--yes] [--json]
        jetpool job purge [--older-than DUR] [--dry-run] [--yes] [--json]
 
-Delete jobs: their queued work, results, dead letters, consumers, counters,
-saved attempts and batch records. 'purge' also removes the work consumers of
-jobs finished more than JETPOOL_CONSUMER_GRACE ago (docs/operations.md, Retention).
+Steer jobs (docs/operations.md, Steering jobs): cancel one (no new calls;
+queued records end cancelled), pause and resume one. Delete jobs: their
+queued work, results, dead letters, consumers, counters, saved attempts and
+batch records. 'purge' also removes the work consumers of jobs finished more
+than JETPOOL_CONSUMER_GRACE ago (docs/operations.md, Retention).
 `
 
 func cmdJob(ctx context.Context, e *env, args []string) error {
@@ -29,6 +35,10 @@ func cmdJob(ctx context.Context, e *env, args []string) error {
 }
 
 var jobCommands = []command{
+	{"cancel", "cancel a job: no new calls; queued records end cancelled", jobCancel},
+	{"pause", "pause a job: nothing of it is delivered until resumed", jobPause},
+	{"resume", "resume a paused or scheduled job", jobResume},
+	{"priority", "set a job's priority while it runs", jobPriority},
 	{"delete", "delete a job and everything it left", jobDelete},
 	{"purge", "delete finished jobs older than --older-than", jobPurge},
 }

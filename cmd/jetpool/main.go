@@ -35,7 +35,10 @@ const (
 	// (return_last); --allow-failed makes that 0. A CI step that runs a job
 	// fails when records did, as make and test runners do.
 	exitFailedRecords = 4
-	exitInterrupt     = 130 // SIGINT or SIGTERM (128 + SIGINT, as shells report it)
+	// exitCancelled: the job was cancelled (jetpool job cancel) while run or
+	// retry waited for it; its queued records ended cancelled.
+	exitCancelled = 5
+	exitInterrupt = 130 // SIGINT or SIGTERM (128 + SIGINT, as shells report it)
 )
 
 // exitError carries an exit code with its message.
@@ -135,6 +138,7 @@ Exit codes:
   2    usage, configuration or input error: nothing was done
   3    NATS or JetStream unreachable or not ready
   4    the job completed with failed records (run, retry; --allow-failed makes it 0)
+  5    the job was cancelled (jetpool job cancel) while run or retry waited for it
   130  interrupted (SIGINT or SIGTERM); run the same command again to resume
 
 Run 'jetpool help COMMAND' (or 'jetpool COMMAND -h') for a command's flags.

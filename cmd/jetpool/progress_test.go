@@ -57,7 +57,7 @@ func TestRateEstimateIsSmoothed(t *testing.T) {
 func TestProgressLine(t *testing.T) {
 	st := broker.Progress{Queued: 12, AckPending: 8}
 	require.Equal(t, "records (12 queued, 8 in flight/waiting)", progressLine(st, nil, nil, 0, 0))
-	require.Equal(t, "records (12 queued, 8 in flight/waiting; at extract 15, classify 0) 41.5 rec/s, ETA 2m10s",
+	require.Equal(t, "records (12 queued, 8 in flight/waiting; at extract 15, classify 0) 41.5 steps/s, ETA 2m10s",
 		progressLine(st, []string{"extract", "classify"}, map[string]uint64{"extract": 15}, 41.5, 2*time.Minute+12*time.Second))
 	require.Equal(t, 1*time.Minute+5*time.Second, roundLeft(65*time.Second+400*time.Millisecond))
 	require.Equal(t, 3*time.Hour, roundLeft(3*time.Hour+20*time.Second))

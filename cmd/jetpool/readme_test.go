@@ -75,7 +75,7 @@ func TestHelpMatchesReadme(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^  (\d+) `).FindAllStringSubmatch(help, -1) {
 		inHelp = append(inHelp, m[1])
 	}
-	require.Equal(t, []string{"0", "1", "2", "3", "4", "130"}, readme)
+	require.Equal(t, []string{"0", "1", "2", "3", "4", "5", "130"}, readme)
 	require.Equal(t, readme, inHelp, "README exit codes vs jetpool help")
 }
 

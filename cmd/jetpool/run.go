@@ -29,6 +29,7 @@ type runFlags struct {
 	skipBad, noProgress, noPreflight    bool
 	allowFailed                         bool
 	maxCost                             float64             // cost.go
+	priority                            int                 // a new job's priority (0: the workflow's)
 	checked                             *dispatcher.Checked // by prepare
 	fresh, matched                      bool                // --new-job; f.job found by matchJob (match.go)
 }
@@ -62,6 +63,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&f.allowFailed, "allow-failed", false, "exit 0 when the job completed with failed records (default: exit 4)")
 	f.duplicatesFlag(fs)
 	f.newJobFlag(fs)
+	f.priorityFlag(fs)
 	maxCostFlag(fs, &f.maxCost)
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -73,6 +75,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	if f.input == "" {
 		return usageErr("--input is required")
+	}
+	if err := checkPriority("--priority", f.priority); err != nil {
+		return err
 	}
 	wf, err := loadWorkflow(pos[0])
 	if err != nil {
@@ -220,7 +225,7 @@ func runTrust(wfs ...*workflow.Workflow) (*provider.Trust, error) {
 // of it run, and inputError makes it exit 2). f.checked is nil then.
 func (f *runFlags) prepare(ctx context.Context, wf *workflow.Workflow, b *broker.Broker) (dispatcher.Options, error) {
 	opts := dispatcher.Options{Input: f.input, Format: f.format, IDField: f.idField, JobID: f.job, SkipBad: f.skipBad,
-		Duplicates: f.duplicates}
+		Duplicates: f.duplicates, Priority: f.priority}
 	if b != nil {
 		opts.MaxPayload = b.NC.MaxPayload()
 	}
@@ -359,8 +364,8 @@ func workAndReport(ctx context.Context, e *env, b *broker.Broker, jobID string, 
 	if output != "" {
 		fmt.Fprintf(e.stderr, "results: %s\n", output)
 	}
-	if job.Status == broker.JobFailed {
-		return &exitError{code: exitJobFailed, err: fmt.Errorf("job %s failed: %s", job.ID, job.Reason)}
+	if err := stoppedErr(job); err != nil {
+		return err
 	}
 	if sum.failed > 0 {
 		return &errFailedRecords{job: job.ID, failed: sum.failed}

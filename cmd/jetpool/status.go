@@ -61,7 +61,12 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintln(tw, "JOB\tSTATUS\tTOTAL\tQUEUED\tIN FLIGHT\tWAITING\tSUCCEEDED\tFAILED\tREC/S")
 	for _, s := range out {
 		st := s.Status
-		if s.Paused {
+		switch {
+		case s.Scheduled:
+			st += " (starts " + s.StartAt.Local().Format(time.DateTime) + ")"
+		case s.Paused && !s.PausedUntil.IsZero():
+			st += " (paused until " + s.PausedUntil.Local().Format(time.DateTime) + ")"
+		case s.Paused:
 			st += " (paused)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\n", s.Job, st, s.Total, s.Queued, s.InFlight, s.Waiting, s.Succeeded, s.Failed, s.Rate)
@@ -72,7 +77,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "%s dead letters by reason: %s\n", s.Job, kvList(s.DeadByReas))
 		}
 		if s.Reason != "" {
-			fmt.Fprintf(e.stdout, "%s failed: %s\n", s.Job, s.Reason)
+			fmt.Fprintf(e.stdout, "%s %s: %s\n", s.Job, s.Status, s.Reason)
 		}
 		if line := costLine(s); line != "" {
 			fmt.Fprintf(e.stdout, "%s %s\n", s.Job, line)

@@ -16,11 +16,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/internal/jobstatus"
 )
 
 type summary struct {
@@ -164,8 +164,11 @@ func createBeside(output string) (*os.File, error) {
 func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	out := e.stdout
 	status := "completed"
-	if s.job.Status == broker.JobFailed {
+	switch s.job.Status {
+	case broker.JobFailed:
 		status = "FAILED"
+	case broker.JobCancelled:
+		status = "CANCELLED"
 	}
 	fmt.Fprintf(out, "job %s %s: %d records, %d succeeded, %d failed\n", s.job.ID, status, s.records, s.ok, s.failed)
 	if s.failed > 0 {
@@ -188,7 +191,7 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	if s.failed > 0 {
 		fmt.Fprintf(out, "  dead letters: jetpool dlq list --job %s   replay: jetpool retry --job %s\n", s.job.ID, s.job.ID)
 	}
-	if s.job.Status == broker.JobFailed {
+	if s.job.Stopped() {
 		fmt.Fprintf(out, "  why: %s\n", s.job.Reason)
 	}
 }
@@ -216,6 +219,7 @@ type progress struct {
 	at          map[string]uint64
 	actionOrder []string
 	atPolled    time.Time
+	steps       int64 // the pipeline steps last shown
 }
 
 func newProgress(e *env, want bool) *progress {
@@ -247,20 +251,11 @@ func (p *progress) actions(ctx context.Context, b *broker.Broker, job *broker.Jo
 		return
 	}
 	p.atPolled = time.Now()
-	s, err := b.Stream(ctx, broker.StreamWork)
-	if err != nil {
-		return
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(broker.WorkFilter(job.ID)))
+	at, err := jobstatus.AtActions(ctx, b, job.ID)
 	if err != nil {
 		return // the bar goes without them; the wait reports what matters
 	}
-	p.at = map[string]uint64{}
-	for subj, n := range info.State.Subjects {
-		if parts := broker.SubjectParts(subj); len(parts) == 2 {
-			p.at[parts[1]] += n
-		}
-	}
+	p.at = at
 	for _, a := range job.Actions {
 		p.at[a] += 0 // every action shows, those with none too
 	}
@@ -270,6 +265,14 @@ func (p *progress) actions(ctx context.Context, b *broker.Broker, job *broker.Jo
 func (p *progress) update(done, total int64, st broker.Progress) {
 	if p.bar == nil {
 		return
+	}
+	if len(p.actionOrder) > 1 && p.at != nil {
+		// A pipeline: the bar counts steps, a record and action each
+		// (jobstatus.Steps), so it moves before records finish their
+		// last action; never back, as the counts are read at two paces.
+		done, total = jobstatus.Steps(total, done, p.actionOrder, p.at)
+		done = max(done, p.steps)
+		p.steps = done
 	}
 	if total > 0 && total != p.total {
 		p.total = total
@@ -294,7 +297,9 @@ func progressLine(st broker.Progress, actions []string, at map[string]uint64, ra
 		fmt.Fprintf(&sb, "; at %s", strings.Join(parts, ", "))
 	}
 	sb.WriteString(")")
-	if rate > 0 {
+	if rate > 0 && len(at) > 0 {
+		fmt.Fprintf(&sb, " %.1f steps/s", rate) // a pipeline's bar counts steps (update)
+	} else if rate > 0 {
 		fmt.Fprintf(&sb, " %.1f rec/s", rate)
 	}
 	if left > 0 {

@@ -30,10 +30,29 @@ type Job struct {
 	Failed     int64            `json:"failed"`
 	DeadByReas map[string]int64 `json:"dead_lettered_by_reason,omitempty"`
 	Paused     bool             `json:"paused,omitempty"`
-	Rate       float64          `json:"records_per_second"`
-	Created    time.Time        `json:"created"`
-	Workers    int              `json:"workers"`
-	Batches    []Batch          `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+	// PausedUntil is when the server resumes a paused job by itself (zero:
+	// paused until resumed, or not paused); a job scheduled to start
+	// later is paused until then (Scheduled).
+	PausedUntil time.Time `json:"paused_until,omitzero"`
+	// Scheduled: the job was dispatched to start at StartAt (dispatch
+	// --at/--after), and its pause is that wait.
+	Scheduled bool      `json:"scheduled,omitempty"`
+	StartAt   time.Time `json:"start_at,omitzero"`
+	// Steps and StepsTotal count a pipeline's work done, a step a record
+	// and action (Steps): progress a job of several actions shows before
+	// records leave its last one. Zero for a job of one action.
+	Steps      int64 `json:"steps,omitempty"`
+	StepsTotal int64 `json:"steps_total,omitempty"`
+	// Priority is the job's weight when workers divide their slots among
+	// the jobs that have work (jetpool job priority changes it).
+	Priority int `json:"priority"`
+	// Cancelled is the records that ended cancelled (counted in Failed,
+	// and in the dead letters by reason), read with the split by reason.
+	Cancelled int64     `json:"cancelled,omitempty"`
+	Rate      float64   `json:"records_per_second"`
+	Created   time.Time `json:"created"`
+	Workers   int       `json:"workers"`
+	Batches   []Batch   `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
 	// Cost is what the job's calls have cost so far, in dollars, as the
 	// workers added it to the job's ledger (each at most a second behind):
 	// O(1), no walk over results. MaxCost is its budget; CostHeld what the
@@ -156,6 +175,9 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 		return s, err
 	}
 	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
+	s.Cancelled = c.ByReason[broker.StatusCancelled]
+	s.StartAt = j.StartAt
+	s.Priority = j.Weight()
 	backlog := info != nil
 	if backlog {
 		// A record a worker read ahead is delivered but not started:
@@ -168,7 +190,12 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 		s.InFlight = min(ws.inFlight[j.ID], pending-ahead)
 		s.Storing = min(ws.storing[j.ID], pending-ahead-s.InFlight)
 		s.Waiting = pending - ahead - s.InFlight - s.Storing
-		s.Paused = info.Paused
+		pause := broker.PauseOf(info)
+		s.Paused = pause.Paused
+		if pause.Paused && pause.Until.Before(broker.PauseForever) {
+			s.PausedUntil = pause.Until
+		}
+		s.Scheduled = pause.Paused && !j.StartAt.IsZero() && pause.Until.Equal(j.StartAt)
 		s.oneColumn()
 	}
 	if hs, err := batch.List(ctx, b, j.ID); err == nil {
@@ -179,6 +206,11 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 			}
 			s.Batches = append(s.Batches, Batch{Action: h.Action, Key: h.Key, ProviderID: h.ProviderID, State: st,
 				Round: h.Round, Counts: h.Counts, Age: time.Since(h.Created).Round(time.Second).String(), LastError: h.LastError})
+		}
+	}
+	if len(j.Actions) > 1 {
+		if at, err := AtActions(ctx, b, j.ID); err == nil {
+			s.Steps, s.StepsTotal = Steps(j.Total, c.Done, j.Actions, at)
 		}
 	}
 	if el := j.Elapsed(time.Now()).Seconds(); el > 0 {

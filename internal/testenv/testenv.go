@@ -195,7 +195,7 @@ func Results(t testing.TB, b *broker.Broker, job *broker.Job) map[string]*broker
 	last := job.Actions[len(job.Actions)-1]
 	out := map[string]*broker.Result{}
 	err := b.EachResult(context.Background(), job.ID, func(r *broker.Result) error {
-		if r.Status == broker.StatusFailed || r.Action == last {
+		if r.Status != broker.StatusOK || r.Action == last {
 			if prev, dup := out[r.ID]; dup {
 				return fmt.Errorf("record %s has two final results: %s/%s and %s/%s", r.ID, prev.Action, prev.Status, r.Action, r.Status)
 			}

@@ -103,13 +103,25 @@
 
   // ---- API ---------------------------------------------------------------
 
+  // api calls the dashboard's server; a read gives up after apiTimeout: a
+  // server that lost its store (the process hosting it restarted) answers
+  // late or not at all, and the page says so and tries again at the next
+  // refresh. An action (a replay of many records) is waited for.
+  const apiTimeout = 20000;
   async function api(path, opts) {
-    const res = await fetch(path, Object.assign({ credentials: 'same-origin', headers: { Accept: 'application/json' } }, opts));
+    let res;
+    try {
+      res = await fetch(path, Object.assign({ credentials: 'same-origin', headers: { Accept: 'application/json' },
+        signal: opts && opts.method ? undefined : AbortSignal.timeout(apiTimeout) }, opts));
+    } catch (e) {
+      throw new Error(`the dashboard's server does not answer (${e.name === 'TimeoutError' ? 'no answer in ' + apiTimeout / 1000 + ' s' : e.message}); trying again`);
+    }
     if (res.status === 401) { location.href = 'login'; throw new Error('sign in'); }
     let body = null;
     try { body = await res.json(); } catch { /* not JSON */ }
     if (!res.ok) {
-      const err = new Error((body && body.error) || res.status + ' ' + res.statusText);
+      const why = (body && body.error) || res.status + ' ' + res.statusText;
+      const err = new Error(res.status === 502 || res.status === 504 ? `the store does not answer (${why}); trying again` : why);
       err.body = body;
       throw err;
     }
@@ -169,10 +181,13 @@
 
   // eta keeps the last minute of (time, done) per job and returns the
   // recent rate and the time left at it (the average since the job began
-  // when there is not enough history yet).
+  // when there is not enough history yet). A pipeline's done and total are
+  // in steps (a record and action each), its rate in records (steps over
+  // the actions).
   function eta(st) {
     const now = Date.now();
-    const done = st.succeeded + st.failed;
+    const per = st.steps_total ? st.steps_total / Math.max(st.total, 1) : 1;
+    const done = (st.steps_total ? st.steps : st.succeeded + st.failed) / per;
     let h = S.samples.get(st.job) || [];
     h.push([now, done]);
     h = h.filter(([t]) => now - t <= 60000);
@@ -188,7 +203,20 @@
   // ---- jobs ----------------------------------------------------------------
 
   function statusBadge(st) {
-    return [badge(st.status), st.paused ? [' ', badge('paused')] : null];
+    const paused = st.scheduled ? 'starts ' + new Date(st.start_at).toLocaleString()
+      : st.paused_until ? 'paused until ' + new Date(st.paused_until).toLocaleString() : 'paused';
+    return [badge(st.status), st.paused ? [' ', badge(paused, 'paused')] : null];
+  }
+
+  // progressCell is a job's progress: records finished, and for a pipeline
+  // the work done in steps (a record and action each), which moves before
+  // any record finishes its last action.
+  function progressCell(st) {
+    const label = `${num(st.succeeded + st.failed)} of ${num(st.total)}`;
+    if (!st.steps_total) return [bar(st.succeeded, st.failed, st.total), el('div', { class: 'bar-label' }, label)];
+    const failedSteps = Math.min(st.failed * (st.steps_total / Math.max(st.total, 1)), st.steps);
+    return [bar(st.steps - failedSteps, failedSteps, st.steps_total), el('div', { class: 'bar-label steps' },
+      `${label} · ${(100 * st.steps / st.steps_total).toFixed(1)}% of the steps`)];
   }
 
   function jobsView(root) {
@@ -202,8 +230,7 @@
         return el('tr', {},
           cell(el('a', { href: '#/job/' + encodeURIComponent(st.job) }, st.job), 'mono'),
           cell(statusBadge(st)),
-          cell([bar(st.succeeded, st.failed, st.total), el('div', { class: 'bar-label' },
-            `${num(st.succeeded + st.failed)} of ${num(st.total)}`)]),
+          cell(progressCell(st)),
           ncell(st.succeeded), ncell(st.failed), ncell(st.queued), ncell(st.in_flight), ncell(st.waiting_for_redelivery),
           ncell(rate(e.rate)), ncell(e.eta), withCost ? cell(costOf(st) || '', 'num') : null, cell(ago(st.created), 'muted'));
       });
@@ -213,14 +240,49 @@
     };
   }
 
+  // steerBar is a job's cancel, pause and resume buttons (none on a
+  // read-only dashboard); the server refuses what the job's state does not
+  // allow, and says why.
+  function steerBar(root, id, refresh) {
+    if (S.session.read_only) return;
+    const msg = el('div', { id: 'steer-msg' });
+    const act = async (what, body) => {
+      try {
+        const v = await post('api/jobs/' + encodeURIComponent(id) + '/' + what, body || {});
+        msg.replaceChildren(el('div', { class: 'notice', id: 'steered' }, what === 'cancel'
+          ? `Cancelled: no new calls (${num(v.workers - (v.still_calling || []).length)} of ${num(v.workers)} workers confirmed); ${num(v.queued)} queued records end cancelled.`
+          : what === 'priority' ? `Priority ${v.priority}.`
+            : v.paused ? 'Paused: nothing of the job is delivered until it is resumed.' : 'Resumed.'));
+      } catch (e) {
+        msg.replaceChildren(el('div', { class: 'notice error' }, what + ' failed: ' + e.message));
+      }
+      refresh();
+    };
+    const prio = el('input', { type: 'number', id: 'priority-value', min: '1', max: '1000', value: '1', class: 'prio' });
+    const confirmCancel = () => msg.replaceChildren(el('div', { class: 'notice confirm' },
+      el('span', {}, 'Cancel this job? No new calls start; calls in flight finish; queued records end cancelled (jetpool retry --reason cancelled runs them).'),
+      el('button', { type: 'button', id: 'confirm-cancel', class: 'danger', onclick: () => act('cancel') }, 'Cancel the job'),
+      el('button', { type: 'button', onclick: () => msg.replaceChildren() }, 'Keep it')));
+    root.append(el('div', { class: 'toolbar', id: 'steer' },
+      el('button', { type: 'button', id: 'job-pause', onclick: () => act('pause') }, 'Pause'),
+      el('button', { type: 'button', id: 'job-resume', onclick: () => act('resume') }, 'Resume'),
+      el('button', { type: 'button', id: 'job-cancel', class: 'danger', onclick: confirmCancel }, 'Cancel…'),
+      el('label', {}, 'priority ', prio), el('button', { type: 'button', id: 'job-priority',
+        onclick: () => act('priority', { priority: Number(prio.value) }) }, 'Set')), msg);
+  }
+
   function jobView(root, [id]) {
     root.append(el('h1', {}, 'Job ', el('span', { class: 'mono' }, id)));
+    let refresh = () => {};
+    steerBar(root, id, () => refresh());
     const put = slot(root);
     root.append(el('h2', {}, 'Records'));
     recordsPanel(root, id);
-    return async () => {
+    return refresh = async () => {
       const v = await api('api/jobs/' + encodeURIComponent(id));
       const st = v.status;
+      const pi = document.getElementById('priority-value');
+      if (pi && document.activeElement !== pi && st.priority) pi.value = st.priority;
       const e = eta(st);
       const c = costOf(st);
       const card = (k, val) => el('div', { class: 'card', id: 'card-' + k.replaceAll(' ', '-') }, el('div', { class: 'k' }, k), el('div', { class: 'v' }, val));
@@ -235,7 +297,7 @@
           card('waiting', num(st.waiting_for_redelivery)), card('rate', rate(e.rate)), card('eta', e.eta),
           card('dead letters', el('a', { href: dlq({}) }, num(v.dead_letters.total) + (v.dead_letters.at_least ? '+' : ''))),
           card('workers', num(st.workers)), c ? card('cost so far', c) : null),
-        st.reason ? el('div', { class: 'notice error' }, 'failed: ' + st.reason) : null,
+        st.reason ? el('div', { class: 'notice error' }, st.status + ': ' + st.reason) : null,
         el('h2', {}, 'Actions'),
         table(['Action', 'Progress', 'OK ', 'Failed ', 'In the work stream '], v.actions.map((a) => el('tr', {},
           cell(a.action, 'mono'), cell(bar(a.ok, a.failed, st.total)), ncell(a.ok),
@@ -254,7 +316,7 @@
     };
   }
   const knownStatus = ['job', 'status', 'reason', 'total', 'queued', 'in_flight', 'storing', 'waiting_for_redelivery', 'succeeded',
-    'failed', 'dead_lettered_by_reason', 'paused', 'records_per_second', 'created', 'workers', 'batches'];
+    'failed', 'dead_lettered_by_reason', 'paused', 'records_per_second', 'created', 'workers', 'batches', 'steps', 'steps_total'];
 
   // recordsPanel: find a record by id, or page through the job's results.
   function recordsPanel(root, job) {

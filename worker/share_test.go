@@ -1,0 +1,100 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/dispatcher"
+	"github.com/jetpool/jetpool/internal/testenv"
+	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/worker"
+)
+
+// Two jobs at priorities 10 and 1 on one pool of 11 slots: while both have
+// work, the pool starts their calls about 10:1; the low one is not starved.
+func TestPrioritiesDivideSlots(t *testing.T) {
+	t.Parallel()
+	testShares(t, 10, nil)
+}
+
+// A priority changed while the jobs run (jetpool job priority) divides
+// the slots from then on.
+func TestPriorityChangesWhileRunning(t *testing.T) {
+	t.Parallel()
+	testShares(t, 1, func(b *broker.Broker) {
+		_, err := b.SetPriority(context.Background(), "hi", 10)
+		require.NoError(t, err)
+	})
+}
+
+// testShares runs a job "hi" of 400 records at priority hiFirst and "lo" of
+// 200 at 1 on 11 slots; change, when set, runs once hi has made 40 calls.
+// From then on, while both have work, their calls go about 10:1.
+func testShares(t *testing.T, hiFirst int, change func(*broker.Broker)) {
+	b := testenv.Broker(t)
+	job := func(name string, n, priority int) string {
+		wf := testenv.Workflow(t, "providers:\n  sim: {kind: sim, sim: {latency: 20ms}}\ndefaults: {provider: sim}\nactions:\n  - name: a\n    prompt: \""+name+" {{ .text }}\"\n")
+		return testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{JobID: name, Priority: priority}).Job.ID
+	}
+	job("hi", 400, hiFirst)
+	job("lo", 200, 1)
+	var changed time.Time
+	var mu sync.Mutex
+	starts := map[string][]time.Time{}
+	counter := testenv.NewCounter()
+	counter.Wrap = func(req provider.Request, next func() (provider.Response, error)) (provider.Response, error) {
+		name, _, _ := strings.Cut(req.Messages[0].Content, " ")
+		mu.Lock()
+		starts[name] = append(starts[name], time.Now())
+		mu.Unlock()
+		return next()
+	}
+	testenv.Pool(t, b, worker.Config{Concurrency: 11, NewProvider: counter.New})
+	if change != nil {
+		testenv.Eventually(t, 20*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(starts["hi"]) >= 40
+		}, "hi made 40 calls")
+		change(b)
+		changed = time.Now()
+	}
+	testenv.WaitFinished(t, b, "hi", 60*time.Second)
+	mu.Lock()
+	hi, lo := starts["hi"], starts["lo"]
+	mu.Unlock()
+	require.NotEmpty(t, lo, "the low job is served while the high one runs")
+	// The window both had work in, from the later first call to the high
+	// job's last, less its first 200 ms: a job's loop that found the pool
+	// alone took every slot, and those calls run out first.
+	from, to := hi[0], hi[len(hi)-1]
+	if lo[0].After(from) {
+		from = lo[0]
+	}
+	if changed.After(from) {
+		from = changed
+	}
+	from = from.Add(200 * time.Millisecond)
+	in := func(ts []time.Time) (n int) {
+		for _, at := range ts {
+			if !at.Before(from) && !at.After(to) {
+				n++
+			}
+		}
+		return n
+	}
+	nh, nl := in(hi), in(lo)
+	t.Logf("calls while both had work (%s): hi %d, lo %d: %.2f:1", to.Sub(from).Round(time.Millisecond), nh, nl, float64(nh)/float64(max(nl, 1)))
+	require.Positive(t, nl, "not starved")
+	// Within a fifth: a loaded machine slows the high job's refills more
+	// than the low job's one slot (the figures: docs/operations.md).
+	require.InDelta(t, 10, float64(nh)/float64(nl), 2, "shares by weight: hi %d, lo %d", nh, nl)
+	_, p := testenv.WaitFinished(t, b, "lo", 60*time.Second)
+	require.EqualValues(t, 200, p.OK)
+}
