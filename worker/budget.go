@@ -561,7 +561,5 @@ func (b *budget) ledgerChange(j *broker.Job, w ledgerWrite) (out writeOutcome, a
 	}
 	amount = snap(amount + hold)
 	l.SetLease(b.holder, broker.Lease{ID: b.id, Amount: amount, Reserved: snap(reserved), Reported: spent, Renewed: now})
-	amount = snap(amount + hold)
-	l.SetLease(b.holder, broker.Lease{ID: b.id, Amount: amount, Reserved: snap(reserved), Reported: spent, Renewed: now})
 	return out, amount
 }
