@@ -139,6 +139,7 @@ func (d *diskFull) check(t *testing.T) {
 // The run that filled its store goes on by itself once the filesystem is
 // grown, and completes.
 func TestChaosDiskFullResumes(t *testing.T) {
+	t.Parallel()
 	d := newDiskFull(t, 1500, 4<<20)
 	p := d.run(t)
 	d.waitFull(t, p)
@@ -150,6 +151,7 @@ func TestChaosDiskFullResumes(t *testing.T) {
 // A run interrupted while its store is full: the answers it held are
 // stored by the next run, never paid again.
 func TestChaosDiskFullInterrupted(t *testing.T) {
+	t.Parallel()
 	d := newDiskFull(t, 1500, 4<<20)
 	p := d.run(t)
 	d.waitFull(t, p)
@@ -166,6 +168,7 @@ func TestChaosDiskFullInterrupted(t *testing.T) {
 // naming the dir (exit 1), instead of waiting on a store that is gone; the
 // same command then starts a new store there and completes.
 func TestChaosDataDirRemoved(t *testing.T) {
+	t.Parallel()
 	const n = 400
 	m := newModel(t, 20*time.Millisecond)
 	dir, wfPath := modelWorkflowFile(t, m)

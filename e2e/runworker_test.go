@@ -20,6 +20,7 @@ import (
 // server on another port, the worker reconnects to the new one and works
 // on; the job completes with one result a record.
 func TestChaosWorkerBesideRunRestarted(t *testing.T) {
+	t.Parallel()
 	const n = 600
 	m := newModel(t, 50*time.Millisecond)
 	dir, wfPath := modelWorkflowFile(t, m)
