@@ -97,7 +97,11 @@ func (c *Client) Work(ctx context.Context, jobID string, p WorkParams) (*WorkRes
 	if waitErr == nil {
 		pool.JobDone(jobID) // nothing left to pull: the stop need not wait for the idle pull
 	}
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	stopFor := 30 * time.Second
+	if c.b.StoreErr() != nil {
+		stopFor = time.Second // nothing held can be stored any more: the store is gone
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopFor)
 	defer cancel()
 	if err := pool.Stop(stopCtx); err != nil {
 		c.log.Warn().Err(err).Msg("worker pool stop")

@@ -43,6 +43,8 @@ type Broker struct {
 	streams map[string]jetstream.Stream
 
 	perms perms // broker/perms.go
+
+	watch *storeWatch // an embedded server's disk (broker/storewatch.go)
 }
 
 // ServerFile is written into the data dir by `jetpool server`, so other local
@@ -126,6 +128,11 @@ func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so Serve
 	if so.Port == 0 {
 		opts.Port = -1
 	}
+	if free, err := freeSpace(dir); err == nil {
+		// Set as nats-server would set it, but explicit: storeWatch may
+		// raise an explicit limit as the disk grows, not a derived one.
+		opts.JetStreamMaxStore = storeLimit(dirBytes(opts.StoreDir), free)
+	}
 	if so.HTTPHost != "" {
 		opts.HTTPHost = so.HTTPHost
 	}
@@ -155,6 +162,7 @@ func StartEmbedded(ctx context.Context, cfg Config, log zerolog.Logger, so Serve
 		return nil, err
 	}
 	b.lock = lock
+	b.watchStore(opts, dir)
 	return b, nil
 }
 
@@ -266,6 +274,9 @@ func (b *Broker) Close() {
 	if b.lock != nil {
 		// First, so no process reads the file of a server that is stopping.
 		_ = os.Remove(filepath.Join(filepath.Dir(b.lock.Name()), ServerFile))
+	}
+	if b.watch != nil {
+		b.watch.close()
 	}
 	if b.NC != nil {
 		_ = b.NC.Drain()

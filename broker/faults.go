@@ -24,16 +24,22 @@ const (
 	jsStorageExceeded       = 10047 // "insufficient storage resources available": an account's max_file_store
 )
 
+// StoreFull reports whether err is a store refusing a write for want of
+// space: the disk, or a limit (max_file_store, a stream's).
+func StoreFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return err != nil && (errors.As(err, &apiErr) && (apiErr.ErrorCode == jsInsufficientResources || apiErr.ErrorCode == jsStorageExceeded) ||
+		strings.Contains(err.Error(), "insufficient resources") || strings.Contains(err.Error(), "insufficient storage"))
+}
+
 // FaultHint says, for a write or lookup that failed, what is wrong with the
 // store and what to do, in a few words for an operator: "" for an error that
 // is not a storage fault (a request of ours that was refused, say).
 func FaultHint(err error) string {
-	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
 		return ""
-	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jsInsufficientResources || apiErr.ErrorCode == jsStorageExceeded),
-		strings.Contains(err.Error(), "insufficient resources"), strings.Contains(err.Error(), "insufficient storage"):
+	case StoreFull(err):
 		return "the server's store is full or at its limits: free disk space or raise max_file_store / the stream's limits"
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders),
 		errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),

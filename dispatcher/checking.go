@@ -97,6 +97,15 @@ var (
 // errLeaseLost ends a dispatch whose job another dispatch took over.
 var errLeaseLost = errors.New("another dispatch took the job over (this one could not renew its lease in time): that one publishes its records")
 
+// errFenced ends the publishing of a dispatch that could not renew its
+// lease for leaseFence (the store did not answer): it may have been taken
+// over, or not; checkingPass finds out which.
+var errFenced = errors.New("this dispatch could not renew its lease: the store did not answer in time")
+
+// confirmFor bounds how long a fenced dispatch tries to learn whether its
+// lease is still its own (checkingPass).
+const confirmFor = 30 * time.Second
+
 // dispatchChecking dispatches a new job reading its input once: each
 // record is validated and published in one pass (checkingPass) while the
 // job is JobChecking and has no work consumer, so that no worker sees a
@@ -243,8 +252,19 @@ func (d *Dispatcher) checkingPass(ctx context.Context, wf *workflow.Workflow, op
 	if err == nil {
 		err = c.release(ctx, res)
 	}
+	if err != nil && !errors.Is(err, errLeaseLost) && time.Since(c.renewed) >= leaseFence {
+		// Late renewals are not a lost lease: the job is still this
+		// dispatch's unless another took it over (its nonce), and then it
+		// is forgotten below rather than left checking, served by nobody.
+		if cerr := c.confirm(ctx); cerr != nil {
+			if errors.Is(cerr, errLeaseLost) {
+				return nil, fmt.Errorf("job %s: %w", job.ID, errLeaseLost)
+			}
+			return nil, errors.Join(err, fmt.Errorf("job %s is left checking, its lease unconfirmed (%w): run the same dispatch again, which takes it over", job.ID, cerr))
+		}
+	}
 	if err != nil {
-		if errors.Is(err, errLeaseLost) || time.Since(c.renewed) >= leaseFence {
+		if errors.Is(err, errLeaseLost) {
 			return nil, fmt.Errorf("job %s: %w", job.ID, errLeaseLost)
 		}
 		// Nothing of it ran (no consumer): forget it whole.
@@ -307,17 +327,38 @@ func (c *checking) renew(ctx context.Context) error {
 	switch {
 	case err == nil:
 		c.renewed = time.Now()
-	case errors.Is(err, errLeaseLost), time.Since(c.renewed) >= leaseFence:
-		return cmp.Or(err, errLeaseLost)
+	case errors.Is(err, errLeaseLost):
+		return err
+	case time.Since(c.renewed) >= leaseFence:
+		return fmt.Errorf("%w: %w", errFenced, err)
 	}
 	return nil // tried again at the next record
 }
 
-// release ends the lease: the job is dispatched with res's records.
-func (c *checking) release(ctx context.Context, res *Result) error {
-	if time.Since(c.renewed) >= leaseFence {
-		return errLeaseLost
+// confirm renews the lease, trying for confirmFor: nil when it is still
+// this dispatch's, errLeaseLost when another took the job over.
+func (c *checking) confirm(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmFor)
+	defer cancel()
+	for {
+		err := c.update(ctx, func(j *broker.Job) { j.Lease = time.Now().UTC() })
+		if err == nil {
+			c.renewed = time.Now()
+			return nil
+		}
+		if errors.Is(err, errLeaseLost) {
+			return err
+		}
+		if serr := (retry.SystemClock{}).Sleep(ctx, leaseRenew); serr != nil {
+			return err
+		}
 	}
+}
+
+// release ends the lease: the job is dispatched with res's records. It
+// holds however late the renewals were, as long as no other dispatch took
+// the job over (update checks the nonce in the same write).
+func (c *checking) release(ctx context.Context, res *Result) error {
 	return c.update(ctx, func(j *broker.Job) {
 		j.Lease, j.Dispatched, j.Total, j.InputHash = time.Time{}, true, res.Published, res.inputHash
 	})

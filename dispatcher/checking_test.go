@@ -216,3 +216,23 @@ func TestDispatchTakesOverAStoppedOne(t *testing.T) { // not parallel: it sets t
 	}
 	require.Equal(t, 2000, counter.Total())
 }
+
+// A dispatch whose lease renewals came late (slow synced writes held its
+// publishes past the fence) but that nobody took over still owns the job:
+// it serves it, instead of ending with "another dispatch took the job
+// over" and leaving it checking, served by nobody. Here every renewal is
+// late: the fence is shorter than any write.
+func TestDispatchLateRenewalStillServes(t *testing.T) { // not parallel: it sets the lease's times
+	defer dispatcher.SetLeaseTimes(time.Millisecond, time.Microsecond, time.Minute, 20*time.Millisecond)()
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, simWorkflow)
+	d := &dispatcher.Dispatcher{B: b, Log: testenv.Logger(t)}
+	res, err := d.Dispatch(ctx, wf, dispatcher.Options{Input: testenv.Records(t, 300), JobID: "late", MaxPending: 50})
+	require.NoError(t, err)
+	require.EqualValues(t, 300, res.Published)
+	j, _, err := b.GetJob(ctx, "late")
+	require.NoError(t, err)
+	require.Equal(t, broker.JobRunning, j.Status)
+	require.True(t, j.Lease.IsZero())
+}

@@ -12,14 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/retry"
-	"github.com/jetpool/jetpool/tracing"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -265,17 +262,9 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 		}
 	}
 	if !opts.Checked || opts.JobID == "" {
-		c, err := CheckInput(wf, opts)
-		if err != nil {
-			return nil, &RefusedError{Err: err}
+		if err := checkFirst(wf, &opts); err != nil {
+			return nil, err
 		}
-		if len(c.DupErrs) > 0 {
-			return nil, &RefusedError{Err: &DuplicateIDsError{Errs: c.DupErrs}}
-		}
-		if len(c.Bad) > 0 && !opts.SkipBad {
-			return nil, &RefusedError{Err: &BadInputError{Errs: c.Bad}}
-		}
-		c.Apply(&opts)
 	}
 	jobID := opts.JobID
 	switch j, rev, err := d.B.GetJob(ctx, jobID); {
@@ -299,41 +288,8 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	case err != nil && !errors.Is(err, broker.ErrJobNotFound):
 		return nil, err
 	}
-	enc, actions, err := spec(wf)
+	job, fresh, err := d.createJob(ctx, wf, opts)
 	if err != nil {
-		return nil, err
-	}
-	// No MaxDeliver: jetpool enforces each record's delivery budget itself
-	// (worker/decide.go, retry.LostDeliveriesMax), counting in the record's
-	// state what JetStream cannot tell apart (a retry, a wait, a hand-back,
-	// a delivery lost with a process). A server-side limit would drop a
-	// record out of the work stream into an advisory, which a full store
-	// cannot keep, and which nothing then counts.
-	maxDeliver := -1
-	job, _, err := d.B.GetJob(ctx, jobID)
-	fresh := false
-	var start time.Time // a new job's scheduled start: an existing one keeps its pause, or its resume
-	switch {
-	case errors.Is(err, broker.ErrJobNotFound):
-		start = startAt(opts)
-		job = &broker.Job{ID: jobID, Created: time.Now().UTC(), MaxCost: wf.MaxCost, StartAt: start, Priority: cmp.Or(opts.Priority, wf.Priority)}
-		// An entry removed by hand must not make old results invisible.
-		if fresh, err = d.B.JobUnseen(ctx, jobID); err != nil {
-			return nil, err
-		}
-	case err != nil:
-		return nil, err
-	}
-	job.Workflow, job.Actions, job.Input, job.MaxDeliver = enc, actions, opts.Input, maxDeliver
-	job.Status = broker.JobDispatching
-	if err := d.B.PutJob(ctx, job); err != nil {
-		return nil, fmt.Errorf("job %s: %w", jobID, err)
-	}
-	d.index(ctx, wf, jobID) // match.go
-	if _, err := d.B.EnsureConsumerFrom(ctx, jobID, maxDeliver, start); err != nil {
-		return nil, err
-	}
-	if err := d.B.EnsureCounters(ctx, job); err != nil {
 		return nil, err
 	}
 	// Only a job's first dispatch knows no record of it can have run: a
@@ -367,161 +323,65 @@ func (d *Dispatcher) Dispatch(ctx context.Context, wf *workflow.Workflow, opts O
 	return res, nil
 }
 
-// publish publishes the records of the input to the job's first action.
-// With check set, it also validates them (the input is not checked yet:
-// checking.go) and ends with errCheckFirst at the first line that is not
-// good.
-func (d *Dispatcher) publish(ctx context.Context, wf *workflow.Workflow, job *broker.Job, opts Options, fresh bool, check *checking) (*Result, error) {
-	first := wf.Actions[0]
-	maxPending := opts.MaxPending
-	if maxPending <= 0 {
-		maxPending = MaxPendingDefault
-	}
-	res := &Result{}
-	pending := make([]jetstream.PubAckFuture, 0, maxPending)
-	drain := func(keep int) error {
-		n := len(pending) - keep
-		for i, f := range pending[:n] {
-			select {
-			case ack := <-f.Ok():
-				if ack.Duplicate {
-					res.Duplicates++
-				} else {
-					res.Published++
-				}
-			case err := <-f.Err():
-				pending = pending[i+1:] // those not answered yet
-				return fmt.Errorf("publish %s: %w", f.Msg().Header.Get(broker.HeaderRecord), err)
-			case <-ctx.Done():
-				pending = pending[i:]
-				return ctx.Err()
-			}
-		}
-		pending = append(pending[:0], pending[n:]...)
-		if opts.Progress != nil {
-			opts.Progress(res.Published + res.Duplicates)
-		}
-		return nil
-	}
-	async := func(m *nats.Msg) error {
-		f, err := d.B.JS.PublishMsgAsync(m)
-		if err != nil {
-			return fmt.Errorf("publish: %w", err)
-		}
-		pending = append(pending, f)
-		if len(pending) >= maxPending {
-			return drain(maxPending / 2)
-		}
-		return nil
-	}
-	// Where every write is synced, records go in atomic batches: one fsync
-	// a batch instead of one a record (broker.PublishAtomic).
-	atomic := d.B.Cfg.Batched()
-	var batch []*nats.Msg
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := d.B.PublishAtomic(ctx, batch)
-		switch {
-		case err == nil:
-			res.Published += int64(len(batch))
-			if opts.Progress != nil {
-				opts.Progress(res.Published + res.Duplicates)
-			}
-		case errors.Is(err, broker.ErrAtomicUnsupported), errors.Is(err, broker.ErrAtomicDuplicate):
-			// One by one instead, each deduplicated by its Nats-Msg-Id
-			// (some may be stored already: a resumed dispatch, or a server
-			// that stored the batch's messages as single ones).
-			if errors.Is(err, broker.ErrAtomicUnsupported) {
-				d.Log.Warn().Str("job", job.ID).Msg("the server does not take atomic batches here: publishing records one by one (JETPOOL_BATCH_WRITES)")
-				atomic = false
-			}
-			for _, m := range batch {
-				broker.ClearBatch(m)
-				if err := async(m); err != nil {
-					return err
-				}
-			}
-		default:
-			return err
-		}
-		batch = batch[:0]
-		return nil
-	}
-	var err error
-	opts.readFiles = true
-	res.inputHash, err = eachRecord(wf, opts, func(rec Record, le *LineError) error {
-		if check != nil {
-			if le != nil {
-				return errCheckFirst
-			}
-			check.add(rec)
-			if err := check.renew(ctx); err != nil {
-				return err
-			}
-		}
-		if le != nil {
-			res.BadLines++
-			return d.deadLetterBad(ctx, job.ID, first.Name, rec, le)
-		}
-		if opts.skip(rec) {
-			res.Skipped++
-			return nil
-		}
-		env := &broker.Envelope{ID: rec.ID, RawRecord: rec.Raw, Line: rec.Line, Sum: broker.RecordSum(rec.Raw), Files: rec.Files}
-		m, err := broker.NewDispatchMsg(job, first.Name, env, 0)
-		if err != nil {
-			return err
-		}
-		if fresh {
-			m.Header.Set(broker.HeaderFirstRun, "1")
-		}
-		if tracing.Enabled() {
-			// The root of the record's trace (docs/tracing.md): every
-			// delivery, call and replay of it goes under this span.
-			sctx, span := tracing.StartDispatch(ctx, tracing.Record{Job: job.ID, Action: first.Name, ID: rec.ID})
-			tracing.Inject(sctx, m.Header)
-			span.End()
-		}
-		if !atomic {
-			return async(m)
-		}
-		if batch = append(batch, m); len(batch) >= broker.AtomicBatchMax {
-			return flush()
-		}
-		return nil
-	})
-	if err == nil {
-		err = flush()
-	}
-	if err == nil {
-		err = drain(0)
-	}
-	if err != nil && check != nil {
-		// What is on its way lands (or fails) before the job is deleted,
-		// lest a publish stored after the purge outlive it.
-		settle(pending)
-	}
+// checkFirst checks the whole input before anything is published and
+// refuses it when bad; its bad lines pass with SkipBad.
+func checkFirst(wf *workflow.Workflow, opts *Options) error {
+	c, err := CheckInput(wf, *opts)
 	if err != nil {
-		return nil, err
+		return &RefusedError{Err: err}
 	}
-	return res, nil
+	if len(c.DupErrs) > 0 {
+		return &RefusedError{Err: &DuplicateIDsError{Errs: c.DupErrs}}
+	}
+	if len(c.Bad) > 0 && !opts.SkipBad {
+		return &RefusedError{Err: &BadInputError{Errs: c.Bad}}
+	}
+	c.Apply(opts)
+	return nil
 }
 
-// settle waits a while for the publishes still on their way to be
-// answered, whatever the answer.
-func settle(pending []jetstream.PubAckFuture) {
-	timeout := time.NewTimer(10 * time.Second)
-	defer timeout.Stop()
-	for _, f := range pending {
-		select {
-		case <-f.Ok():
-		case <-f.Err():
-		case <-timeout.C:
-			return
-		}
+// createJob writes the job's entry (a new one, or the one a crashed
+// dispatch left) as dispatching, and makes its consumer and counters.
+// fresh: no record of the job can have run.
+func (d *Dispatcher) createJob(ctx context.Context, wf *workflow.Workflow, opts Options) (job *broker.Job, fresh bool, err error) {
+	jobID := opts.JobID
+	enc, actions, err := spec(wf)
+	if err != nil {
+		return nil, false, err
 	}
+	// No MaxDeliver: jetpool enforces each record's delivery budget itself
+	// (worker/decide.go, retry.LostDeliveriesMax), counting in the record's
+	// state what JetStream cannot tell apart (a retry, a wait, a hand-back,
+	// a delivery lost with a process). A server-side limit would drop a
+	// record out of the work stream into an advisory, which a full store
+	// cannot keep, and which nothing then counts.
+	maxDeliver := -1
+	job, _, err = d.B.GetJob(ctx, jobID)
+	var start time.Time // a new job's scheduled start: an existing one keeps its pause, or its resume
+	switch {
+	case errors.Is(err, broker.ErrJobNotFound):
+		start = startAt(opts)
+		job = &broker.Job{ID: jobID, Created: time.Now().UTC(), MaxCost: wf.MaxCost, StartAt: start, Priority: cmp.Or(opts.Priority, wf.Priority)}
+		// An entry removed by hand must not make old results invisible.
+		if fresh, err = d.B.JobUnseen(ctx, jobID); err != nil {
+			return nil, false, err
+		}
+	case err != nil:
+		return nil, false, err
+	}
+	job.Workflow, job.Actions, job.Input, job.MaxDeliver = enc, actions, opts.Input, maxDeliver
+	job.Status = broker.JobDispatching
+	if err := d.B.PutJob(ctx, job); err != nil {
+		return nil, false, fmt.Errorf("job %s: %w", jobID, err)
+	}
+	d.index(ctx, wf, jobID) // match.go
+	if _, err := d.B.EnsureConsumerFrom(ctx, jobID, maxDeliver, start); err != nil {
+		return nil, false, err
+	}
+	if err := d.B.EnsureCounters(ctx, job); err != nil {
+		return nil, false, err
+	}
+	return job, fresh, nil
 }
 
 // badID is the record id of a bad line: its id when it has one, else one

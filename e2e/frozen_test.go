@@ -192,6 +192,7 @@ func recordIDs(n int) []string {
 //     answers it holds and calls nothing again — never a third call, even
 //     where the per-call timeout passed while it was stopped.
 func TestChaosFrozenWorker(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name            string
 		ackWait, freeze time.Duration
@@ -257,6 +258,7 @@ func TestChaosFrozenWorker(t *testing.T) {
 //     lapsed claims over and calls, counting A's calls against each
 //     record's budget; A, back, calls nothing again.
 func TestChaosFrozenNodeLongCalls(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		ackWait   time.Duration
 		pastClaim bool
@@ -339,6 +341,7 @@ func consumerLeader(t testing.TB, c *natsCluster, b *broker.Broker, stream, cons
 // them again, to the same process, which holds them still. Nothing is paid
 // again, whatever the freeze and the call's timeout.
 func TestChaosFrozenRun(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name            string
 		ackWait, freeze time.Duration

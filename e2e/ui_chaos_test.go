@@ -19,6 +19,7 @@ import (
 // store: when the server goes, the page says the store does not answer;
 // once it is back (on another port), the page shows the job again.
 func TestChaosDashboardReconnects(t *testing.T) {
+	t.Parallel()
 	browser := chromium(t)
 	dir := t.TempDir()
 	env := map[string]string{"JETPOOL_DATA_DIR": filepath.Join(dir, "data"), "JETPOOL_LOG_LEVEL": "warn"}

@@ -340,107 +340,52 @@ type parquetWriter struct {
 
 func newParquetWriter(w io.Writer, o Options) *parquetWriter {
 	p := &parquetWriter{output: outputCol(o.Workflow)}
-	add := func(c *col, get func(r *broker.Result, record json.RawMessage) any) {
-		p.cols = append(p.cols, c)
-		p.get = append(p.get, get)
-	}
-	str := func(name string, get func(r *broker.Result) string) {
-		add(&col{name: name, kind: kString}, func(r *broker.Result, _ json.RawMessage) any {
-			if s := get(r); s != "" {
-				return s
-			}
-			return nil
-		})
-	}
-	num := func(name string, get func(r *broker.Result) int) {
-		add(&col{name: name, kind: kInt}, func(r *broker.Result, _ json.RawMessage) any { return get(r) })
-	}
-	errText := func(r *broker.Result, class bool) string {
-		if r.Error == nil {
-			return ""
-		}
-		if class {
-			return r.Error.Class
-		}
-		return r.Error.Message
-	}
-	str("id", func(r *broker.Result) string { return r.ID })
-	add(&col{name: "line", kind: kInt}, func(r *broker.Result, _ json.RawMessage) any {
+	p.str("id", func(r *broker.Result) string { return r.ID })
+	p.add(&col{name: "line", kind: kInt}, func(r *broker.Result, _ json.RawMessage) any {
 		if r.Line == 0 {
 			return nil
 		}
 		return r.Line
 	})
-	str("action", func(r *broker.Result) string { return r.Action })
-	str("status", func(r *broker.Result) string { return r.Status })
-	str("reason", func(r *broker.Result) string { return r.Reason })
-	add(p.output, nil) // written by write
+	p.str("action", func(r *broker.Result) string { return r.Action })
+	p.str("status", func(r *broker.Result) string { return r.Status })
+	p.str("reason", func(r *broker.Result) string { return r.Reason })
+	p.add(p.output, nil) // written by write
 	if p.output.kind != kString {
 		p.text = &col{name: "output_text", kind: kString}
-		add(p.text, nil)
+		p.add(p.text, nil)
 	}
-	str("finish_reason", func(r *broker.Result) string { return r.FinishReason })
-	str("finish_reason_raw", func(r *broker.Result) string { return r.FinishReasonRaw })
-	str("error_class", func(r *broker.Result) string { return errText(r, true) })
-	str("error", func(r *broker.Result) string { return errText(r, false) })
-	num("input_tokens", func(r *broker.Result) int { return r.Usage.InputTokens })
-	num("output_tokens", func(r *broker.Result) int { return r.Usage.OutputTokens })
-	num("cached_input_tokens", func(r *broker.Result) int { return r.Usage.CachedInputTokens })
-	num("cache_write_tokens", func(r *broker.Result) int { return r.Usage.CacheWriteTokens })
-	num("reasoning_tokens", func(r *broker.Result) int { return r.Usage.ReasoningTokens })
-	money := func(name string, get func(r *broker.Result) *float64) {
-		add(&col{name: name, kind: kDouble}, func(r *broker.Result, _ json.RawMessage) any {
-			if v := get(r); v != nil {
-				return *v
-			}
-			return nil // unpriced
-		})
-	}
-	money("cost", func(r *broker.Result) *float64 { return r.Cost })
-	money("total_cost", func(r *broker.Result) *float64 { return r.TotalCost })
-	add(&col{name: "latency_ms", kind: kDouble}, func(r *broker.Result, _ json.RawMessage) any { return r.LatencyMS })
-	num("attempts", func(r *broker.Result) int { return r.Recovery.Attempts })
-	num("deliveries", func(r *broker.Result) int { return r.Recovery.Deliveries })
-	add(&col{name: "calls", kind: kInt}, func(r *broker.Result, _ json.RawMessage) any {
+	p.str("finish_reason", func(r *broker.Result) string { return r.FinishReason })
+	p.str("finish_reason_raw", func(r *broker.Result) string { return r.FinishReasonRaw })
+	p.str("error_class", func(r *broker.Result) string { return errText(r, true) })
+	p.str("error", func(r *broker.Result) string { return errText(r, false) })
+	p.num("input_tokens", func(r *broker.Result) int { return r.Usage.InputTokens })
+	p.num("output_tokens", func(r *broker.Result) int { return r.Usage.OutputTokens })
+	p.num("cached_input_tokens", func(r *broker.Result) int { return r.Usage.CachedInputTokens })
+	p.num("cache_write_tokens", func(r *broker.Result) int { return r.Usage.CacheWriteTokens })
+	p.num("reasoning_tokens", func(r *broker.Result) int { return r.Usage.ReasoningTokens })
+	p.money("cost", func(r *broker.Result) *float64 { return r.Cost })
+	p.money("total_cost", func(r *broker.Result) *float64 { return r.TotalCost })
+	p.add(&col{name: "latency_ms", kind: kDouble}, func(r *broker.Result, _ json.RawMessage) any { return r.LatencyMS })
+	p.num("attempts", func(r *broker.Result) int { return r.Recovery.Attempts })
+	p.num("deliveries", func(r *broker.Result) int { return r.Recovery.Deliveries })
+	p.add(&col{name: "calls", kind: kInt}, func(r *broker.Result, _ json.RawMessage) any {
 		if r.Totals == nil {
 			return nil // a result from before totals
 		}
 		return r.Totals.Calls
 	})
-	str("provider", func(r *broker.Result) string { return r.Provider })
-	str("model", func(r *broker.Result) string { return r.Model })
-	str("job", func(r *broker.Result) string { return r.Job })
-	num("revision", func(r *broker.Result) int { return cmp.Or(r.Revision, 1) })
-	add(&col{name: "finished_at", kind: kTime}, func(r *broker.Result, _ json.RawMessage) any {
+	p.str("provider", func(r *broker.Result) string { return r.Provider })
+	p.str("model", func(r *broker.Result) string { return r.Model })
+	p.str("job", func(r *broker.Result) string { return r.Job })
+	p.num("revision", func(r *broker.Result) int { return cmp.Or(r.Revision, 1) })
+	p.add(&col{name: "finished_at", kind: kTime}, func(r *broker.Result, _ json.RawMessage) any {
 		if r.Finished.IsZero() {
 			return nil
 		}
 		return r.Finished
 	})
-	if len(o.Carry) > 0 {
-		in := &col{name: "input", kind: kGroup}
-		for _, f := range o.Carry {
-			// Text, as in CSV: a record field has no type to keep.
-			in.fields = append(in.fields, &col{name: f, kind: kString})
-		}
-		add(in, func(r *broker.Result, _ json.RawMessage) any {
-			m := make(map[string]any, len(o.Carry))
-			for _, f := range o.Carry {
-				if v, ok := r.Input[f]; ok && v != nil {
-					m[f] = cellText(v)
-				}
-			}
-			return m
-		})
-	}
-	if o.Input != "" {
-		add(&col{name: "record", kind: kJSON}, func(_ *broker.Result, record json.RawMessage) any {
-			if record == nil {
-				return nil
-			}
-			return record
-		})
-	}
+	p.addInput(o)
 	leaf := 0
 	root := make(group, len(p.cols))
 	for i, c := range p.cols {
@@ -453,6 +398,76 @@ func newParquetWriter(w io.Writer, o Options) *parquetWriter {
 		parquet.MaxRowsPerRowGroup(int64(cmp.Or(o.RowGroup, RowGroupDefault))),
 		parquet.CreatedBy("jetpool", "", ""))
 	return p
+}
+
+// add appends a top-level column and how a result's value of it is got
+// (nil: write fills it).
+func (p *parquetWriter) add(c *col, get func(r *broker.Result, record json.RawMessage) any) {
+	p.cols = append(p.cols, c)
+	p.get = append(p.get, get)
+}
+
+// str adds a text column, null when empty.
+func (p *parquetWriter) str(name string, get func(r *broker.Result) string) {
+	p.add(&col{name: name, kind: kString}, func(r *broker.Result, _ json.RawMessage) any {
+		if s := get(r); s != "" {
+			return s
+		}
+		return nil
+	})
+}
+
+func (p *parquetWriter) num(name string, get func(r *broker.Result) int) {
+	p.add(&col{name: name, kind: kInt}, func(r *broker.Result, _ json.RawMessage) any { return get(r) })
+}
+
+// money adds a price column, null when unpriced.
+func (p *parquetWriter) money(name string, get func(r *broker.Result) *float64) {
+	p.add(&col{name: name, kind: kDouble}, func(r *broker.Result, _ json.RawMessage) any {
+		if v := get(r); v != nil {
+			return *v
+		}
+		return nil // unpriced
+	})
+}
+
+// addInput adds the columns of the input records, when asked for: the
+// carried fields (input) and the whole record (record).
+func (p *parquetWriter) addInput(o Options) {
+	if len(o.Carry) > 0 {
+		in := &col{name: "input", kind: kGroup}
+		for _, f := range o.Carry {
+			// Text, as in CSV: a record field has no type to keep.
+			in.fields = append(in.fields, &col{name: f, kind: kString})
+		}
+		p.add(in, func(r *broker.Result, _ json.RawMessage) any {
+			m := make(map[string]any, len(o.Carry))
+			for _, f := range o.Carry {
+				if v, ok := r.Input[f]; ok && v != nil {
+					m[f] = cellText(v)
+				}
+			}
+			return m
+		})
+	}
+	if o.Input != "" {
+		p.add(&col{name: "record", kind: kJSON}, func(_ *broker.Result, record json.RawMessage) any {
+			if record == nil {
+				return nil
+			}
+			return record
+		})
+	}
+}
+
+func errText(r *broker.Result, class bool) string {
+	if r.Error == nil {
+		return ""
+	}
+	if class {
+		return r.Error.Class
+	}
+	return r.Error.Message
 }
 
 func (p *parquetWriter) write(r *broker.Result, record json.RawMessage) error {

@@ -342,6 +342,47 @@ func (p *anthropic) decode(b []byte, model, key string) (Response, *retry.Error)
 	return out, nil
 }
 
+// anthropicStreamEvent is the data of any event of a Messages stream.
+type anthropicStreamEvent struct {
+	Type    string `json:"type"`
+	Message struct {
+		Model string         `json:"model"`
+		Usage anthropicUsage `json:"usage"`
+	} `json:"message"`
+	Index        int `json:"index"`
+	ContentBlock struct {
+		Type string `json:"type"`
+		ID   string `json:"id"`
+		Name string `json:"name"`
+	} `json:"content_block"`
+	Delta struct {
+		Type        string          `json:"type"`
+		Text        json.RawMessage `json:"text"`
+		PartialJSON string          `json:"partial_json"`
+		StopReason  string          `json:"stop_reason"`
+		Thinking    string          `json:"thinking"`
+		Signature   string          `json:"signature"`
+	} `json:"delta"`
+	Usage *anthropicUsage `json:"usage"`
+}
+
+// messageDelta takes a message_delta's stop reason and usage into out.
+func (e *anthropicStreamEvent) messageDelta(out *Response) {
+	if e.Delta.StopReason != "" {
+		out.FinishReasonRaw = e.Delta.StopReason
+		out.FinishReason = anthropicFinish(e.Delta.StopReason)
+	}
+	if u := e.Usage; u != nil {
+		// Cumulative counts; input appears here only on newer API versions.
+		out.Usage.OutputTokens = u.OutputTokens
+		if in := u.input(); in > 0 {
+			out.Usage.InputTokens = in
+			out.Usage.CachedInputTokens = u.CacheReadInputTokens
+			out.Usage.CacheWriteTokens = u.CacheCreationInputTokens
+		}
+	}
+}
+
 // stream reads message_start, content_block_delta…, message_delta and
 // message_stop. An error event (overloaded_error after a 200, typically)
 // is normalised like an HTTP error; an end before message_stop is a broken stream.
@@ -370,28 +411,7 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 			}
 			return Response{}, p.streamBroken(ctx, err, req.Model, key)
 		}
-		var data struct {
-			Type    string `json:"type"`
-			Message struct {
-				Model string         `json:"model"`
-				Usage anthropicUsage `json:"usage"`
-			} `json:"message"`
-			Index        int `json:"index"`
-			ContentBlock struct {
-				Type string `json:"type"`
-				ID   string `json:"id"`
-				Name string `json:"name"`
-			} `json:"content_block"`
-			Delta struct {
-				Type        string          `json:"type"`
-				Text        json.RawMessage `json:"text"`
-				PartialJSON string          `json:"partial_json"`
-				StopReason  string          `json:"stop_reason"`
-				Thinking    string          `json:"thinking"`
-				Signature   string          `json:"signature"`
-			} `json:"delta"`
-			Usage *anthropicUsage `json:"usage"`
-		}
+		var data anthropicStreamEvent
 		if err := json.Unmarshal(ev.data, &data); err != nil {
 			var te *json.UnmarshalTypeError
 			if errors.As(err, &te) {
@@ -438,19 +458,7 @@ func (p *anthropic) stream(ctx context.Context, body io.Reader, req Request, key
 			}
 			emit(d)
 		case "message_delta":
-			if data.Delta.StopReason != "" {
-				out.FinishReasonRaw = data.Delta.StopReason
-				out.FinishReason = anthropicFinish(data.Delta.StopReason)
-			}
-			if u := data.Usage; u != nil {
-				// Cumulative counts; input appears here only on newer API versions.
-				out.Usage.OutputTokens = u.OutputTokens
-				if in := u.input(); in > 0 {
-					out.Usage.InputTokens = in
-					out.Usage.CachedInputTokens = u.CacheReadInputTokens
-					out.Usage.CacheWriteTokens = u.CacheCreationInputTokens
-				}
-			}
+			data.messageDelta(&out)
 		case "message_stop":
 			out.Text = text.String()
 			out.ToolCalls = calls.done()

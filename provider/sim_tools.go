@@ -41,33 +41,8 @@ func exampleDepth(s map[string]any, prompt string, depth int) any {
 			}
 		}
 	}
-	typ, _ := s["type"].(string)
-	if l, ok := s["type"].([]any); ok {
-		for _, t := range l {
-			if t, ok := t.(string); ok && t != "null" {
-				typ = t
-				break
-			}
-		}
-	}
 	props, _ := s["properties"].(map[string]any)
-	if typ == "" && props != nil {
-		typ = "object"
-	}
-	num := func(def float64) float64 {
-		v := def
-		if m, ok := s["minimum"].(float64); ok {
-			v = math.Max(v, m)
-		}
-		if m, ok := s["exclusiveMinimum"].(float64); ok && v <= m {
-			v = m + 1
-		}
-		if m, ok := s["maximum"].(float64); ok {
-			v = math.Min(v, m)
-		}
-		return v
-	}
-	switch typ {
+	switch schemaType(s, props) {
 	case "object":
 		out := map[string]any{}
 		for _, name := range slices.Sorted(maps.Keys(props)) {
@@ -96,35 +71,72 @@ func exampleDepth(s map[string]any, prompt string, depth int) any {
 		}
 		return out
 	case "integer":
-		return math.Ceil(num(1))
+		return math.Ceil(exampleNumber(s, 1))
 	case "number":
-		return num(1.5)
+		return exampleNumber(s, 1.5)
 	case "boolean":
 		return true
 	case "null":
 		return nil
 	case "string":
-		switch s["format"] {
-		case "date":
-			return "2025-01-01"
-		case "date-time":
-			return "2025-01-01T00:00:00Z"
-		case "email":
-			return "sim@example.com"
-		case "uri", "url":
-			return "https://example.com/sim"
-		}
-		minLen := 0
-		if m, ok := s["minLength"].(float64); ok {
-			minLen = int(m)
-		}
-		t := exampleText(prompt, minLen)
-		if m, ok := s["maxLength"].(float64); ok && len([]rune(t)) > int(m) {
-			t = string([]rune(t)[:int(m)])
-		}
-		return t
+		return exampleString(s, prompt)
 	}
 	return exampleText(prompt, 0)
+}
+
+// schemaType is s's type: the first not null of a list, object when it
+// has properties and no type.
+func schemaType(s, props map[string]any) string {
+	typ, _ := s["type"].(string)
+	if l, ok := s["type"].([]any); ok {
+		for _, t := range l {
+			if t, ok := t.(string); ok && t != "null" {
+				typ = t
+				break
+			}
+		}
+	}
+	if typ == "" && props != nil {
+		typ = "object"
+	}
+	return typ
+}
+
+// exampleNumber is def within s's minimum and maximum.
+func exampleNumber(s map[string]any, def float64) float64 {
+	v := def
+	if m, ok := s["minimum"].(float64); ok {
+		v = math.Max(v, m)
+	}
+	if m, ok := s["exclusiveMinimum"].(float64); ok && v <= m {
+		v = m + 1
+	}
+	if m, ok := s["maximum"].(float64); ok {
+		v = math.Min(v, m)
+	}
+	return v
+}
+
+func exampleString(s map[string]any, prompt string) string {
+	switch s["format"] {
+	case "date":
+		return "2025-01-01"
+	case "date-time":
+		return "2025-01-01T00:00:00Z"
+	case "email":
+		return "sim@example.com"
+	case "uri", "url":
+		return "https://example.com/sim"
+	}
+	minLen := 0
+	if m, ok := s["minLength"].(float64); ok {
+		minLen = int(m)
+	}
+	t := exampleText(prompt, minLen)
+	if m, ok := s["maxLength"].(float64); ok && len([]rune(t)) > int(m) {
+		t = string([]rune(t)[:int(m)])
+	}
+	return t
 }
 
 // exampleText is the start of the prompt (at most 40 runes, at least

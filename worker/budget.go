@@ -362,64 +362,8 @@ func (b *budget) write(ctx context.Context, worst float64) (writeOutcome, error)
 	wctx, cancel := context.WithTimeout(ctx, budgetWriteTimeout)
 	defer cancel()
 	st, err := b.jr.p.b.UpdateState(wctx, b.jr.id, func(j *broker.Job) bool {
-		out, amount = writeOutcome{}, 0
-		l := &j.Ledger
-		l.Reclaim(now)
-		cur, mine := l.Leases[b.holder]
-		if !mine || cur.ID != b.id {
-			// Taken back while this worker was silent (frozen, cut off from
-			// the store): what it spent since is known here, so the doubt
-			// its lease left goes.
-			cur = broker.Lease{ID: b.id, Reported: reportedAck}
-			if d, ok := l.Doubt[broker.DoubtKey(b.holder, b.id)]; ok {
-				l.Resolve(broker.DoubtKey(b.holder, b.id))
-				cur = d
-			}
-			mine = false
-		}
-		j.Cost += max(spent-cur.Reported, 0)
-		if j.MaxCost <= 0 {
-			l.SetLease(b.holder, broker.Lease{ID: b.id, Reported: spent, Renewed: now})
-			return true
-		}
-		others := l.Held()
-		if mine {
-			others -= cur.Amount
-		}
-		// Room beyond what the lease keeps in any case: the calls under
-		// way, what a renewal keeps, and what a request for room had (its
-		// free part, asked for again with the rest).
-		hold := reserved + keep
-		room := j.MaxCost - j.Cost - l.InDoubt() - others - hold - frozen
-		if worst > 0 {
-			switch {
-			case room > dust:
-				// Some budget is left: the call goes. It takes what it
-				// needs, and about a period's worth more, but never more
-				// than half of what is left beyond it (the other workers
-				// need some too). Its need may pass what is left: then
-				// nothing is left for the next call, so the spend passes
-				// max_cost by at most this one call's worst case.
-				amount = frozen + need + min(want-need, max(room-need, 0)/2)
-				out.granted = true
-			case j.MaxCost-j.Cost-l.InDoubt() <= dust:
-				// Spent (or in doubt) to the last cent: the budget is
-				// reached.
-				l.Reached = true
-				out.stop = budgetReached(j)
-				if j.Status != broker.JobFailed {
-					j.Status = broker.JobFailed
-					j.Reason = out.stop.Message
-				}
-			default:
-				// Calls under way, here or elsewhere, hold what is left:
-				// the others hand back what they keep, and this call waits
-				// for them to settle.
-				l.Wanted = now
-			}
-		}
-		amount = snap(amount + hold)
-		l.SetLease(b.holder, broker.Lease{ID: b.id, Amount: amount, Reserved: snap(reserved), Reported: spent, Renewed: now})
+		out, amount = b.ledgerChange(j, ledgerWrite{now: now, worst: worst, need: need, want: want,
+			keep: keep, frozen: frozen, spent: spent, reserved: reserved, reportedAck: reportedAck})
 		return true
 	})
 	b.mu.Lock()
@@ -545,4 +489,77 @@ func (b *budget) release(key string) *reservation {
 	r := b.held[key]
 	delete(b.held, key)
 	return r
+}
+
+// ledgerWrite is what budget.write brings to the job's ledger.
+type ledgerWrite struct {
+	now                             time.Time
+	worst, need, want, keep, frozen float64
+	spent, reserved, reportedAck    float64
+}
+
+// ledgerChange is budget.write's change to the job's ledger, made again on
+// every conflict: the worker's lease renewed or its room asked for, and
+// what it was granted.
+func (b *budget) ledgerChange(j *broker.Job, w ledgerWrite) (out writeOutcome, amount float64) {
+	now, worst, need, want, keep, frozen := w.now, w.worst, w.need, w.want, w.keep, w.frozen
+	spent, reserved, reportedAck := w.spent, w.reserved, w.reportedAck
+	l := &j.Ledger
+	l.Reclaim(now)
+	cur, mine := l.Leases[b.holder]
+	if !mine || cur.ID != b.id {
+		// Taken back while this worker was silent (frozen, cut off from
+		// the store): what it spent since is known here, so the doubt
+		// its lease left goes.
+		cur = broker.Lease{ID: b.id, Reported: reportedAck}
+		if d, ok := l.Doubt[broker.DoubtKey(b.holder, b.id)]; ok {
+			l.Resolve(broker.DoubtKey(b.holder, b.id))
+			cur = d
+		}
+		mine = false
+	}
+	j.Cost += max(spent-cur.Reported, 0)
+	if j.MaxCost <= 0 {
+		l.SetLease(b.holder, broker.Lease{ID: b.id, Reported: spent, Renewed: now})
+		return writeOutcome{}, 0
+	}
+	others := l.Held()
+	if mine {
+		others -= cur.Amount
+	}
+	// Room beyond what the lease keeps in any case: the calls under
+	// way, what a renewal keeps, and what a request for room had (its
+	// free part, asked for again with the rest).
+	hold := reserved + keep
+	room := j.MaxCost - j.Cost - l.InDoubt() - others - hold - frozen
+	if worst > 0 {
+		switch {
+		case room > dust:
+			// Some budget is left: the call goes. It takes what it
+			// needs, and about a period's worth more, but never more
+			// than half of what is left beyond it (the other workers
+			// need some too). Its need may pass what is left: then
+			// nothing is left for the next call, so the spend passes
+			// max_cost by at most this one call's worst case.
+			amount = frozen + need + min(want-need, max(room-need, 0)/2)
+			out.granted = true
+		case j.MaxCost-j.Cost-l.InDoubt() <= dust:
+			// Spent (or in doubt) to the last cent: the budget is
+			// reached.
+			l.Reached = true
+			out.stop = budgetReached(j)
+			if j.Status != broker.JobFailed {
+				j.Status = broker.JobFailed
+				j.Reason = out.stop.Message
+			}
+		default:
+			// Calls under way, here or elsewhere, hold what is left:
+			// the others hand back what they keep, and this call waits
+			// for them to settle.
+			l.Wanted = now
+		}
+	}
+	amount = snap(amount + hold)
+	l.SetLease(b.holder, broker.Lease{ID: b.id, Amount: amount, Reserved: snap(reserved), Reported: spent, Renewed: now})
+	return out, amount
 }

@@ -16,6 +16,9 @@ import (
 
 // delivery is one work message being handled.
 type delivery struct {
+	// mark is set when the delivery is recycled, in the jetpool_poison
+	// build only (empty elsewhere; first, so that it adds no padding).
+	mark    recycledMark
 	msg     jetstream.Msg
 	job     string
 	action  *workflow.Action
@@ -99,19 +102,42 @@ var deliveries = sync.Pool{New: func() any { return new(delivery) }}
 // completer when it is done with d, which nothing else holds then (see
 // jobRunner.handle, which marks the deliveries for which that is so).
 func recycle(d *delivery) {
-	if d == nil || !d.reusable {
+	if d == nil {
+		return
+	}
+	d.live() // recycled twice
+	if !d.reusable {
 		return
 	}
 	*d = delivery{}
+	if poisonRecycled {
+		// Never reused: whoever still holds d finds the poison, not the
+		// next record.
+		poison(d)
+		return
+	}
 	deliveries.Put(d)
+}
+
+// live panics when d was recycled, in the jetpool_poison build; in others
+// poisonRecycled is false and the check compiles away. The accessors
+// below call it; direct field reads meet the poison's nil pointers.
+func (d *delivery) live() {
+	if poisonRecycled && d.isRecycled() {
+		panic("worker: delivery of job " + d.job + " used after recycle")
+	}
 }
 
 // unpaid reports whether this is the first delivery of a first-run message:
 // the one run of the action for the record, so no result can exist yet.
-func (d *delivery) unpaid() bool { return d.firstRun && d.n == 1 }
+func (d *delivery) unpaid() bool {
+	d.live()
+	return d.firstRun && d.n == 1
+}
 
 // prior is the attempts of earlier deliveries.
 func (d *delivery) prior() []retry.Attempt {
+	d.live()
 	if d.state == nil {
 		return nil
 	}
@@ -123,6 +149,7 @@ func (d *delivery) prior() []retry.Attempt {
 // (parked for a provider), handed back at a stop or lost with a process are
 // not the record's retries and do not count here (RecordState).
 func (d *delivery) delivery() int {
+	d.live()
 	if d.state == nil {
 		return 1
 	}
@@ -133,6 +160,7 @@ func (d *delivery) delivery() int {
 // word from a worker (killed, hung: AckWait ran out), as far as its state
 // knows: JetStream's count minus what jetpool handed back itself.
 func (d *delivery) unaccounted() int {
+	d.live()
 	handled := 0
 	if d.state != nil {
 		handled = d.state.Handled
@@ -144,6 +172,7 @@ func (d *delivery) unaccounted() int {
 // back: the earlier state, this delivery counted as handled, and its
 // attempts added.
 func (d *delivery) nextState(attempts []retry.Attempt) *broker.RecordState {
+	d.live()
 	st := &broker.RecordState{Replays: d.replays}
 	if d.state != nil {
 		*st = *d.state
@@ -164,6 +193,7 @@ func (d *delivery) nextState(attempts []retry.Attempt) *broker.RecordState {
 // lost is the deliveries of the record lost with a process so far,
 // this delivery's predecessors included.
 func (d *delivery) lost() int {
+	d.live()
 	n := d.unaccounted()
 	if d.state != nil {
 		n += d.state.Lost
@@ -229,6 +259,7 @@ func numDelivered(msg jetstream.Msg) (delivered, seq uint64, _ error) {
 // clock is the clock of the delivery's sessions: its slot, whose backoffs
 // are waited off the slot, or the pool's.
 func (d *delivery) clock(p *Pool) retry.Clock {
+	d.live()
 	if d.slot != nil {
 		return d.slot
 	}

@@ -6,7 +6,6 @@ package worker
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/jetpool/jetpool/broker"
@@ -179,138 +177,6 @@ type Pool struct {
 	idle     idleHandlers
 	handlers sync.WaitGroup
 	quit     chan struct{} // closed by Stop: idle handlers exit
-}
-
-// task is one fetched message for a handler; pauses is the pause watch's
-// reading when it was pulled (worker/lease.go).
-type task struct {
-	jr     *jobRunner
-	msg    jetstream.Msg
-	pauses time.Duration
-}
-
-// handlerIdle is how often handlers that found no work are let go: every
-// handlerIdle, as many handlers end as were idle all the while at least
-// (retireIdle).
-const handlerIdle = 10 * time.Second
-
-// run hands t to an idle handler goroutine, or starts one. Handlers live on
-// between records: a new goroutine per record would grow its stack through
-// the session's call chain every time (runtime.newstack showed in the
-// worker's profile at zero latency). Their number never exceeds the records
-// being handled: the slots, the records waiting out a backoff off their
-// slot (at most RestingPerSlot per slot), and results being stored (at
-// most one per slot).
-func (p *Pool) run(t task) {
-	select {
-	case p.tasks <- t:
-	default:
-		p.handlers.Add(1)
-		go p.handler(t)
-	}
-}
-
-func (p *Pool) handler(t task) {
-	defer p.handlers.Done()
-	s := &slot{p: p}
-	for {
-		p.handleTask(s, t)
-		var ok bool
-		if t, ok = p.nextTask(); !ok {
-			return
-		}
-	}
-}
-
-// nextTask waits for the handler's next task (false: the handler ends: the
-// pool stops, or retireIdle lets it go). It waits on no timer of its own:
-// a timer reset and waited on for every record, its channel added to and
-// taken from the timers' heap each time, showed in a zero-latency
-// worker's profile. It counts itself idle meanwhile, for retireIdle.
-//
-// It waits with handlerStackKeep bytes of its frame on the stack: a parked
-// goroutine that uses less than a quarter of its stack has it halved by
-// the next garbage collection, and the handler's next record grew it back
-// (runtime.copystack, every handler at every collection). Clearing the
-// frame costs less than the copying it saves (docs/performance.md).
-//
-//go:noinline
-func (p *Pool) nextTask() (task, bool) {
-	var keep [handlerStackKeep]byte
-	holdStack(&keep)
-	p.idle.Add(1)
-	var t task
-	select {
-	case t = <-p.tasks:
-	case <-p.quit:
-	}
-	p.idle.lower(p.idle.Add(-1))
-	return t, t.jr != nil
-}
-
-// idleHandlers counts the handlers waiting for a task, and the fewest
-// that waited at once since retireIdle last looked.
-type idleHandlers struct {
-	atomic.Int64
-	low atomic.Int64
-}
-
-// lower notes n handlers waiting, if fewer than the least so far.
-func (h *idleHandlers) lower(n int64) {
-	for {
-		low := h.low.Load()
-		if n >= low || h.low.CompareAndSwap(low, n) {
-			return
-		}
-	}
-}
-
-// retireIdle lets handlers go that the pool did without: every period
-// (handlerIdle), as many as never fell below idle since the last look
-// (each retirement is a task no record is in, taken only by a handler that
-// waits).
-func (p *Pool) retireIdle(period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	p.idle.low.Store(p.idle.Load())
-	for {
-		select {
-		case <-t.C:
-		case <-p.quit:
-			return
-		}
-	retire:
-		for n := p.idle.low.Swap(p.idle.Load()); n > 0; n-- {
-			select {
-			case p.tasks <- task{}:
-			default:
-				break retire // none waits now
-			}
-		}
-	}
-}
-
-// handlerStackKeep is the frame nextTask keeps while a handler waits: more
-// than a quarter of the stack a record's call chain grows a handler's to
-// (8 KiB stopped the copying at zero latency; 4 KiB left a third of it).
-const handlerStackKeep = 8 << 10
-
-// holdStack keeps its argument's array on its caller's stack frame.
-//
-//go:noinline
-func holdStack(b *[handlerStackKeep]byte) { b[0] = 1 }
-
-func (p *Pool) handleTask(s *slot, t task) {
-	s.t, s.held = t, true
-	handedOver := false
-	defer func() {
-		// The slot goes on at the latest when the record is done.
-		s.release()
-		if !handedOver {
-			p.pulled.Done()
-		}
-	}()
-	handedOver = t.jr.handle(p.hctx, t.msg, t.pauses, s)
 }
 
 // New makes a pool over b.
@@ -672,63 +538,6 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.unpause()
 	return err
 }
-
-// Stats is what a worker answers on jetpool.ctl.stats.
-type Stats struct {
-	Worker   string           `json:"worker"`
-	InFlight map[string]int64 `json:"in_flight"` // by job
-	// Storing is the records called whose results are being stored
-	// (their slots handed on; the committer acks them), by job.
-	Storing map[string]int64 `json:"storing,omitempty"`
-	// ReadAhead is the records pulled beyond the free slots, not started
-	// yet (worker/ahead.go), by job.
-	ReadAhead map[string]int64 `json:"read_ahead,omitempty"`
-	Calls     int64            `json:"calls"`
-	Handled   int64            `json:"handled"`
-	// Held is the records whose writes the store refused, held and tried
-	// again; Faults says which writes fail and why.
-	Held int `json:"held,omitempty"`
-	// Elections is the leader elections of the work stream or its
-	// consumers this worker heard of that could deliver a record twice
-	// (worker/faults.go elected).
-	Elections int64          `json:"elections,omitempty"`
-	Faults    []StorageFault `json:"storage_faults,omitempty"`
-	// Unservable is the running jobs this worker will not serve, with why
-	// (worker/serve.go).
-	Unservable map[string]string `json:"unservable,omitempty"`
-	// Calling is the jobs this worker serves and may start calls for: a
-	// job it has seen cancelled is not listed (worker/steer.go).
-	Calling []string `json:"calling,omitempty"`
-}
-
-// Snapshot returns the pool's stats.
-func (p *Pool) Snapshot() Stats {
-	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
-		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Held: p.done.heldCount(), Elections: p.elections.Load(), Faults: p.done.faults.list(),
-		Unservable: p.serve.snapshot()}
-	p.mu.Lock()
-	for id, jr := range p.jobs {
-		if n := jr.inFlight.Load(); n > 0 {
-			s.InFlight[id] = n
-		}
-		if n := jr.storing.Load(); n > 0 {
-			s.Storing[id] = n
-		}
-		if !jr.quiet.Load() {
-			s.Calling = append(s.Calling, id)
-		}
-	}
-	p.mu.Unlock()
-	return s
-}
-
-func (p *Pool) answerStats(m *nats.Msg) {
-	data, _ := json.Marshal(p.Snapshot())
-	_ = m.Respond(data)
-}
-
-// Faults is the kinds of write the store refuses now (none: empty).
-func (p *Pool) Faults() []StorageFault { return p.done.faults.list() }
 
 // start gives t a slot the caller has taken.
 func (p *Pool) start(t task) {

@@ -69,6 +69,7 @@ func (p *paced) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // before the outage, the 429s, and the healthy deployment's goodput in the
 // 10 s after the outage are logged (figures: docs/performance.md).
 func TestChaosDeploymentOutageMidJob(t *testing.T) {
+	t.Parallel()
 	const records, rate = 600, 20
 	a, bp := &paced{rate: rate}, &paced{rate: rate}
 	var calls atomic.Int64

@@ -52,7 +52,7 @@ func stopOutcome(j *broker.Job) (*retry.Error, retry.Reason, string) {
 // cancelled.
 func (jr *jobRunner) enterCall() (func(), error) {
 	jr.steer.RLock()
-	if j := jr.current(); j.Status == broker.JobCancelled {
+	if j := jr.current(); j != nil && j.Status == broker.JobCancelled {
 		jr.steer.RUnlock()
 		return nil, &retry.NotCalled{Err: &cancelStop{err: cancelError(j)}}
 	}

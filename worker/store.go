@@ -139,6 +139,10 @@ func (s brokerStore) saveState(ctx context.Context, d *delivery, st *broker.Reco
 	return err
 }
 
+// stopReserve lets an embedded store at its limit take some of the disk it
+// keeps free, for the answers parkHeld parks (broker.Broker.StopReserve).
+func (s brokerStore) stopReserve() bool { return s.p.b.StopReserve() }
+
 func (s brokerStore) clearState(ctx context.Context, d *delivery) error {
 	return s.p.b.ClearState(ctx, d.job, d.action.Name, d.env.ID)
 }

@@ -246,7 +246,7 @@ type compiledPrompt struct {
 	tmpl   *template.Template
 	fields []string
 	// renderers are copies of tmpl, one per concurrent render, each with
-	// its bounded functions bound to a budget of its own (template.go).
+	// its bounded functions bound to a budget of its own (template_bounds.go).
 	renderers sync.Pool
 	refs      []Ref
 	line      int // the line of the workflow file the template's first line is on (0: unknown)

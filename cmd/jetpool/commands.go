@@ -348,7 +348,11 @@ func cmdServer(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer stopUI()
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-b.StoreLost():
+		return b.StoreErr() // exit 1, naming the data dir
+	}
 	fmt.Fprintln(e.stdout, "jetpool server stopping")
 	return nil
 }

@@ -177,6 +177,9 @@ type env struct {
 	// describe, when set, asks the command for its flags and subcommands
 	// instead of running it (completion, help): see cmdSpec.
 	describe *cmdSpec
+	// abort ends the command's context with a cause (a store lost under it:
+	// connect); nil in tests that build an env by hand.
+	abort context.CancelCauseFunc
 }
 
 // client is the Client of the commands over b, a broker connect made.
@@ -225,8 +228,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stop()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, abort := context.WithCancelCause(sigCtx)
+	defer abort(nil)
+	e.abort = abort
 	if traced(cmd.name) {
 		shutdown, err := tracing.Setup(ctx, cmd.name)
 		if err != nil {
@@ -236,6 +242,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		defer flushTraces(shutdown, stderr)
 	}
 	err = cmd.run(ctx, e, args[1:])
+	if cause := context.Cause(ctx); errors.Is(cause, broker.ErrStoreLost) {
+		// Whatever the command made of its context ending, this is why.
+		err = &exitError{code: exitJobFailed, err: cause}
+	}
 	code := exitCode(ctx, err)
 	if code != exitOK {
 		if msg := err.Error(); msg != "" {
@@ -426,6 +436,17 @@ func connect(ctx context.Context, e *env) (*broker.Broker, error) {
 	if err := b.Ensure(ctx); err != nil {
 		b.Close()
 		return nil, connectErr(err)
+	}
+	if lost := b.StoreLost(); lost != nil && e.abort != nil {
+		// A data dir removed under the process: the command ends, saying
+		// so, instead of waiting on a store that is gone.
+		go func() {
+			select {
+			case <-lost:
+				e.abort(b.StoreErr())
+			case <-ctx.Done():
+			}
+		}()
 	}
 	return b, nil
 }
