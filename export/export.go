@@ -112,24 +112,29 @@ func Write(ctx context.Context, b *broker.Broker, job *broker.Job, w io.Writer, 
 		}
 		return out.write(r, record)
 	}
-	var err error
-	if !o.Sorted && o.Input == "" {
-		err = b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
-			if final {
-				return emit(r, nil)
-			}
-			return nil
-		})
-	} else {
-		err = sortedResults(ctx, b, job, o, emit)
-	}
-	if err != nil {
+	if err := Each(ctx, b, job, o, emit); err != nil {
 		return n, err
 	}
 	if err := out.flush(); err != nil {
 		return n, err
 	}
 	return n, bw.Flush()
+}
+
+// Each calls emit for each of the job's final results (one per record):
+// as stored, or in input order when o.Sorted or o.Input is set (an
+// external sort over temp files: memory stays flat), each then with its
+// input record when o.Input is set. An error of emit stops it.
+func Each(ctx context.Context, b *broker.Broker, job *broker.Job, o Options, emit func(r *broker.Result, record json.RawMessage) error) error {
+	if o.Sorted || o.Input != "" {
+		return sortedResults(ctx, b, job, o, emit)
+	}
+	return b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
+		if final {
+			return emit(r, nil)
+		}
+		return nil
+	})
 }
 
 // lineWriter writes one result as JSONL or CSV.

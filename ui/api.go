@@ -13,12 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
-	"github.com/jetpool/jetpool/internal/jobstatus"
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
-	"github.com/jetpool/jetpool/worker"
 )
 
 // Bounds of the API's answers.
@@ -100,9 +99,9 @@ func (h *Handler) apiSession(w http.ResponseWriter, r *http.Request) {
 
 // jobsView is the jobs page.
 type jobsView struct {
-	Jobs    []jobstatus.Job `json:"jobs"`
-	Workers int             `json:"workers"`
-	Now     time.Time       `json:"now"`
+	Jobs    []jetpool.JobStatus `json:"jobs"`
+	Workers int                 `json:"workers"`
+	Now     time.Time           `json:"now"`
 }
 
 func (h *Handler) apiJobs(w http.ResponseWriter, r *http.Request) {
@@ -114,7 +113,7 @@ func (h *Handler) apiJobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sort.Slice(jobs, func(i, k int) bool { return jobs[i].Created.After(jobs[k].Created) }) // newest first
-	out, stats, err := jobstatus.Read(ctx, h.cfg.B, jobs, false)
+	out, stats, err := h.cfg.Client.Statuses(ctx, jobs, false)
 	if err != nil {
 		fail(w, err)
 		return
@@ -124,7 +123,7 @@ func (h *Handler) apiJobs(w http.ResponseWriter, r *http.Request) {
 
 // jobView is a job's page.
 type jobView struct {
-	Status  jobstatus.Job         `json:"status"`
+	Status  jetpool.JobStatus     `json:"status"`
 	Actions []broker.ActionCounts `json:"actions"`
 	Dead    deadCounts            `json:"dead_letters"`
 	Job     map[string]any        `json:"job"` // the job's entry, workflow aside
@@ -140,7 +139,7 @@ type deadCounts struct {
 }
 
 func (h *Handler) apiJob(ctx context.Context, w http.ResponseWriter, r *http.Request, j *broker.Job) {
-	st, _, err := jobstatus.Read(ctx, h.cfg.B, []*broker.Job{j}, true)
+	st, _, err := h.cfg.Client.Statuses(ctx, []*broker.Job{j}, true)
 	if err != nil {
 		fail(w, err)
 		return
@@ -438,10 +437,13 @@ type replayView struct {
 	Skipped  []string `json:"skipped,omitempty"` // why each skipped one was
 	Jobs     []string `json:"jobs"`
 	Note     string   `json:"note,omitempty"`
+	// Warnings name dead letters replayed to fail the same way (a context
+	// overflow under a workflow with no overflow: block).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // apiReplay replays the dead letters matching the filter, as `jetpool
-// retry` does (deadletter.Replay).
+// retry` does (jetpool.Client.Retry: its checks first, then the replay).
 func (h *Handler) apiReplay(w http.ResponseWriter, r *http.Request) {
 	a, f, err := readAction(r)
 	if err != nil {
@@ -457,20 +459,31 @@ func (h *Handler) apiReplay(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Minute)
 	defer cancel()
 	v := replayView{Jobs: []string{}}
-	res, err := deadletter.Replay(ctx, h.cfg.B, deadletter.ReplayOptions{Filter: f, Mode: a.Mode,
+	res, err := h.cfg.Client.Retry(ctx, jetpool.RetryParams{Filter: f, Mode: a.Mode,
 		Each: func(e *deadletter.Entry, replayed bool, why string) {
 			if !replayed {
 				v.Skipped = append(v.Skipped, fmt.Sprintf("%d %s/%s/%s: %s", e.Seq, e.Job, e.Action, e.Record, why))
 			}
 		}})
 	if res != nil {
-		v.Matched, v.Replayed = res.Matched, res.Replayed
-		for j := range res.Jobs {
-			v.Jobs = append(v.Jobs, j)
+		for _, w := range res.Warnings {
+			v.Warnings = append(v.Warnings, w.String())
 		}
-		sort.Strings(v.Jobs)
+		if res.ReplayResult != nil {
+			v.Matched, v.Replayed = res.Matched, res.Replayed
+			for j := range res.Jobs {
+				v.Jobs = append(v.Jobs, j)
+			}
+			sort.Strings(v.Jobs)
+		}
 	}
 	h.cfg.Log.Info().Str("remote", r.RemoteAddr).Interface("filter", f).Int("replayed", v.Replayed).Err(err).Msg("dashboard: replay")
+	if errors.Is(err, jetpool.ErrInvalid) {
+		// Refused before anything changed (this process could not work
+		// them, say): every dead letter is kept.
+		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "replay": v})
+		return
+	}
 	if err != nil {
 		writeJSON(w, http.StatusBadGateway, map[string]any{"error": err.Error(), "replay": v})
 		return
@@ -486,7 +499,7 @@ func (h *Handler) afterReplay(jobs []string) string {
 	if h.cfg.Replayed != nil {
 		return h.cfg.Replayed(jobs)
 	}
-	stats, _ := worker.Gather(h.cfg.B)
+	stats, _ := h.cfg.Client.Workers(context.Background())
 	if len(stats) == 0 {
 		return "no worker answered: start `jetpool worker` to work them"
 	}
@@ -526,9 +539,9 @@ type limiterView struct {
 
 // providersView is the providers page: limiters and workers.
 type providersView struct {
-	Limiters []limiterView  `json:"limiters"`
-	Workers  []worker.Stats `json:"workers"`
-	Now      time.Time      `json:"now"`
+	Limiters []limiterView         `json:"limiters"`
+	Workers  []jetpool.WorkerStats `json:"workers"`
+	Now      time.Time             `json:"now"`
 }
 
 func (h *Handler) apiProviders(w http.ResponseWriter, r *http.Request) {
@@ -563,8 +576,8 @@ func (h *Handler) apiProviders(w http.ResponseWriter, r *http.Request) {
 		v.Limiters = append(v.Limiters, lv)
 	}
 	sort.Slice(v.Limiters, func(i, k int) bool { return v.Limiters[i].Key < v.Limiters[k].Key })
-	if v.Workers, err = worker.Gather(h.cfg.B); err != nil || v.Workers == nil {
-		v.Workers = []worker.Stats{}
+	if v.Workers, err = h.cfg.Client.Workers(ctx); err != nil || v.Workers == nil {
+		v.Workers = []jetpool.WorkerStats{}
 	}
 	sort.Slice(v.Workers, func(i, k int) bool { return v.Workers[i].Worker < v.Workers[k].Worker })
 	writeJSON(w, http.StatusOK, v)

@@ -32,11 +32,11 @@ func (h *Handler) apiSteer(w http.ResponseWriter, r *http.Request) {
 	what := r.PathValue("what")
 	switch what {
 	case "cancel":
-		out, err = steer.Cancel(ctx, h.cfg.B, id, steer.CancelOptions{Reason: "cancelled from the dashboard"})
+		out, err = h.cfg.Client.Cancel(ctx, id, steer.CancelOptions{Reason: "cancelled from the dashboard"})
 	case "pause":
-		out, err = steer.Pause(ctx, h.cfg.B, id, time.Time{})
+		out, err = h.cfg.Client.Pause(ctx, id, time.Time{})
 	case "resume":
-		out, err = steer.Resume(ctx, h.cfg.B, id)
+		out, err = h.cfg.Client.Resume(ctx, id)
 	case "priority":
 		var body struct {
 			Priority int `json:"priority"`
@@ -50,7 +50,7 @@ func (h *Handler) apiSteer(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var j *broker.Job
-		if j, err = steer.SetPriority(ctx, h.cfg.B, id, body.Priority); err == nil {
+		if j, err = h.cfg.Client.SetPriority(ctx, id, body.Priority); err == nil {
 			out = map[string]any{"job": id, "priority": j.Weight()}
 		}
 	default:

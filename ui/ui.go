@@ -6,7 +6,7 @@
 // It reads the streams and buckets the CLI reads — JETPOOL_JOBS,
 // JETPOOL_RESULTS, JETPOOL_DLQ, JETPOOL_LIMITS, the jetpool.ctl.stats
 // scatter-gather — through the same code (internal/jobstatus, deadletter,
-// ratelimit, worker.Gather), so it keeps no state of its own and never
+// ratelimit, and the jetpool Client), so it keeps no state of its own and never
 // disagrees with `jetpool status`.
 //
 // # The page
@@ -46,6 +46,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 )
 
@@ -63,7 +64,11 @@ const TokenEnv = "JETPOOL_UI_TOKEN"
 
 // Config configures a Handler.
 type Config struct {
-	// B is the broker the dashboard reads and replays through. Required.
+	// Client is what the dashboard reads and replays through (status,
+	// workers, Retry with its checks and warnings). Nil: a Client of B.
+	Client *jetpool.Client
+	// B is the broker the dashboard reads dead letters, results and
+	// limiter state from. Required unless Client is set.
 	B *broker.Broker
 	// ReadOnly hides replay and purge and refuses their requests.
 	ReadOnly bool
@@ -95,8 +100,13 @@ type Handler struct {
 
 // New makes a Handler.
 func New(cfg Config) (*Handler, error) {
-	if cfg.B == nil {
-		return nil, errors.New("ui: Config.B is required")
+	switch {
+	case cfg.Client != nil:
+		cfg.B = cfg.Client.Broker()
+	case cfg.B == nil:
+		return nil, errors.New("ui: Config.Client or Config.B is required")
+	default:
+		cfg.Client = jetpool.NewClient(cfg.B, &jetpool.Config{Logger: &cfg.Log})
 	}
 	cfg.Poll = max(cmp.Or(cfg.Poll, PollDefault), PollMin)
 	h := &Handler{cfg: cfg, mux: http.NewServeMux()}

@@ -409,6 +409,26 @@ func TestReplayAndPurge(t *testing.T) {
 	require.Zero(t, p.Failed)
 }
 
+// A replay from the page is `jetpool retry`'s: dead letters of a context
+// overflow replayed under a workflow with no overflow: block come back
+// with the warning the CLI prints.
+func TestReplayWarnsOfOverflow(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, ui.Config{})
+	require.NoError(t, deadletter.Publish(context.Background(), tb.b, &deadletter.Entry{Job: "keyed", Record: "long", Action: "answer",
+		Reason: retry.ReasonContextOverflow, Class: retry.ClassContextOverflow, Error: "prompt too long",
+		Attempts: 1, Deliveries: 1, Data: []byte(`{"id":"long","record":{"text":"x"}}`)}))
+	var rep struct {
+		Replayed int
+		Warnings []string
+	}
+	token := tb.c.csrf()
+	require.Equal(t, http.StatusOK, tb.c.post("/api/dlq/replay", token, map[string]any{"job": "keyed", "reason": "context_overflow"}, &rep))
+	require.Equal(t, 1, rep.Replayed)
+	require.Len(t, rep.Warnings, 1)
+	require.Contains(t, rep.Warnings[0], "1 dead letter of job keyed, action answer, failed with context_overflow")
+}
+
 // Read-only: the page is told, and replay and purge are refused even with
 // the CSRF token.
 func TestReadOnly(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/term"
 
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
@@ -110,17 +111,18 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	if err := f.matchJob(ctx, e, b, wf, pos[0], "dispatch"); err != nil { // match.go
+	c := e.client(b)
+	if err := f.matchJob(ctx, e, c, wf, pos[0], "dispatch"); err != nil { // match.go
 		return err
 	}
-	opts, err := f.prepare(ctx, wf, b)
+	opts, err := f.prepare(ctx, wf, c)
 	if err != nil {
 		return err
 	}
 	if b.Embedded() {
 		fmt.Fprintln(e.stderr, "note: JETPOOL_NATS_URL is unset: the job goes to the embedded store in "+e.cfg.DataDir+"; `jetpool worker` with the same data dir (or `jetpool run`) will work it")
 	}
-	old, err := checkRunJob(ctx, b, wf, &f, pos[0]) // revise.go
+	old, err := c.ExistingJob(ctx, wf, f.job, f.input, f.checked, pos[0])
 	if err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	}
 	if old != nil {
 		// An input fix: only the records that are new or changed go.
-		if err := f.refresh(ctx, e, b, wf, opts, old, pos[0], "dispatch"); err != nil { // match.go
+		if err := f.refresh(ctx, e, c, wf, opts, old, pos[0], "dispatch"); err != nil { // match.go
 			return err
 		}
 		fmt.Fprintln(e.stdout, old.ID)
@@ -139,9 +141,9 @@ func cmdDispatch(ctx context.Context, e *env, args []string) error {
 	opts.StartAt = startAt
 	res, err := d.Dispatch(ctx, wf, opts)
 	if err != nil {
-		return inputError(err)
+		return jp.InputError(err)
 	}
-	if err := f.applyMaxCost(ctx, b, res.Job); err != nil {
+	if err := c.ApplyMaxCost(ctx, res.Job, f.maxCost); err != nil {
 		return err
 	}
 	if !res.Job.StartAt.IsZero() && res.Job.StartAt.After(time.Now()) {

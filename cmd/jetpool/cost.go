@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jetpool/jetpool/broker"
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -26,63 +26,13 @@ func maxCostFlag(fs *flag.FlagSet, v *float64) {
 	})
 }
 
-// budget applies --max-cost to the workflow (after the job id is derived:
-// a budget is not part of a job's identity, so a rerun with a larger one
-// resumes the same job). Every action must have a price for it to count,
-// and a max_tokens for it to reserve each call's worst case
-// (workflow.CheckBudget).
-func (f *runFlags) budget(wf *workflow.Workflow) error {
-	if f.maxCost <= 0 {
-		return nil
-	}
-	wf.MaxCost = f.maxCost
-	if err := wf.CheckBudget(); err != nil {
-		return fmt.Errorf("--max-cost: %w", err)
-	}
-	return nil
-}
-
-// applyMaxCost sets --max-cost on a job dispatched before with another budget.
-func (f *runFlags) applyMaxCost(ctx context.Context, b *broker.Broker, job *broker.Job) error {
-	if f.maxCost <= 0 || job.MaxCost == f.maxCost {
-		return nil
-	}
-	j, err := setMaxCost(ctx, b, job.ID, f.maxCost)
-	if err == nil {
-		*job = *j
-	}
-	return err
-}
-
-func setMaxCost(ctx context.Context, b *broker.Broker, id string, v float64) (*broker.Job, error) {
-	return b.UpdateJob(ctx, id, func(j *broker.Job) bool {
-		if j.MaxCost == v {
-			return false
-		}
-		j.MaxCost = v
-		j.Ledger.Reached = false // a new budget: calls go while their worst cases fit it
-		return true
-	})
-}
-
-// raiseBudget sets a job's max_cost before its dead letters are replayed:
-// refused, and nothing changed, when it would not cover what the job has
-// spent, or when wf (the workflow the replay runs under) could not run
-// under a budget.
-func raiseBudget(ctx context.Context, e *env, b *broker.Broker, id string, v float64, wf *workflow.Workflow) error {
-	j, _, err := b.GetJob(ctx, id)
+// raiseBudget sets a job's max_cost before its dead letters are replayed
+// (jp.Client.RaiseBudget: refused, nothing changed, when it would not
+// cover what the job has spent or wf could not run under a budget) and
+// says so.
+func raiseBudget(ctx context.Context, e *env, c *jp.Client, id string, v float64, wf *workflow.Workflow) error {
+	j, err := c.RaiseBudget(ctx, id, v, wf)
 	if err != nil {
-		return err
-	}
-	if spent := j.Cost + j.Ledger.InDoubt(); v <= spent {
-		return usageErr("job %s has spent %s already: --max-cost %s would stop it again at once", id, dollars(spent), dollars(v))
-	}
-	if wf != nil {
-		if err := wf.CheckBudget(); err != nil {
-			return configErr(fmt.Errorf("--max-cost: %w (a fixed workflow: jetpool retry --job %s --workflow FIXED.yaml --max-cost %s)", err, id, dollars(v)))
-		}
-	}
-	if j, err = setMaxCost(ctx, b, id, v); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "job %s: max_cost %s (%s spent so far)\n", id, dollars(j.MaxCost), dollars(j.Cost+j.Ledger.InDoubt()))

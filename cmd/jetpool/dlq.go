@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/retry"
-	"github.com/jetpool/jetpool/worker"
 	"github.com/jetpool/jetpool/workflow"
 )
 
@@ -214,31 +214,39 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 	if err := serveLocal(b); err != nil {
 		return err
 	}
+	c := e.client(b)
 	if rf.maxCost > 0 && !rf.dry {
 		var wf *workflow.Workflow // the revision the replay runs under; nil when it cannot be read
-		if j, _, err := b.GetJob(ctx, rf.f.Job); err == nil {
-			wf, _ = currentWorkflow(j) // revise.go
+		if j, err := c.Job(ctx, rf.f.Job); err == nil {
+			wf, _ = jp.CurrentWorkflow(j)
 		}
 		if rf.revise != "" {
 			if wf, err = workflow.Load(rf.revise); err != nil {
 				return configErr(err)
 			}
 		}
-		if err := raiseBudget(ctx, e, b, rf.f.Job, rf.maxCost, wf); err != nil { // cost.go
+		if err := raiseBudget(ctx, e, c, rf.f.Job, rf.maxCost, wf); err != nil { // cost.go
 			return err
 		}
 	}
 	start := time.Now()
 	if rf.revise != "" {
-		if err := reviseForRetry(ctx, e, b, rf.f, rf.revise, rf.dry, rf.noPreflight); err != nil {
+		if err := revise(ctx, e, c, rf); err != nil {
 			return err
 		}
-	} else if err := warnOverflow(ctx, e, b, *rf.f); err != nil { // retry_overflow.go
-		return err
-	} else if err := workableAll(ctx, b, *rf.f); err != nil { // retry_check.go
-		return err
+	} else {
+		warnings, err := c.OverflowWarnings(ctx, *rf.f)
+		for _, w := range warnings {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
+		if err != nil {
+			return err
+		}
+		if err := c.WorkableAll(ctx, *rf.f); err != nil {
+			return err
+		}
 	}
-	res, err := replay(ctx, e, b, rf)
+	res, err := replay(ctx, e, c, rf)
 	if err != nil {
 		return err
 	}
@@ -259,9 +267,35 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	for job := range res.Jobs {
-		if err := rf.finish(ctx, e, b, job, start); err != nil {
+		if err := rf.finish(ctx, e, c, job, start); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// revise makes the workflow of --workflow the current revision of the job
+// whose dead letters the filter matches (jp.Client.Revise), and says
+// what became of it.
+func revise(ctx context.Context, e *env, c *jp.Client, rf *retryFlags) error {
+	wf, err := loadWorkflow(rf.revise) // run.go: parsed, and no key a process must never send
+	if err != nil {
+		return err
+	}
+	rev, err := c.Revise(ctx, rf.f, wf, jp.ReviseParams{DryRun: rf.dry, NoPreflight: rf.noPreflight, Path: rf.revise})
+	switch {
+	case err != nil:
+		return err
+	case rev == nil:
+		return nil // Replay says no dead letter matches
+	case !rev.New:
+		fmt.Fprintf(e.stderr, "job %s: %s is its current workflow (revision %d): replaying under it\n", rev.Job.ID, rev.Path, rev.Number)
+	case rf.dry:
+		fmt.Fprintf(e.stderr, "job %s: %s would become revision %d of its workflow\n", rev.Job.ID, rev.Path, rev.Number)
+	default:
+		fmt.Fprintf(e.stderr, "job %s: revision %d of its workflow is %s; its failed records are replayed under it: "+
+			"the actions that failed and those after them run the new definition, the actions that succeeded keep their results\n",
+			rev.Job.ID, rev.Number, rev.Path)
 	}
 	return nil
 }
@@ -314,12 +348,11 @@ func parseRetry(e *env, args []string) (*retryFlags, error) {
 	return rf, nil
 }
 
-// replay republishes the dead letters rf selects (deadletter.Replay), and
-// adds the jobs with a replay an earlier retry left unfinished (killed
-// after it republished: its records are in the work stream, none in the
-// DLQ), saying what it found.
-func replay(ctx context.Context, e *env, b *broker.Broker, rf *retryFlags) (*deadletter.ReplayResult, error) {
-	res, err := deadletter.Replay(ctx, b, deadletter.ReplayOptions{Filter: *rf.f, DryRun: rf.dry, Mode: rf.mode,
+// replay republishes the dead letters rf selects, and the jobs with a
+// replay an earlier retry left unfinished (jp.Client.Replay), saying
+// what it found.
+func replay(ctx context.Context, e *env, c *jp.Client, rf *retryFlags) (*deadletter.ReplayResult, error) {
+	res, unfinished, err := c.Replay(ctx, deadletter.ReplayOptions{Filter: *rf.f, DryRun: rf.dry, Mode: rf.mode,
 		Each: func(en *deadletter.Entry, replayed bool, why string) {
 			switch {
 			case replayed:
@@ -333,38 +366,30 @@ func replay(ctx context.Context, e *env, b *broker.Broker, rf *retryFlags) (*dea
 	if err != nil {
 		return nil, err
 	}
-	unfinished, err := deadletter.Unfinished(ctx, b, rf.f.Job)
-	if err != nil {
-		return nil, err
-	}
 	for _, u := range unfinished {
-		if res.Jobs[u.Job] {
-			continue
-		}
 		verb := "working them now"
 		if rf.dry {
 			verb = "a retry without --dry-run works them"
-		} else if !b.Embedded() {
+		} else if !c.Embedded() {
 			verb = "workers will run them"
 		}
 		fmt.Fprintf(e.stderr, "job %s: a replay of %s at %s is not finished: %d records are still queued or waiting; %s\n",
 			u.Job, plural(int64(u.Records), "dead letter"), u.At.Local().Format(time.DateTime), u.Left, verb)
-		res.Jobs[u.Job] = true
 	}
 	return res, nil
 }
 
 // finish works a replayed job to its end here (the embedded server), or
 // waits for the workers elsewhere to (--wait), and reports.
-func (rf *retryFlags) finish(ctx context.Context, e *env, b *broker.Broker, job string, start time.Time) error {
-	if b.Embedded() {
-		return exitOnFailed(workAndReport(ctx, e, b, job, rf.conc, rf.output, !rf.noProgress, start, nil), rf.allowFailed)
+func (rf *retryFlags) finish(ctx context.Context, e *env, c *jp.Client, job string, start time.Time) error {
+	if c.Embedded() {
+		return exitOnFailed(workAndReport(ctx, e, c, job, rf.conc, rf.output, !rf.noProgress, start, nil), rf.allowFailed)
 	}
-	j, err := waitForWorkers(ctx, e, b, job, !rf.noProgress, rf.timeout)
+	j, err := waitForWorkers(ctx, e, c, job, !rf.noProgress, rf.timeout)
 	if err != nil {
 		return err
 	}
-	s, err := summarize(ctx, b, j, rf.output)
+	s, err := summarize(ctx, c, j, rf.output)
 	if err != nil {
 		return err
 	}
@@ -372,8 +397,8 @@ func (rf *retryFlags) finish(ctx context.Context, e *env, b *broker.Broker, job 
 	if err := stoppedErr(j); err != nil {
 		return err
 	}
-	if s.failed > 0 && !rf.allowFailed {
-		return &exitError{code: exitFailedRecords, err: &errFailedRecords{job: j.ID, failed: s.failed}}
+	if s.Failed > 0 && !rf.allowFailed {
+		return &exitError{code: exitFailedRecords, err: &errFailedRecords{job: j.ID, failed: s.Failed}}
 	}
 	return nil
 }
@@ -386,7 +411,7 @@ var noWorkerAfter = 5 * time.Second
 // job: a wait that no worker answers would be silent for ever, so after
 // noWorkerAfter it asks (jetpool.ctl.stats) and says when none runs; a
 // timeout above 0 bounds the wait.
-func waitForWorkers(ctx context.Context, e *env, b *broker.Broker, job string, progress bool, timeout time.Duration) (*broker.Job, error) {
+func waitForWorkers(ctx context.Context, e *env, c *jp.Client, job string, progress bool, timeout time.Duration) (*broker.Job, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if timeout > 0 {
@@ -403,13 +428,13 @@ func waitForWorkers(ctx context.Context, e *env, b *broker.Broker, job string, p
 			return
 		case <-t.C:
 		}
-		if stats, _ := worker.Gather(b); len(stats) == 0 {
+		if stats, _ := c.Workers(wctx); len(stats) == 0 {
 			fmt.Fprintf(e.stderr, "no worker answered on %s after %s: the replayed records of job %s wait for one "+
 				"(start `jetpool worker` with JETPOOL_NATS_URL=%s; --timeout bounds this wait)\n",
-				broker.SubjectControl, noWorkerAfter, job, b.NC.ConnectedUrlRedacted())
+				broker.SubjectControl, noWorkerAfter, job, c.Broker().NC.ConnectedUrlRedacted())
 		}
 	}()
-	j, err := waitJob(wctx, e, b, job, progress)
+	j, err := waitJob(wctx, e, c, job, progress)
 	timedOut := err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded)
 	cancel()
 	<-asked

@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/export"
 )
@@ -21,7 +22,7 @@ var sortChunkRecords = SortChunkRecords
 // output is written by summarize, in the pass that counts.
 func writeResults(ctx context.Context, b *broker.Broker, job *broker.Job, path string) error {
 	o := export.Options{Format: export.FormatOf(path), TmpDir: filepath.Dir(path), SortChunk: sortChunkRecords}
-	if wf, err := currentWorkflow(job); err == nil { // revise.go
+	if wf, err := jp.CurrentWorkflow(job); err == nil {
 		o.Carry, o.Workflow = wf.Carry, wf
 	}
 	_, err := export.ToFile(path, func(w io.Writer) (export.Counts, error) { return export.Write(ctx, b, job, w, o) })

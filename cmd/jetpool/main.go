@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/profile"
 	"github.com/jetpool/jetpool/tracing"
@@ -181,6 +182,11 @@ type env struct {
 	abort context.CancelCauseFunc
 }
 
+// client is the Client of the commands over b, a broker connect made.
+func (e *env) client(b *broker.Broker) *jp.Client {
+	return jp.NewClient(b, &jp.Config{Broker: e.cfg, Concurrency: e.cfg.Concurrency, Logger: &e.log})
+}
+
 func lookup(cmds []command, name string) *command {
 	for i := range cmds {
 		if cmds[i].name == name {
@@ -298,6 +304,8 @@ func exitCode(ctx context.Context, err error) int {
 		return exitOK
 	case errors.As(err, &xe):
 		return xe.code
+	case errors.Is(err, jp.ErrInvalid):
+		return exitUsage
 	case ctx.Err() != nil:
 		return exitInterrupt
 	case unavailable(err):

@@ -40,7 +40,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	} else {
 		return usageErr("want at most one JOB")
 	}
-	out, stats, err := jobstatus.Read(ctx, b, jobs, len(pos) == 1)
+	out, stats, err := e.client(b).Statuses(ctx, jobs, len(pos) == 1)
 	if err != nil {
 		return err
 	}

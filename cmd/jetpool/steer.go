@@ -66,7 +66,7 @@ func jobPriority(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	j, err := steer.SetPriority(ctx, b, id, n)
+	j, err := e.client(b).SetPriority(ctx, id, n)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func jobCancel(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	rep, err := steer.Cancel(ctx, b, id, steer.CancelOptions{Reason: *reason, StopWait: *wait})
+	rep, err := e.client(b).Cancel(ctx, id, steer.CancelOptions{Reason: *reason, StopWait: *wait})
 	if err != nil && !errors.Is(err, steer.ErrStillCalling) {
 		return err
 	}
@@ -157,7 +157,7 @@ func jobPause(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	rep, err := steer.Pause(ctx, b, id, at)
+	rep, err := e.client(b).Pause(ctx, id, at)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func jobResume(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	rep, err := steer.Resume(ctx, b, id)
+	rep, err := e.client(b).Resume(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -1,17 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"math"
-	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -19,180 +12,59 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/jobstatus"
 )
 
+// summary is a job's jp.Summary as run and retry print it.
 type summary struct {
-	job       *broker.Job
-	records   int64
-	ok        int64
-	failed    int64
-	byClass   map[string]int64
-	byReason  map[string]int64
-	calls     int64 // every request sent (Totals.Calls)
-	attempts  int64 // the calls the provider answered (Totals.Attempts)
-	extra     int64 // calls beyond the first per record and action: retries, repairs, replays
-	recovered int64 // ok records that took extra calls
-	tokensIn  int64
-	tokensOut int64
-	// cost (summary_cost.go): what the results hold, in all and by action;
-	// unpriced counts results with calls at an unknown price. The job's own
-	// ledger (job.Cost) is the figure printed; these say where it went.
-	cost         float64
-	costByAction map[string]float64
-	unpriced     int64
-	cached       int64
-	reasoning    int64
-	providers    []string // a line per provider's limiter (status_limits.go)
+	*jp.Summary
+	providers []string // a line per provider's limiter (status_limits.go)
 }
 
-// tally is what one record's final result says it cost, over all its
-// actions and generations (broker.Result.Totals; a result stored before
-// results carried totals says it of its own action), and its extra calls:
-// those beyond the first of each of its actions.
-func tally(r *broker.Result) (t broker.Totals, extra int64) {
-	if r.Totals == nil {
-		t = broker.Totals{Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts, Usage: r.Usage}
-		return t, int64(max(t.Calls-1, 0))
-	}
-	t = *r.Totals
-	calls := map[string]int{}
-	for _, a := range r.Actions {
-		calls[a.Action] += a.Calls
-	}
-	for _, n := range calls {
-		extra += int64(max(n-1, 0))
-	}
-	return t, extra
-}
-
-// summarize reads every result of the job once, writes the final result of
-// each record to output (when set) and counts.
-func summarize(ctx context.Context, b *broker.Broker, job *broker.Job, output string) (*summary, error) {
-	s := &summary{job: job, byClass: map[string]int64{}, byReason: map[string]int64{}}
-	var w *bufio.Writer
-	var tmp *os.File
-	if output != "" {
-		var err error
-		tmp, err = createBeside(output)
-		if err != nil {
-			return nil, err
-		}
-		defer os.Remove(tmp.Name())
-		defer tmp.Close()
-		w = bufio.NewWriterSize(tmp, 1<<20)
-	}
-	enc := json.NewEncoder(io.Discard)
-	if w != nil {
-		enc = json.NewEncoder(w)
-		enc.SetEscapeHTML(false)
-	}
-	// Every figure comes from the records' final results, which carry the
-	// accounting of all their actions: the summary says what the results
-	// file says.
-	err := b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
-		if !final {
-			return nil // the record's final result carries this one's accounting
-		}
-		s.addCost(r) // summary_cost.go: the record's cost, by action
-		t, extra := tally(r)
-		s.calls += int64(t.Calls)
-		s.attempts += int64(t.Attempts)
-		s.extra += extra
-		s.tokensIn += int64(t.Usage.InputTokens)
-		s.tokensOut += int64(t.Usage.OutputTokens)
-		s.records++
-		if r.Status == broker.StatusOK {
-			s.ok++
-			if extra > 0 {
-				s.recovered++
-			}
-		} else {
-			s.failed++
-			cls := "unknown"
-			if r.Error != nil && r.Error.Class != "" {
-				cls = r.Error.Class
-			}
-			s.byClass[cls]++
-			s.byReason[r.Reason]++
-		}
-		return enc.Encode(r)
-	})
+// summarize reads every result of the job once (jp.Client.Summarize),
+// writes the final result of each record to output (when set) and counts.
+func summarize(ctx context.Context, c *jp.Client, job *broker.Job, output string) (*summary, error) {
+	s, err := c.Summarize(ctx, job, output)
 	if err != nil {
 		return nil, err
 	}
-	// The job's ledger, read once every result is: the workers add their
-	// last spend as they stop serving the job.
-	if j, _, err := b.GetJob(ctx, job.ID); err == nil {
-		s.job = j
-	}
-	if w != nil {
-		if err := w.Flush(); err != nil {
-			return nil, err
-		}
-		if err := tmp.Sync(); err != nil {
-			return nil, err
-		}
-		if err := tmp.Close(); err != nil {
-			return nil, err
-		}
-		if err := os.Rename(tmp.Name(), output); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-// createBeside creates a new temporary file in output's directory, to be
-// renamed to output when it is complete, with the mode os.Create gives
-// (0666 less the umask; os.CreateTemp's 0600 made a results file that
-// others the umask allows could not read).
-func createBeside(output string) (*os.File, error) {
-	dir := filepath.Dir(output)
-	for range 100 {
-		name := filepath.Join(dir, fmt.Sprintf(".jetpool-results-%016x", rand.Uint64()))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
-		return f, err
-	}
-	return nil, fmt.Errorf("%s: no free temporary name for the results", dir)
+	return &summary{Summary: s}, nil
 }
 
 func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	out := e.stdout
 	status := "completed"
-	switch s.job.Status {
+	switch s.Job.Status {
 	case broker.JobFailed:
 		status = "FAILED"
 	case broker.JobCancelled:
 		status = "CANCELLED"
 	}
-	fmt.Fprintf(out, "job %s %s: %d records, %d succeeded, %d failed\n", s.job.ID, status, s.records, s.ok, s.failed)
-	if s.failed > 0 {
-		fmt.Fprintf(out, "  failed by class:  %s\n", kvList(s.byClass))
-		fmt.Fprintf(out, "  failed by reason: %s\n", kvList(s.byReason))
+	fmt.Fprintf(out, "job %s %s: %d records, %d succeeded, %d failed\n", s.Job.ID, status, s.Records, s.OK, s.Failed)
+	if s.Failed > 0 {
+		fmt.Fprintf(out, "  failed by class:  %s\n", kvList(s.ByClass))
+		fmt.Fprintf(out, "  failed by reason: %s\n", kvList(s.ByReason))
 	}
 	// Calls come from the results (all runs of the job, every action);
 	// "this run" is this process's.
 	fmt.Fprintf(out, "  calls: %d (%d extra: retries, repairs, replays), attempts: %d, records recovered: %d; model calls this run: %d\n",
-		s.calls, s.extra, s.attempts, s.recovered, callsThisRun)
-	if s.tokensIn+s.tokensOut > 0 {
-		fmt.Fprintf(out, "  tokens: %d in, %d out%s\n", s.tokensIn, s.tokensOut, s.tokenParts())
+		s.Calls, s.Extra, s.Attempts, s.Recovered, callsThisRun)
+	if s.TokensIn+s.TokensOut > 0 {
+		fmt.Fprintf(out, "  tokens: %d in, %d out%s\n", s.TokensIn, s.TokensOut, s.tokenParts())
 	}
 	s.printCost(out) // summary_cost.go
-	rate := float64(s.records) / max(elapsed.Seconds(), 1e-9)
+	rate := float64(s.Records) / max(elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(out, "  elapsed: %s, %.1f records/s\n", elapsed.Round(time.Millisecond), rate)
 	for _, p := range s.providers {
 		fmt.Fprintf(out, "  %s\n", p)
 	}
-	if s.failed > 0 {
-		fmt.Fprintf(out, "  dead letters: jetpool dlq list --job %s   replay: jetpool retry --job %s\n", s.job.ID, s.job.ID)
+	if s.Failed > 0 {
+		fmt.Fprintf(out, "  dead letters: jetpool dlq list --job %s   replay: jetpool retry --job %s\n", s.Job.ID, s.Job.ID)
 	}
-	if s.job.Stopped() {
-		fmt.Fprintf(out, "  why: %s\n", s.job.Reason)
+	if s.Job.Stopped() {
+		fmt.Fprintf(out, "  why: %s\n", s.Job.Reason)
 	}
 }
 
@@ -368,8 +240,21 @@ func (r *rateEstimate) left(done, total int64) time.Duration {
 	return time.Duration(float64(total-done) / r.rate * float64(time.Second))
 }
 
+// follow is the bar's update for a wait (nil without a bar).
+func (p *progress) follow(ctx context.Context, b *broker.Broker) func(*broker.Job, broker.Progress) {
+	if p.bar == nil {
+		return nil
+	}
+	return func(j *broker.Job, st broker.Progress) {
+		p.actions(ctx, b, j)
+		p.update(st.Done, j.Total, st)
+	}
+}
+
+// finish ends the bar; once is enough, more is harmless.
 func (p *progress) finish() {
 	if p.bar != nil {
 		_ = p.bar.Finish()
+		p.bar = nil
 	}
 }

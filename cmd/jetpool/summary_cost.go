@@ -8,51 +8,18 @@ import (
 	"slices"
 	"strings"
 
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 )
-
-// addCost adds a record's final result to the summary's cost: its total
-// (every action, generation and delivery: broker.Totals), by action.
-func (s *summary) addCost(r *broker.Result) {
-	s.cached += int64(r.Usage.CachedInputTokens)
-	s.reasoning += int64(r.Usage.ReasoningTokens)
-	priced, unpriced := false, false
-	for _, a := range r.Actions {
-		if a.Cost == nil {
-			unpriced = unpriced || a.Usage.InputTokens+a.Usage.OutputTokens > 0
-			continue
-		}
-		s.addActionCost(a.Action, *a.Cost)
-		priced = true
-	}
-	if !priced && r.TotalCost != nil {
-		// A result stored before accounts carried their cost.
-		s.addActionCost(r.Action, *r.TotalCost)
-		unpriced = false
-	} else if len(r.Actions) == 0 && r.Cost == nil {
-		unpriced = r.Usage.InputTokens+r.Usage.OutputTokens > 0
-	}
-	if unpriced {
-		s.unpriced++
-	}
-}
-
-func (s *summary) addActionCost(action string, c float64) {
-	if s.costByAction == nil {
-		s.costByAction = map[string]float64{}
-	}
-	s.cost += c
-	s.costByAction[action] += c
-}
 
 // tokenParts is ", 120 of them cached, 40 reasoning" when there are such.
 func (s *summary) tokenParts() string {
 	var parts []string
-	if s.cached > 0 {
-		parts = append(parts, fmt.Sprintf("%d input cached", s.cached))
+	if s.Cached > 0 {
+		parts = append(parts, fmt.Sprintf("%d input cached", s.Cached))
 	}
-	if s.reasoning > 0 {
-		parts = append(parts, fmt.Sprintf("%d output reasoning", s.reasoning))
+	if s.Reasoning > 0 {
+		parts = append(parts, fmt.Sprintf("%d output reasoning", s.Reasoning))
 	}
 	if len(parts) == 0 {
 		return ""
@@ -70,47 +37,41 @@ const costTolerance = 0.00005
 // called again after a worker froze or died); what is in doubt; and the
 // job against its budget.
 func (s *summary) printCost(out io.Writer) {
-	j := s.job
+	j := s.Job
 	ledger, doubt := j.Cost, j.Ledger.InDoubt()
-	if s.costByAction == nil && s.unpriced == 0 && j.MaxCost == 0 && ledger == 0 {
+	if s.CostByAction == nil && s.Unpriced == 0 && j.MaxCost == 0 && ledger == 0 {
 		return
 	}
 	line := "  cost: " + dollars(ledger)
-	if len(s.costByAction) > 1 {
+	if len(s.CostByAction) > 1 {
 		var parts []string
-		for _, a := range slices.Sorted(maps.Keys(s.costByAction)) {
-			parts = append(parts, a+" "+dollars(s.costByAction[a]))
+		for _, a := range slices.Sorted(maps.Keys(s.CostByAction)) {
+			parts = append(parts, a+" "+dollars(s.CostByAction[a]))
 		}
 		line += " (" + strings.Join(parts, ", ") + ")"
 	}
-	switch diff := ledger - s.cost; {
+	switch diff := ledger - s.Cost; {
 	case math.Abs(diff) <= costTolerance:
 	case diff > 0:
 		line += fmt.Sprintf("; %s of it in calls no result holds (records called again after a worker froze, was cut off or died)", dollars(diff))
 	default:
-		line += fmt.Sprintf("; the results hold %s: %s of calls a worker that stopped did not add to the job's cost", dollars(s.cost), dollars(-diff))
+		line += fmt.Sprintf("; the results hold %s: %s of calls a worker that stopped did not add to the job's cost", dollars(s.Cost), dollars(-diff))
 	}
 	if doubt > 0 {
 		line += fmt.Sprintf("; up to %s more in calls of workers that stopped answering (in doubt)", dollars(doubt))
 	}
-	if s.unpriced > 0 {
-		line += fmt.Sprintf("; %d results unpriced, not counted: set `price:` or load a price file", s.unpriced)
+	if s.Unpriced > 0 {
+		line += fmt.Sprintf("; %d results unpriced, not counted: set `price:` or load a price file", s.Unpriced)
 	}
 	if j.MaxCost > 0 {
 		line += fmt.Sprintf("; max_cost %s", dollars(j.MaxCost))
 	}
 	fmt.Fprintln(out, line)
-	if left := s.byReason["budget"]; j.MaxCost > 0 && j.OverBudget() && (left > 0 || j.Status == broker.JobFailed) {
+	if left := s.ByReason["budget"]; j.MaxCost > 0 && j.OverBudget() && (left > 0 || j.Status == broker.JobFailed) {
 		fmt.Fprintf(out, "  max_cost %s reached: %s spent, %s stopped before a call (dead letters, reason budget); to run them: jetpool retry --job %s --max-cost N\n",
 			dollars(j.MaxCost), dollars(ledger+doubt), plural(left, "record"), j.ID)
 	}
 }
 
-// dollars renders an amount: cents for sums above a dollar, four decimals
-// below (a job of a few thousand cheap calls costs fractions of a cent).
-func dollars(v float64) string {
-	if v >= 1 {
-		return fmt.Sprintf("$%.2f", v)
-	}
-	return fmt.Sprintf("$%.4f", v)
-}
+// dollars renders an amount (jp.Dollars).
+func dollars(v float64) string { return jp.Dollars(v) }

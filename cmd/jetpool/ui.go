@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/ui"
 )
@@ -43,7 +44,7 @@ func cmdUI(ctx context.Context, e *env, args []string) error {
 		if err := b.WriteServerFile(b.Server().ClientURL()); err != nil {
 			return err
 		}
-		rw := &replayWork{ctx: ctx, e: e, b: b, conc: *conc, busy: map[string]bool{}, again: map[string]bool{}}
+		rw := &replayWork{ctx: ctx, e: e, c: e.client(b), conc: *conc, busy: map[string]bool{}, again: map[string]bool{}}
 		defer rw.wait()
 		replayed = rw.replayed
 	}
@@ -93,7 +94,7 @@ func serveUI(e *env, b *broker.Broker, addr string, readOnly bool, replayed func
 	if addr == "" {
 		return func() {}, nil
 	}
-	s, err := ui.Listen(addr, ui.Config{B: b, ReadOnly: readOnly, Token: os.Getenv(ui.TokenEnv), Replayed: replayed, Log: e.log})
+	s, err := ui.Listen(addr, ui.Config{Client: e.client(b), ReadOnly: readOnly, Token: os.Getenv(ui.TokenEnv), Replayed: replayed, Log: e.log})
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +116,7 @@ func serveUI(e *env, b *broker.Broker, addr string, readOnly bool, replayed func
 type replayWork struct {
 	ctx  context.Context
 	e    *env
-	b    *broker.Broker
+	c    *jp.Client
 	conc int
 
 	mu    sync.Mutex
@@ -144,7 +145,7 @@ func (rw *replayWork) replayed(jobs []string) string {
 func (rw *replayWork) work(job string) {
 	defer rw.wg.Done()
 	for {
-		err := exitOnFailed(workAndReport(rw.ctx, rw.e, rw.b, job, rw.conc, "", false, time.Now(), nil), true)
+		err := exitOnFailed(workAndReport(rw.ctx, rw.e, rw.c, job, rw.conc, "", false, time.Now(), nil), true)
 		if err != nil {
 			rw.e.log.Warn().Err(err).Str("job", job).Msg("working the replayed records")
 		}

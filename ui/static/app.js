@@ -451,6 +451,7 @@
         msg.replaceChildren(el('div', { class: 'notice', id: 'replayed' },
           `Replayed ${num(v.replayed)} of ${num(v.matched)} (job${v.jobs.length === 1 ? '' : 's'} ${v.jobs.join(', ')}).`,
           v.note ? ' ' + v.note + '.' : '', v.skipped ? el('pre', {}, 'skipped:\n' + v.skipped.join('\n')) : null,
+          v.warnings ? el('pre', { class: 'warning' }, 'warning: ' + v.warnings.join('\nwarning: ')) : null,
           v.jobs.length === 1 ? [' ', el('a', { href: '#/job/' + encodeURIComponent(v.jobs[0]) }, 'Follow the job →')] : null));
       } catch (e) {
         msg.replaceChildren(el('div', { class: 'notice error' }, 'Replay failed: ' + e.message));

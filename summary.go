@@ -1,0 +1,197 @@
+package jetpool
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/jetpool/jetpool/broker"
+)
+
+// Summary is what a job's final results say, one per record: how many
+// succeeded and failed and why, the calls, tokens and cost. Every figure
+// comes from the records' final results, which carry the accounting of all
+// their actions: the summary says what the results file says.
+type Summary struct {
+	// Job is the job's entry, read once every result is: its ledger
+	// (Job.Cost) holds what the workers spent, wherever they ran.
+	Job                 *broker.Job
+	Records, OK, Failed int64
+	// ByClass and ByReason count the failed records by error class and
+	// dead-letter reason.
+	ByClass, ByReason map[string]int64
+	Calls             int64 // every request sent (broker.Totals.Calls)
+	Attempts          int64 // the calls the provider answered
+	Extra             int64 // calls beyond the first per record and action: retries, repairs, replays
+	Recovered         int64 // ok records that took extra calls
+	TokensIn          int64
+	TokensOut         int64
+	Cached            int64 // input tokens read from the provider's cache
+	Reasoning         int64 // output tokens spent reasoning
+	// Cost is what the results hold, CostByAction by action; Unpriced
+	// counts results with calls at an unknown price.
+	Cost         float64
+	CostByAction map[string]float64
+	Unpriced     int64
+}
+
+// tally is what one record's final result says it cost, over all its
+// actions and generations (broker.Result.Totals; a result stored before
+// results carried totals says it of its own action), and its extra calls:
+// those beyond the first of each of its actions.
+func tally(r *broker.Result) (t broker.Totals, extra int64) {
+	if r.Totals == nil {
+		t = broker.Totals{Attempts: r.Recovery.Attempts, Calls: r.Recovery.Attempts, Usage: r.Usage}
+		return t, int64(max(t.Calls-1, 0))
+	}
+	t = *r.Totals
+	calls := map[string]int{}
+	for _, a := range r.Actions {
+		calls[a.Action] += a.Calls
+	}
+	for _, n := range calls {
+		extra += int64(max(n-1, 0))
+	}
+	return t, extra
+}
+
+// Add counts one record's final result.
+func (s *Summary) Add(r *broker.Result) {
+	if s.ByClass == nil {
+		s.ByClass, s.ByReason = map[string]int64{}, map[string]int64{}
+	}
+	s.addCost(r)
+	t, extra := tally(r)
+	s.Calls += int64(t.Calls)
+	s.Attempts += int64(t.Attempts)
+	s.Extra += extra
+	s.TokensIn += int64(t.Usage.InputTokens)
+	s.TokensOut += int64(t.Usage.OutputTokens)
+	s.Records++
+	if r.Status == broker.StatusOK {
+		s.OK++
+		if extra > 0 {
+			s.Recovered++
+		}
+		return
+	}
+	s.Failed++
+	cls := "unknown"
+	if r.Error != nil && r.Error.Class != "" {
+		cls = r.Error.Class
+	}
+	s.ByClass[cls]++
+	s.ByReason[r.Reason]++
+}
+
+// addCost adds a record's final result to the summary's cost: its total
+// (every action, generation and delivery: broker.Totals), by action.
+func (s *Summary) addCost(r *broker.Result) {
+	s.Cached += int64(r.Usage.CachedInputTokens)
+	s.Reasoning += int64(r.Usage.ReasoningTokens)
+	priced, unpriced := false, false
+	for _, a := range r.Actions {
+		if a.Cost == nil {
+			unpriced = unpriced || a.Usage.InputTokens+a.Usage.OutputTokens > 0
+			continue
+		}
+		s.addActionCost(a.Action, *a.Cost)
+		priced = true
+	}
+	if !priced && r.TotalCost != nil {
+		// A result stored before accounts carried their cost.
+		s.addActionCost(r.Action, *r.TotalCost)
+		unpriced = false
+	} else if len(r.Actions) == 0 && r.Cost == nil {
+		unpriced = r.Usage.InputTokens+r.Usage.OutputTokens > 0
+	}
+	if unpriced {
+		s.Unpriced++
+	}
+}
+
+func (s *Summary) addActionCost(action string, c float64) {
+	if s.CostByAction == nil {
+		s.CostByAction = map[string]float64{}
+	}
+	s.Cost += c
+	s.CostByAction[action] += c
+}
+
+// Summarize reads every result of the job once, writes the final result of
+// each record as JSONL to output (when set; atomically, by a rename) and
+// counts.
+func (c *Client) Summarize(ctx context.Context, job *broker.Job, output string) (*Summary, error) {
+	s := &Summary{Job: job, ByClass: map[string]int64{}, ByReason: map[string]int64{}}
+	var w *bufio.Writer
+	var tmp *os.File
+	if output != "" {
+		var err error
+		tmp, err = createBeside(output)
+		if err != nil {
+			return nil, err
+		}
+		defer os.Remove(tmp.Name())
+		defer tmp.Close()
+		w = bufio.NewWriterSize(tmp, 1<<20)
+	}
+	enc := json.NewEncoder(io.Discard)
+	if w != nil {
+		enc = json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+	}
+	err := c.b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
+		if !final {
+			return nil // the record's final result carries this one's accounting
+		}
+		s.Add(r)
+		return enc.Encode(r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The job's ledger, read once every result is: the workers add their
+	// last spend as they stop serving the job.
+	if j, _, err := c.b.GetJob(ctx, job.ID); err == nil {
+		s.Job = j
+	}
+	if w != nil {
+		if err := w.Flush(); err != nil {
+			return nil, err
+		}
+		if err := tmp.Sync(); err != nil {
+			return nil, err
+		}
+		if err := tmp.Close(); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(tmp.Name(), output); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// createBeside creates a new temporary file in output's directory, to be
+// renamed to output when it is complete, with the mode os.Create gives
+// (0666 less the umask; os.CreateTemp's 0600 made a results file that
+// others the umask allows could not read).
+func createBeside(output string) (*os.File, error) {
+	dir := filepath.Dir(output)
+	for range 100 {
+		name := filepath.Join(dir, fmt.Sprintf(".jetpool-results-%016x", rand.Uint64()))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err
+	}
+	return nil, fmt.Errorf("%s: no free temporary name for the results", dir)
+}
