@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -27,6 +28,7 @@ import (
 var jetpoolBin string
 
 func TestMain(m *testing.M) {
+	testenv.ParallelWaits(4)
 	os.Exit(run(m))
 }
 

@@ -22,7 +22,10 @@ import (
 	"github.com/jetpool/jetpool/worker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	testenv.ParallelWaits(8)
+	goleak.VerifyTestMain(m)
+}
 
 const pipelineWorkflow = `
 providers:
