@@ -4,8 +4,8 @@ package e2e
 
 import (
 	"path/filepath"
-	"strconv"
 	"regexp"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"

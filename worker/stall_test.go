@@ -121,7 +121,7 @@ func TestStalledStreamIsRetried(t *testing.T) {
 
 // BenchmarkStreamStalls measures what streams that stall on keep-alives
 // cost a job: 400 records, 200 ms a call, concurrency 32, a call timeout
-// of 20 s, retry on; 5 % of the records' first calls stall (keep-alives
+// of 20 s, retry on; one record's first call in twenty stalls (keep-alives
 // every 50 ms, never content). "before" cuts a stalled stream only at the
 // call's timeout, as jetpool did (stream_idle_timeout set to the timeout);
 // "default" at half the timeout; "2s" at 2 s. It reports records/s:

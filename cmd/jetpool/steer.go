@@ -86,6 +86,24 @@ func jobArg(fs *flag.FlagSet, pos []string) (string, error) {
 	return pos[0], nil
 }
 
+// jobCommand parses a steering command's flags and its one JOB, and
+// connects.
+func jobCommand(ctx context.Context, e *env, fs *flag.FlagSet, args []string) (string, *broker.Broker, error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return "", nil, err
+	}
+	id, err := jobArg(fs, pos)
+	if err != nil {
+		return "", nil, err
+	}
+	b, err := connect(ctx, e)
+	if err != nil {
+		return "", nil, err
+	}
+	return id, b, nil
+}
+
 func jobCancel(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "job cancel", "JOB [--reason TEXT] [--wait DUR] [--json]",
 		"Cancel a job: from the moment this returns no worker starts a call for it. Calls in flight\n"+
@@ -97,15 +115,7 @@ func jobCancel(ctx context.Context, e *env, args []string) error {
 	reason := fs.String("reason", "", "why, kept as the job's reason (default \"cancelled by an operator\")")
 	wait := fs.Duration("wait", steer.StopWaitDefault, "how long to wait for the workers to confirm")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, err := jobArg(fs, pos)
-	if err != nil {
-		return err
-	}
-	b, err := connect(ctx, e)
+	id, b, err := jobCommand(ctx, e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -169,15 +179,7 @@ func jobResume(ctx context.Context, e *env, args []string) error {
 		"Resume a paused job (or start a scheduled one now). Exit 0: resumed (or it was not paused);\n"+
 			"1: the job has ended or has no work consumer; 3: NATS unreachable.")
 	asJSON := fs.Bool("json", false, "print the state as JSON")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	id, err := jobArg(fs, pos)
-	if err != nil {
-		return err
-	}
-	b, err := connect(ctx, e)
+	id, b, err := jobCommand(ctx, e, fs, args)
 	if err != nil {
 		return err
 	}
