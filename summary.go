@@ -4,15 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"io/fs"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/export"
 )
 
 // Summary is what a job's final results say, one per record: how many
@@ -126,27 +121,27 @@ func (s *Summary) addActionCost(action string, c float64) {
 }
 
 // Summarize reads every result of the job once, writes the final result of
-// each record as JSONL to output (when set; atomically, by a rename) and
-// counts.
+// each record as JSONL to output (when set; atomically, by a rename:
+// export.ToFile) and counts.
 func (c *Client) Summarize(ctx context.Context, job *broker.Job, output string) (*Summary, error) {
-	s := &Summary{Job: job, ByClass: map[string]int64{}, ByReason: map[string]int64{}}
-	var w *bufio.Writer
-	var tmp *os.File
-	if output != "" {
-		var err error
-		tmp, err = createBeside(output)
+	if output == "" {
+		return c.summarize(ctx, job, io.Discard)
+	}
+	return export.ToFile(output, func(f io.Writer) (*Summary, error) {
+		w := bufio.NewWriterSize(f, 1<<20)
+		s, err := c.summarize(ctx, job, w)
 		if err != nil {
 			return nil, err
 		}
-		defer os.Remove(tmp.Name())
-		defer tmp.Close()
-		w = bufio.NewWriterSize(tmp, 1<<20)
-	}
-	enc := json.NewEncoder(io.Discard)
-	if w != nil {
-		enc = json.NewEncoder(w)
-		enc.SetEscapeHTML(false)
-	}
+		return s, w.Flush()
+	})
+}
+
+// summarize counts the job's final results, writing each to w as JSONL.
+func (c *Client) summarize(ctx context.Context, job *broker.Job, w io.Writer) (*Summary, error) {
+	s := &Summary{Job: job, ByClass: map[string]int64{}, ByReason: map[string]int64{}}
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	err := c.b.EachFinal(ctx, job, func(r *broker.Result, final bool) error {
 		if !final {
 			return nil // the record's final result carries this one's accounting
@@ -162,36 +157,5 @@ func (c *Client) Summarize(ctx context.Context, job *broker.Job, output string) 
 	if j, _, err := c.b.GetJob(ctx, job.ID); err == nil {
 		s.Job = j
 	}
-	if w != nil {
-		if err := w.Flush(); err != nil {
-			return nil, err
-		}
-		if err := tmp.Sync(); err != nil {
-			return nil, err
-		}
-		if err := tmp.Close(); err != nil {
-			return nil, err
-		}
-		if err := os.Rename(tmp.Name(), output); err != nil {
-			return nil, err
-		}
-	}
 	return s, nil
-}
-
-// createBeside creates a new temporary file in output's directory, to be
-// renamed to output when it is complete, with the mode os.Create gives
-// (0666 less the umask; os.CreateTemp's 0600 made a results file that
-// others the umask allows could not read).
-func createBeside(output string) (*os.File, error) {
-	dir := filepath.Dir(output)
-	for range 100 {
-		name := filepath.Join(dir, fmt.Sprintf(".jetpool-results-%016x", rand.Uint64()))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		}
-		return f, err
-	}
-	return nil, fmt.Errorf("%s: no free temporary name for the results", dir)
 }

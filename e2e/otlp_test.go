@@ -79,20 +79,6 @@ func (r *otlpReceiver) traces(t *testing.T, service string) ([]jaegerTrace, stri
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	type span = struct {
-		TraceID       string `json:"traceID"`
-		SpanID        string `json:"spanID"`
-		OperationName string `json:"operationName"`
-		References    []struct {
-			RefType string `json:"refType"`
-			SpanID  string `json:"spanID"`
-		} `json:"references"`
-		Tags []struct {
-			Key   string `json:"key"`
-			Value any    `json:"value"`
-		} `json:"tags"`
-		ProcessID string `json:"processID"`
-	}
 	byTrace := map[string]*jaegerTrace{}
 	var order []string
 	services := map[string]map[string]bool{}
@@ -113,29 +99,19 @@ func (r *otlpReceiver) traces(t *testing.T, service string) ([]jaegerTrace, stri
 					id := hex.EncodeToString(s.TraceId)
 					tr := byTrace[id]
 					if tr == nil {
-						tr = &jaegerTrace{TraceID: id, Processes: map[string]struct {
-							ServiceName string `json:"serviceName"`
-						}{}}
+						tr = &jaegerTrace{TraceID: id, Processes: map[string]jaegerProcess{}}
 						byTrace[id] = tr
 						order = append(order, id)
 						services[id] = map[string]bool{}
 					}
 					services[id][svc] = true
-					tr.Processes[svc] = struct {
-						ServiceName string `json:"serviceName"`
-					}{svc}
-					sp := span{TraceID: id, SpanID: hex.EncodeToString(s.SpanId), OperationName: s.Name, ProcessID: svc}
+					tr.Processes[svc] = jaegerProcess{svc}
+					sp := jaegerSpan{TraceID: id, SpanID: hex.EncodeToString(s.SpanId), OperationName: s.Name, ProcessID: svc}
 					if len(s.ParentSpanId) > 0 {
-						sp.References = append(sp.References, struct {
-							RefType string `json:"refType"`
-							SpanID  string `json:"spanID"`
-						}{"CHILD_OF", hex.EncodeToString(s.ParentSpanId)})
+						sp.References = append(sp.References, jaegerRef{"CHILD_OF", hex.EncodeToString(s.ParentSpanId)})
 					}
 					for _, a := range s.Attributes {
-						sp.Tags = append(sp.Tags, struct {
-							Key   string `json:"key"`
-							Value any    `json:"value"`
-						}{a.Key, otlpValue(a.Value)})
+						sp.Tags = append(sp.Tags, jaegerTag{a.Key, otlpValue(a.Value)})
 					}
 					tr.Spans = append(tr.Spans, sp)
 				}

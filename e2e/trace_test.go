@@ -21,24 +21,32 @@ import (
 
 // jaegerTrace is a trace as Jaeger's query API returns it.
 type jaegerTrace struct {
-	TraceID string `json:"traceID"`
-	Spans   []struct {
-		TraceID       string `json:"traceID"`
-		SpanID        string `json:"spanID"`
-		OperationName string `json:"operationName"`
-		References    []struct {
-			RefType string `json:"refType"`
-			SpanID  string `json:"spanID"`
-		} `json:"references"`
-		Tags []struct {
-			Key   string `json:"key"`
-			Value any    `json:"value"`
-		} `json:"tags"`
-		ProcessID string `json:"processID"`
-	} `json:"spans"`
-	Processes map[string]struct {
-		ServiceName string `json:"serviceName"`
-	} `json:"processes"`
+	TraceID   string                   `json:"traceID"`
+	Spans     []jaegerSpan             `json:"spans"`
+	Processes map[string]jaegerProcess `json:"processes"`
+}
+
+type jaegerProcess struct {
+	ServiceName string `json:"serviceName"`
+}
+
+type jaegerSpan struct {
+	TraceID       string      `json:"traceID"`
+	SpanID        string      `json:"spanID"`
+	OperationName string      `json:"operationName"`
+	References    []jaegerRef `json:"references"`
+	Tags          []jaegerTag `json:"tags"`
+	ProcessID     string      `json:"processID"`
+}
+
+type jaegerRef struct {
+	RefType string `json:"refType"`
+	SpanID  string `json:"spanID"`
+}
+
+type jaegerTag struct {
+	Key   string `json:"key"`
+	Value any    `json:"value"`
 }
 
 // traceScript answers each record's calls by its prompt: "do record 1"
