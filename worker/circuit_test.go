@@ -213,7 +213,7 @@ actions:
 			for id, r := range results {
 				calls := s.calls[id]
 				require.LessOrEqual(t, calls, bound, "%s: %d calls, validate's bound is %d", id, calls, bound)
-				require.Equal(t, calls, r.Recovery.Attempts, "%s: the result counts every call", id)
+				countsEveryCall(t, id, calls, r.Recovery)
 				waits += r.Recovery.Waits
 			}
 			t.Logf("%d ok, %d failed, %d parks (bound %d)", p.OK, p.Failed, waits, bound)

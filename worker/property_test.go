@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/provider/providertest"
+	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/worker"
 )
 
@@ -69,6 +71,23 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// countsEveryCall checks that a record's result counts every call the
+// server saw. It may count more only for calls the server may never have
+// seen: a call that timed out or broke before an answer (on a busy host
+// its request may not have left before the timeout) and a call a silent
+// delivery left open (counted lost, since nobody can know).
+func countsEveryCall(t *testing.T, id string, calls int, rec broker.Recovery) {
+	t.Helper()
+	unsure := 0
+	for _, f := range rec.Failures {
+		if f.Class == string(retry.ClassNetwork) || strings.HasPrefix(f.Error, "LostCall") {
+			unsure++
+		}
+	}
+	require.GreaterOrEqual(t, rec.Attempts, calls, "%s: the result counts every call: %+v", id, rec)
+	require.LessOrEqual(t, rec.Attempts, calls+unsure, "%s: the result counts only calls that may have been made: %+v", id, rec)
+}
+
 // Over random scripts and retry policies, no record makes more calls than
 // validate's bound, and every record ends with exactly one final result; a
 // failed one made at least one call (no wait here reaches max_wait).
@@ -110,7 +129,7 @@ actions:
 				calls := s.calls[id]
 				most = max(most, calls)
 				require.LessOrEqual(t, calls, bound, "%s: %d calls, validate's bound is %d (%s)", id, calls, bound, pol)
-				require.Equal(t, calls, r.Recovery.Attempts, "%s: the result counts every call", id)
+				countsEveryCall(t, id, calls, r.Recovery)
 				if r.Status == broker.StatusFailed {
 					require.Positive(t, calls, "%s failed without a call", id)
 				}

@@ -188,7 +188,11 @@ func TestOneOff429WaitsAlone(t *testing.T) {
 
 // The circuit opens when half of at least 3 calls failed, lets one probe
 // through per cooldown (the cooldown doubling), and closes when the server
-// recovers; every record then succeeds.
+// recovers; every record then succeeds. One call slot: no call is in
+// flight when the circuit opens, so the server's failures are the three
+// that opened it, then the probes. A busy host only lengthens the gaps, so
+// only their lower bounds are asserted (ratelimit's own test checks the
+// schedule on a fake clock).
 func TestBreakerOpensProbesCloses(t *testing.T) {
 	t.Parallel()
 	srv := ratelimittest.New(1000, 10*time.Millisecond)
@@ -199,7 +203,7 @@ func TestBreakerOpensProbesCloses(t *testing.T) {
 	reg := registry(t, b, ratelimit.Config{Breaker: ratelimit.BreakerConfig{MinCalls: 3, FailureRatio: 0.5, Cooldown: cooldown}})
 	wf := testenv.Workflow(t, limitWorkflow(t, srv.BaseURL(), "", `{max_attempts: 10, backoff: 10ms}`))
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, 4), dispatcher.Options{})
-	testenv.Pool(t, b, worker.Config{Concurrency: 2, Limits: reg})
+	testenv.Pool(t, b, worker.Config{Concurrency: 1, Limits: reg})
 
 	lim := func() ratelimit.Status {
 		ls := reg.Limiters()
@@ -209,30 +213,11 @@ func TestBreakerOpensProbesCloses(t *testing.T) {
 		return ls[0].Status()
 	}
 	testenv.Eventually(t, 10*time.Second, func() bool { return lim().Circuit == ratelimit.CircuitOpen }, "circuit never opened")
-	// Wait for two probes to fail, then look at when the failed calls came:
-	// a run of 3 (plus at most one that was in flight when the circuit
-	// opened), then one probe after the cooldown, one after twice it.
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		f := srv.FailedAt()
-		n := 0
-		for i := 1; i < len(f); i++ {
-			if f[i].Sub(f[i-1]) >= cooldown-50*time.Millisecond {
-				n++
-			}
-		}
-		return n >= 2
-	}, "no probes")
+	// Two probes failed: the three calls that opened it, then two.
+	testenv.Eventually(t, 10*time.Second, func() bool { return len(srv.FailedAt()) >= 5 }, "no probes")
 	f := srv.FailedAt()
-	first := 0
-	for i := 1; i < len(f); i++ {
-		if f[i].Sub(f[i-1]) >= cooldown-50*time.Millisecond {
-			first = i
-			break
-		}
-	}
-	require.Contains(t, []int{3, 4}, first, "the circuit opened after 3 failures: %v", f)
-	require.GreaterOrEqual(t, len(f), first+2)
-	require.GreaterOrEqual(t, f[first+1].Sub(f[first]), 2*cooldown-50*time.Millisecond, "the cooldown doubled after a failed probe")
+	require.GreaterOrEqual(t, f[3].Sub(f[2]), cooldown, "the first probe waited out the cooldown: %v", f)
+	require.GreaterOrEqual(t, f[4].Sub(f[3]), 2*cooldown, "the cooldown doubled after a failed probe: %v", f)
 	require.NotEqual(t, ratelimit.CircuitClosed, lim().Circuit)
 	failed := len(f)
 
