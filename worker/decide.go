@@ -63,11 +63,34 @@ type outcome struct {
 	raise  string              // deadLetter: the job fails with this diagnostic
 }
 
-// decision is what decide reads: the delivery, how its session ended, and
-// the moment.
+// verdict is what a check before the session found instead of running it
+// (handle.go, failed.go, poison.go, batch.go), or what the completer met
+// after it (complete.go): a fact, which decide maps to the record's
+// outcome. The zero verdict found nothing: the session runs.
+type verdict struct {
+	kind verdictKind
+}
+
+type verdictKind int
+
+const (
+	// verdictRun: nothing found; the session runs (never decided).
+	verdictRun verdictKind = iota
+	// verdictYield: another delivery of the record is handled in this
+	// pool (worker/lease.go): that one settles it.
+	verdictYield
+	// verdictAbandon: the worker stopped while a check waited for the
+	// store, or Config.DieOn chose the record: no write, no ack, no nak —
+	// the record is redelivered after AckWait.
+	verdictAbandon
+)
+
+// decision is what decide reads: the delivery, how its session ended (or
+// what a check found instead), and the moment.
 type decision struct {
 	d      *delivery
-	end    *sessionEnd
+	end    *sessionEnd // nil: check says why the session did not run
+	check  verdict
 	now    time.Time
 	jitter float64  // [0,1): spreads parked records' return
 	worker string   // names the worker in a dead letter
@@ -96,7 +119,13 @@ const parkJitterMax = 5 * time.Second
 //     configuration error) dead-letters it with its reason;
 //   - otherwise the exec layer decides (retry.Policy.Decide) on the
 //     deliveries that made calls.
+//
+// A delivery that ran no session is decided on its check's verdict
+// (decideCheck).
 func decide(in decision) outcome {
+	if in.end == nil {
+		return decideCheck(in)
+	}
 	d, end := in.d, in.end
 	if f := end.fence; f != nil {
 		// Stopped before a call it may not make (worker/lease.go).
@@ -137,6 +166,18 @@ func decide(in decision) outcome {
 		diag = retry.Diagnose(end.err, all, d.delivery())
 	}
 	return deadLetterOutcome(in, end.err, verdict.Reason, diag, all, end)
+}
+
+// decideCheck is the outcome of a delivery whose session did not run, or
+// whose outcome a write that cannot land changed, by what was found.
+func decideCheck(in decision) outcome {
+	switch in.check.kind {
+	case verdictYield:
+		return outcome{kind: outcomeYield}
+	case verdictAbandon:
+		return outcome{kind: outcomeAbandon}
+	}
+	panic(fmt.Sprintf("worker: no outcome for verdict %d: a check that found nothing runs the session", in.check.kind))
 }
 
 // decideWait parks a record whose call could not go, or dead-letters it

@@ -50,7 +50,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		// here (worker/lease.go): that one settles it.
 		p.log.Debug().Str("job", d.job).Str("record", d.env.ID).Int("delivery", d.n).
 			Msg("delivered again while this worker still handles it (its AckWait ran out: the process was stopped, or its heartbeats were lost): left to the delivery under way")
-		return jr.complete(ctx, d, outcome{kind: outcomeYield}, release)
+		return jr.conclude(ctx, d, verdict{kind: verdictYield}, release)
 	}
 	if o, settled := jr.before(ctx, d); settled {
 		return jr.complete(ctx, d, o, release)
@@ -62,7 +62,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		defer func() { <-p.suspect }()
 	}
 	if p.cfg.DieOn != nil && p.cfg.DieOn(d.job, d.action.Name, d.env.ID) {
-		return jr.complete(ctx, d, outcome{kind: outcomeAbandon}, release) // as if the process died running it: no ack, no nak
+		return jr.conclude(ctx, d, verdict{kind: verdictAbandon}, release) // as if the process died running it: no ack, no nak
 	}
 	if batched {
 		if d.span != nil {
@@ -86,13 +86,23 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 	}
 	end := run(ctx, d)
 	d.run = end
-	o := decide(decision{d: d, end: end, now: p.cfg.Clock.Now(), jitter: rand.Float64(), worker: p.id, carry: jr.wf.Carry})
+	in := jr.decision(d)
+	in.end = end
+	o := decide(in)
 	if o.kind == outcomeSettled && o.result != nil {
 		// Found stored by its fence (worker/lease.go): its cost goes on
 		// with the record, as lookUp's.
 		d.run, d.account = paidRun(o.result), ownAccount(o.result)
 	}
 	return jr.complete(ctx, d, o, release)
+}
+
+// conclude hands the outcome decide chooses for what a check found (v)
+// to the completer.
+func (jr *jobRunner) conclude(ctx context.Context, d *delivery, v verdict, release func()) bool {
+	in := jr.decision(d)
+	in.check = v
+	return jr.complete(ctx, d, decide(in), release)
 }
 
 // complete hands d's outcome to the completer.
@@ -151,7 +161,7 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 
 // decision is the base of a decision about d now.
 func (jr *jobRunner) decision(d *delivery) decision {
-	return decision{d: d, now: jr.p.cfg.Clock.Now(), worker: jr.p.id, carry: jr.wf.Carry}
+	return decision{d: d, now: jr.p.cfg.Clock.Now(), jitter: rand.Float64(), worker: jr.p.id, carry: jr.wf.Carry}
 }
 
 // lookUp reads what earlier deliveries of the record left: an outcome
