@@ -64,7 +64,7 @@ func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery, release func
 	jr.mu.Unlock()
 	later := func() {
 		// Back in a second, spending nothing of the record's budget.
-		jr.complete(ctx, d, outcome{kind: outcomePark, state: d.nextState(nil), delay: time.Second}, release)
+		jr.conclude(ctx, d, verdict{kind: verdictBatchLater}, release)
 	}
 	if bt == nil {
 		later()

@@ -83,6 +83,17 @@ const (
 	// store, or Config.DieOn chose the record: no write, no ack, no nak —
 	// the record is redelivered after AckWait.
 	verdictAbandon
+	// verdictTwin: a twin delivery may be about to call, or calling
+	// (worker/handle.go twin): parked once for twinWait and up to as much
+	// again, spending nothing, to look again.
+	verdictTwin
+	// verdictSuspect: a suspect, while another runs alone in this process
+	// (poison.go): parked for suspectPark and up to as much again.
+	verdictSuspect
+	// verdictBatchLater: a batch-mode record that cannot join a batch now
+	// (its batcher not running yet, or the worker stopping): back in a
+	// second, spending nothing.
+	verdictBatchLater
 )
 
 // decision is what decide reads: the delivery, how its session ended (or
@@ -171,13 +182,27 @@ func decide(in decision) outcome {
 // decideCheck is the outcome of a delivery whose session did not run, or
 // whose outcome a write that cannot land changed, by what was found.
 func decideCheck(in decision) outcome {
+	d := in.d
 	switch in.check.kind {
 	case verdictYield:
 		return outcome{kind: outcomeYield}
 	case verdictAbandon:
 		return outcome{kind: outcomeAbandon}
+	case verdictTwin:
+		st := d.nextState(nil)
+		st.TwinWaited = true
+		return outcome{kind: outcomePark, state: st, delay: jittered(twinWait, in.jitter)}
+	case verdictSuspect:
+		return outcome{kind: outcomePark, state: d.nextState(nil), delay: jittered(suspectPark, in.jitter)}
+	case verdictBatchLater:
+		return outcome{kind: outcomePark, state: d.nextState(nil), delay: time.Second}
 	}
 	panic(fmt.Sprintf("worker: no outcome for verdict %d: a check that found nothing runs the session", in.check.kind))
+}
+
+// jittered is d and up to d more, by jitter ([0,1)).
+func jittered(d time.Duration, jitter float64) time.Duration {
+	return d + time.Duration(jitter*float64(d))
 }
 
 // decideWait parks a record whose call could not go, or dead-letters it

@@ -34,6 +34,23 @@ func TestDecideCheck(t *testing.T) {
 			v: verdict{kind: verdictYield}, kind: outcomeYield},
 		{name: "stopping while a check waited for the store: nothing at all, redelivered after AckWait",
 			v: verdict{kind: verdictAbandon}, kind: outcomeAbandon},
+		{name: "a twin may be calling: parked once for 2s and up to 2s more, nothing spent",
+			v: verdict{kind: verdictTwin}, n: 2, state: &broker.RecordState{Deliveries: 1, Handled: 1},
+			kind: outcomePark, want: []string{"state", "nak 3s"},
+			check: func(t *testing.T, o outcome) {
+				require.True(t, o.state.TwinWaited, "the next delivery does not wait again")
+				require.Equal(t, 1, o.state.Deliveries, "no delivery spent")
+				require.Equal(t, 2, o.state.Handled)
+			}},
+		{name: "a suspect while another runs alone: parked for 2s and up to 2s more",
+			v: verdict{kind: verdictSuspect}, n: 3, kind: outcomePark, want: []string{"state", "nak 3s"},
+			check: func(t *testing.T, o outcome) {
+				require.False(t, o.state.TwinWaited)
+				require.Zero(t, o.state.Deliveries)
+				require.Equal(t, 2, o.state.Lost, "the deliveries before it ended with no word")
+			}},
+		{name: "a batch-mode record with no batcher yet: back in a second",
+			v: verdict{kind: verdictBatchLater}, kind: outcomePark, want: []string{"state", "nak 1s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := &journal{}

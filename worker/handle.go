@@ -55,8 +55,8 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 	if o, settled := jr.before(ctx, d); settled {
 		return jr.complete(ctx, d, o, release)
 	}
-	if o, settled := jr.alone(ctx, d); settled { // poison.go: a suspect runs alone
-		return jr.complete(ctx, d, o, release)
+	if v := jr.alone(ctx, d); v.kind != verdictRun { // poison.go: a suspect runs alone
+		return jr.conclude(ctx, d, v, release)
 	}
 	if d.alone {
 		defer func() { <-p.suspect }()
@@ -100,9 +100,14 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 // conclude hands the outcome decide chooses for what a check found (v)
 // to the completer.
 func (jr *jobRunner) conclude(ctx context.Context, d *delivery, v verdict, release func()) bool {
+	return jr.complete(ctx, d, jr.outcomeOf(d, v), release)
+}
+
+// outcomeOf is the outcome decide chooses for what a check found (v).
+func (jr *jobRunner) outcomeOf(d *delivery, v verdict) outcome {
 	in := jr.decision(d)
 	in.check = v
-	return jr.complete(ctx, d, decide(in), release)
+	return decide(in)
 }
 
 // complete hands d's outcome to the completer.
@@ -213,8 +218,8 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 		held = held || heldState
 	}
 	suspect := held || p.done.faults.recent(p.cfg.Clock.Now(), twinWindow)
-	if o, wait := jr.twin(ctx, d, suspect && last == nil); wait {
-		return o, true
+	if v := jr.twin(ctx, d, suspect && last == nil); v.kind != verdictRun {
+		return jr.outcomeOf(d, v), true
 	}
 	return outcome{}, false
 }
@@ -239,19 +244,15 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 //   - a redelivery claims on a single server too: the delivery before it
 //     may be a worker stopped mid-call (worker/lease.go), whose claim,
 //     taken at its first heartbeat, stands while it is renewed.
-func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o outcome, wait bool) {
-	park := func(st *broker.RecordState) outcome {
-		st.TwinWaited = true
-		return outcome{kind: outcomePark, state: st, delay: twinWait + rand.N(twinWait)}
-	}
+func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) verdict {
 	waited := d.state != nil && d.state.TwinWaited
 	if suspect && !waited {
-		return park(d.nextState(nil)), true
+		return verdict{kind: verdictTwin}
 	}
 	// A redelivery claims everywhere: its last delivery may be a worker
 	// stopped or cut off mid-call (worker/lease.go).
 	if !suspect && !jr.replicated.Load() && d.n <= 1 {
-		return outcome{}, false
+		return verdict{}
 	}
 	p := jr.p
 	bid := jr.bid(d, 1)
@@ -271,12 +272,12 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 	})
 	switch {
 	case err != nil:
-		return outcome{kind: outcomeAbandon}, true // stopping: the record is redelivered after AckWait
+		return verdict{kind: verdictAbandon} // stopping: the record is redelivered after AckWait
 	case refused != nil:
 		p.warnClaim(refused)
-		return outcome{}, false
+		return verdict{}
 	case !ok:
-		return park(d.nextState(nil)), true
+		return verdict{kind: verdictTwin}
 	}
 	d.lease.mu.Lock()
 	d.lease.rev, d.lease.calls = c.Rev, 1
@@ -287,12 +288,12 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 		// record lets go and is parked, and its next delivery looks
 		// again (CI: a twin held 21 s took over a lapsed claim and paid
 		// again for a result stored 18 s before).
-		return park(d.nextState(nil)), true
+		return verdict{kind: verdictTwin}
 	}
 	if c.LapsedCalls > 0 {
 		jr.takeOver(d, c.LapsedCalls)
 	}
-	return outcome{}, false
+	return verdict{}
 }
 
 // warnClaim logs a claim the store refused, at most once a minute.
