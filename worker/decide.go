@@ -68,7 +68,10 @@ type outcome struct {
 // after it (complete.go): a fact, which decide maps to the record's
 // outcome. The zero verdict found nothing: the session runs.
 type verdict struct {
-	kind verdictKind
+	kind   verdictKind
+	result *broker.Result // stored: the outcome found; answered: the answer
+	job    *broker.Job    // jobStopped: the job as the worker knows it
+	final  *retry.Error   // poisoned: why
 }
 
 type verdictKind int
@@ -83,6 +86,22 @@ const (
 	// store, or Config.DieOn chose the record: no write, no ack, no nak —
 	// the record is redelivered after AckWait.
 	verdictAbandon
+	// verdictDropped: a late work message of a dispatch that lost the job
+	// to another (dispatcher/checking.go): acked, nothing stored.
+	verdictDropped
+	// verdictStored: the record's outcome is stored already (a worker
+	// stopped between storing it and acking): settled with it.
+	verdictStored
+	// verdictAnswered: an answer a delivery paid for and parked in the
+	// record's state, its worker stopping: stored now, not called again.
+	verdictAnswered
+	// verdictJobStopped: the job was cancelled or failed (a budget, a
+	// raise) before the record ran: dead-lettered, the reason and the
+	// diagnostic the job's (stopOutcome, worker/steer.go).
+	verdictJobStopped
+	// verdictPoisoned: too many of its deliveries ended with no word from
+	// a worker (poison.go): dead-lettered, max_deliveries.
+	verdictPoisoned
 	// verdictTwin: a twin delivery may be about to call, or calling
 	// (worker/handle.go twin): parked once for twinWait and up to as much
 	// again, spending nothing, to look again.
@@ -158,15 +177,15 @@ func decide(in decision) outcome {
 	if end.err == nil {
 		return outcome{kind: outcomeDone, result: okResult(d, end, in.now, in.carry)}
 	}
-	verdict := retry.Decision{Verdict: retry.VerdictDeadLetter, Reason: end.reason}
+	exec := retry.Decision{Verdict: retry.VerdictDeadLetter, Reason: end.reason}
 	if end.reason == "" {
-		verdict = d.action.Retry.Decide(retry.Outcome{Err: end.err, HandOver: end.handOver}, d.delivery())
+		exec = d.action.Retry.Decide(retry.Outcome{Err: end.err, HandOver: end.handOver}, d.delivery())
 	}
-	if verdict.Verdict == retry.VerdictRedeliver {
+	if exec.Verdict == retry.VerdictRedeliver {
 		st := d.nextState(end.attempts)
 		keepSpend(st, end)
 		spent(st)
-		return outcome{kind: outcomeRetry, state: st, delay: verdict.Delay}
+		return outcome{kind: outcomeRetry, state: st, delay: exec.Delay}
 	}
 	all := append(append([]retry.Attempt(nil), d.prior()...), end.attempts...)
 	diag := ""
@@ -176,18 +195,29 @@ func decide(in decision) outcome {
 	if diag == "" {
 		diag = retry.Diagnose(end.err, all, d.delivery())
 	}
-	return deadLetterOutcome(in, end.err, verdict.Reason, diag, all, end)
+	return deadLetterOutcome(in, end.err, exec.Reason, diag, all, end)
 }
 
 // decideCheck is the outcome of a delivery whose session did not run, or
 // whose outcome a write that cannot land changed, by what was found.
 func decideCheck(in decision) outcome {
-	d := in.d
-	switch in.check.kind {
+	d, v := in.d, in.check
+	switch v.kind {
 	case verdictYield:
 		return outcome{kind: outcomeYield}
 	case verdictAbandon:
 		return outcome{kind: outcomeAbandon}
+	case verdictDropped:
+		return outcome{kind: outcomeSettled}
+	case verdictStored:
+		return outcome{kind: outcomeSettled, result: v.result}
+	case verdictAnswered:
+		return outcome{kind: outcomeDone, result: v.result}
+	case verdictJobStopped:
+		final, reason, diag := stopOutcome(v.job) // worker/steer.go
+		return deadLetterOutcome(in, final, reason, diag, d.prior(), nil)
+	case verdictPoisoned:
+		return deadLetterOutcome(in, v.final, retry.ReasonMaxDeliveries, retry.Diagnose(v.final, d.prior(), d.delivery()), d.prior(), nil)
 	case verdictTwin:
 		st := d.nextState(nil)
 		st.TwinWaited = true
@@ -197,7 +227,7 @@ func decideCheck(in decision) outcome {
 	case verdictBatchLater:
 		return outcome{kind: outcomePark, state: d.nextState(nil), delay: time.Second}
 	}
-	panic(fmt.Sprintf("worker: no outcome for verdict %d: a check that found nothing runs the session", in.check.kind))
+	panic(fmt.Sprintf("worker: no outcome for verdict %d: a check that found nothing runs the session", v.kind))
 }
 
 // jittered is d and up to d more, by jitter ([0,1)).

@@ -15,12 +15,17 @@ import (
 // ack or the nak and its delay — read from a fake store's journal.
 func TestDecideCheck(t *testing.T) {
 	now := time.Unix(10_000, 0)
+	stored := &broker.Result{ID: "r1", Status: broker.StatusOK, Output: "answer", Action: "act", Job: "job"}
+	storedFailure := &broker.Result{ID: "r1", Status: broker.StatusFailed, Action: "act", Job: "job"}
+	poison := &retry.Error{Class: retry.ClassProgramming, TypeName: "PoisonRecord", Message: "3 of its deliveries ended with no word from any worker"}
+	earlier := &broker.RecordState{Deliveries: 1, Handled: 1, Attempts: []retry.Attempt{{N: 1, Delivery: 1, Class: retry.ClassServer, Error: "ServerError: 503"}}}
 	for _, tc := range []struct {
 		name  string
 		v     verdict
 		n     int // JetStream's delivery count (1 when 0)
 		state *broker.RecordState
 		next  string // the next action
+		raise bool   // the action's on_exhausted is raise
 		kind  outcomeKind
 		// reason and retryable: a dead letter's, and its failed result's
 		// when it has one.
@@ -34,6 +39,53 @@ func TestDecideCheck(t *testing.T) {
 			v: verdict{kind: verdictYield}, kind: outcomeYield},
 		{name: "stopping while a check waited for the store: nothing at all, redelivered after AckWait",
 			v: verdict{kind: verdictAbandon}, kind: outcomeAbandon},
+		{name: "a late message of a dispatch that lost the job: acked, nothing stored or forwarded",
+			v: verdict{kind: verdictDropped}, next: "second", kind: outcomeSettled, want: []string{"ack"}},
+		{name: "a success stored already: forwarded again (deduplicated), acked, not paid twice",
+			v: verdict{kind: verdictStored, result: stored}, n: 2, next: "second", kind: outcomeSettled, want: []string{"forward", "ack"},
+			check: func(t *testing.T, o outcome) { require.Same(t, stored, o.result) }},
+		{name: "a failure stored already: acked, not dead-lettered again",
+			v: verdict{kind: verdictStored, result: storedFailure}, n: 2, next: "second", kind: outcomeSettled, want: []string{"ack"}},
+		{name: "an answer parked in the state: stored, forwarded, acked, its state cleared",
+			v: verdict{kind: verdictAnswered, result: stored}, n: 2, state: &broker.RecordState{Handled: 1}, next: "second",
+			kind: outcomeDone, want: []string{"result:ok", "forward", "ack", "clear state"}},
+		{name: "a cancelled job: dead-lettered cancelled, its result cancelled, the job not failed again",
+			v: verdict{kind: verdictJobStopped, job: &broker.Job{ID: "job", Status: broker.JobCancelled, Reason: "by alice"}}, raise: true,
+			kind: outcomeDeadLetter, reason: retry.ReasonCancelled, retryable: true,
+			want: []string{"dead letter cancelled", "result:cancelled", "ack"},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, "job cancelled: the job was cancelled before this record's call: by alice", o.entry.Error)
+				require.Equal(t, broker.StatusCancelled, o.result.Status)
+				require.Empty(t, o.raise)
+			}},
+		{name: "a failed job: dead-lettered job_failed with the job's reason and earlier calls, the job not failed again",
+			v: verdict{kind: verdictJobStopped, job: &broker.Job{ID: "job", Status: broker.JobFailed, Reason: "action act raised"}}, raise: true,
+			n: 2, state: earlier, kind: outcomeDeadLetter, reason: retry.ReasonJobFailed, retryable: true,
+			want: []string{"dead letter job_failed", "result:failed", "ack", "clear state"},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, "job failed: action act raised", o.entry.Error)
+				require.Equal(t, 1, o.entry.Attempts, "the earlier delivery's call")
+				require.Len(t, o.result.Recovery.Failures, 1)
+				require.Empty(t, o.raise)
+			}},
+		{name: "a job over its budget: dead-lettered budget, no call made",
+			v:    verdict{kind: verdictJobStopped, job: &broker.Job{ID: "job", Status: broker.JobFailed, Reason: "max_cost reached", MaxCost: 1, Cost: 1.5}},
+			kind: outcomeDeadLetter, reason: retry.ReasonBudget, retryable: false,
+			want: []string{"dead letter budget", "result:failed", "ack"},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, retry.ClassBudget, o.entry.Class)
+				require.Equal(t, "job failed: max_cost reached", o.entry.Error)
+			}},
+		{name: "a poison record: dead-lettered max_deliveries, its earlier calls in its result",
+			v: verdict{kind: verdictPoisoned, final: poison}, n: 4, state: earlier,
+			kind: outcomeDeadLetter, reason: retry.ReasonMaxDeliveries, retryable: false,
+			want: []string{"dead letter max_deliveries", "result:failed", "ack", "clear state"},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, retry.ClassProgramming, o.entry.Class)
+				require.Equal(t, 4, o.entry.Deliveries)
+				require.Equal(t, "failed permanently: PoisonRecord: 3 of its deliveries ended with no word from any worker", o.entry.Error)
+				require.Len(t, o.result.Recovery.Failures, 1, "the earlier call is in its story")
+			}},
 		{name: "a twin may be calling: parked once for 2s and up to 2s more, nothing spent",
 			v: verdict{kind: verdictTwin}, n: 2, state: &broker.RecordState{Deliveries: 1, Handled: 1},
 			kind: outcomePark, want: []string{"state", "nak 3s"},
@@ -57,6 +109,9 @@ func TestDecideCheck(t *testing.T) {
 			d := testDelivery(j, tc.next)
 			d.n = max(tc.n, 1)
 			d.state = tc.state
+			if tc.raise {
+				d.action.Retry.OnExhausted = retry.Raise
+			}
 			o := decide(decision{d: d, check: tc.v, now: now, jitter: 0.5, worker: "w1"})
 			require.Equal(t, tc.kind, o.kind)
 			if o.kind == outcomeDeadLetter {

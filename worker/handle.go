@@ -52,8 +52,8 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 			Msg("delivered again while this worker still handles it (its AckWait ran out: the process was stopped, or its heartbeats were lost): left to the delivery under way")
 		return jr.conclude(ctx, d, verdict{kind: verdictYield}, release)
 	}
-	if o, settled := jr.before(ctx, d); settled {
-		return jr.complete(ctx, d, o, release)
+	if v := jr.before(ctx, d); v.kind != verdictRun {
+		return jr.conclude(ctx, d, v, release)
 	}
 	if v := jr.alone(ctx, d); v.kind != verdictRun { // poison.go: a suspect runs alone
 		return jr.conclude(ctx, d, v, release)
@@ -100,14 +100,9 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 // conclude hands the outcome decide chooses for what a check found (v)
 // to the completer.
 func (jr *jobRunner) conclude(ctx context.Context, d *delivery, v verdict, release func()) bool {
-	return jr.complete(ctx, d, jr.outcomeOf(d, v), release)
-}
-
-// outcomeOf is the outcome decide chooses for what a check found (v).
-func (jr *jobRunner) outcomeOf(d *delivery, v verdict) outcome {
 	in := jr.decision(d)
 	in.check = v
-	return decide(in)
+	return jr.complete(ctx, d, decide(in), release)
 }
 
 // complete hands d's outcome to the completer.
@@ -127,16 +122,16 @@ func (jr *jobRunner) finished() {
 	jr.p.pulled.Done()
 }
 
-// before is every step before the session: each returns settled with the
-// record's outcome when there is nothing to run.
-func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settled bool) {
+// before is every check before the session: each returns what it found
+// when there is nothing to run (a verdict decide maps to the outcome).
+func (jr *jobRunner) before(ctx context.Context, d *delivery) verdict {
 	p := jr.p
 	if n := jr.nonce.Load(); d.nonce != "" && n != nil && d.nonce != *n {
 		// A late write of a dispatch that lost the job to another, which
 		// published every record again (dispatcher/checking.go): dropped,
 		// nothing stored, nothing called.
 		p.log.Debug().Str("job", d.job).Str("record", d.env.ID).Str("nonce", d.nonce).Msg("dropped a work message of a dispatch that lost the job")
-		return outcome{kind: outcomeSettled}, true
+		return verdict{kind: verdictDropped}
 	}
 	j := jr.current()
 	if j.Stopped() && d.replays > 0 {
@@ -145,23 +140,22 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 		j = jr.reread(ctx, j)
 	}
 	if j.Stopped() {
-		if o, settled := jr.storedOutcome(ctx, d); settled { // worker/failed.go
-			return o, true
+		if v := jr.storedOutcome(ctx, d); v.kind != verdictRun { // worker/failed.go
+			return v
 		}
-		final, reason, diag := stopOutcome(j) // worker/steer.go
-		return deadLetterOutcome(jr.decision(d), final, reason, diag, d.prior(), nil), true
+		return verdict{kind: verdictJobStopped, job: j}
 	}
 	// The first delivery of a message whose publisher knew that no result
 	// can exist yet (broker.HeaderFirstRun) has nothing to look up.
 	if !d.unpaid() {
-		if o, settled := jr.lookUp(ctx, d); settled {
-			return o, true
+		if v := jr.lookUp(ctx, d); v.kind != verdictRun {
+			return v
 		}
 		if final := d.poisoned(); final != nil { // poison.go
-			return deadLetterOutcome(jr.decision(d), final, retry.ReasonMaxDeliveries, retry.Diagnose(final, d.prior(), d.delivery()), d.prior(), nil), true
+			return verdict{kind: verdictPoisoned, final: final}
 		}
 	}
-	return outcome{}, false
+	return verdict{}
 }
 
 // decision is the base of a decision about d now.
@@ -174,7 +168,7 @@ func (jr *jobRunner) decision(d *delivery) decision {
 // twice) and the record's state. A lookup the store does not answer is
 // tried again, the record held (and kept alive) meanwhile: handing it back
 // would spend a delivery on the store's fault.
-func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settled bool) {
+func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) verdict {
 	p := jr.p
 	var last *broker.Result
 	var seq uint64
@@ -183,18 +177,18 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 		return err
 	})
 	if err != nil {
-		return outcome{kind: outcomeAbandon}, true // stopping: the record is redelivered after AckWait
+		return verdict{kind: verdictAbandon} // stopping: the record is redelivered after AckWait
 	}
 	switch {
 	case last == nil:
 	case last.Status == broker.StatusOK:
 		d.run = paidRun(last)        // worker/cost.go: its cost goes on with the record
 		d.account = ownAccount(last) // forwarded again with the record
-		return outcome{kind: outcomeSettled, result: last}, true
+		return verdict{kind: verdictStored, result: last}
 	case last.Replays >= d.replays:
 		// Its outcome was decided and stored, and the worker stopped before
 		// the ack: the dead letter went first, so it is there too.
-		return outcome{kind: outcomeSettled, result: last}, true
+		return verdict{kind: verdictStored, result: last}
 	default:
 		d.stale = seq // a failure of an earlier generation, which this replay replaces
 	}
@@ -205,7 +199,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 			return err
 		})
 		if err != nil {
-			return outcome{kind: outcomeAbandon}, true
+			return verdict{kind: verdictAbandon}
 		}
 		d.state = st
 		if st != nil && st.Answer != nil {
@@ -213,15 +207,12 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 			// before it could store it: stored now, not called again.
 			r := *st.Answer
 			d.account = ownAccount(&r)
-			return outcome{kind: outcomeDone, result: &r}, true
+			return verdict{kind: verdictAnswered, result: &r}
 		}
 		held = held || heldState
 	}
 	suspect := held || p.done.faults.recent(p.cfg.Clock.Now(), twinWindow)
-	if v := jr.twin(ctx, d, suspect && last == nil); v.kind != verdictRun {
-		return jr.outcomeOf(d, v), true
-	}
-	return outcome{}, false
+	return jr.twin(ctx, d, suspect && last == nil)
 }
 
 // twin decides whether a record that found no result waits for a twin
