@@ -2,6 +2,7 @@ package worker
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -71,7 +72,7 @@ type verdict struct {
 	kind   verdictKind
 	result *broker.Result // stored: the outcome found; answered: the answer
 	job    *broker.Job    // jobStopped: the job as the worker knows it
-	final  *retry.Error   // poisoned: why
+	final  *retry.Error   // poisoned, unbatchable, overBudget: why
 }
 
 type verdictKind int
@@ -102,6 +103,14 @@ const (
 	// verdictPoisoned: too many of its deliveries ended with no word from
 	// a worker (poison.go): dead-lettered, max_deliveries.
 	verdictPoisoned
+	// verdictUnbatchable: a batch-mode record that cannot go in a batch
+	// (its request cannot be built, the provider has no batch client):
+	// dead-lettered bad_input (an image it names that cannot be sent) or
+	// programming_error. It made no call here: none is listed.
+	verdictUnbatchable
+	// verdictOverBudget: a batch-mode record the job's budget refuses a
+	// place in a batch: dead-lettered budget.
+	verdictOverBudget
 	// verdictTwin: a twin delivery may be about to call, or calling
 	// (worker/handle.go twin): parked once for twinWait and up to as much
 	// again, spending nothing, to look again.
@@ -218,6 +227,14 @@ func decideCheck(in decision) outcome {
 		return deadLetterOutcome(in, final, reason, diag, d.prior(), nil)
 	case verdictPoisoned:
 		return deadLetterOutcome(in, v.final, retry.ReasonMaxDeliveries, retry.Diagnose(v.final, d.prior(), d.delivery()), d.prior(), nil)
+	case verdictUnbatchable:
+		reason := retry.ReasonProgrammingError
+		if errors.Is(v.final, workflow.ErrBadInput) {
+			reason = retry.ReasonBadInput
+		}
+		return deadLetterOutcome(in, v.final, reason, retry.Diagnose(v.final, nil, d.delivery()), nil, nil)
+	case verdictOverBudget:
+		return deadLetterOutcome(in, v.final, retry.ReasonBudget, retry.Diagnose(v.final, nil, d.delivery()), nil, nil)
 	case verdictTwin:
 		st := d.nextState(nil)
 		st.TwinWaited = true

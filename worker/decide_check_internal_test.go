@@ -8,6 +8,7 @@ import (
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/retry"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // decide on what a check found instead of a session, one row per verdict:
@@ -86,6 +87,24 @@ func TestDecideCheck(t *testing.T) {
 				require.Equal(t, "failed permanently: PoisonRecord: 3 of its deliveries ended with no word from any worker", o.entry.Error)
 				require.Len(t, o.result.Recovery.Failures, 1, "the earlier call is in its story")
 			}},
+		{name: "a batch-mode record whose template fails: dead-lettered programming_error, no call listed",
+			v: verdict{kind: verdictUnbatchable, final: &retry.Error{Class: retry.ClassProgramming, TypeName: "TemplateError", Message: "no field x"}},
+			n: 2, state: earlier,
+			kind: outcomeDeadLetter, reason: retry.ReasonProgrammingError, retryable: false,
+			want: []string{"dead letter programming_error", "result:failed", "ack", "clear state"},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, "failed permanently: TemplateError: no field x", o.entry.Error)
+				require.Empty(t, o.result.Recovery.Failures, "it made no call here")
+			}},
+		{name: "a batch-mode record naming an image that cannot be sent: dead-lettered bad_input",
+			v: verdict{kind: verdictUnbatchable, final: &retry.Error{Class: retry.ClassInvalidRequest, TypeName: "BadInputError",
+				Message: "image a.png: no such file", Err: workflow.ErrBadInput}},
+			kind: outcomeDeadLetter, reason: retry.ReasonBadInput, retryable: false,
+			want: []string{"dead letter bad_input", "result:failed", "ack"}},
+		{name: "a batch-mode record the budget refuses: dead-lettered budget",
+			v:    verdict{kind: verdictOverBudget, final: &retry.Error{Class: retry.ClassBudget, TypeName: "BudgetError", Message: "max_cost $1.00 reached"}},
+			kind: outcomeDeadLetter, reason: retry.ReasonBudget, retryable: false,
+			want: []string{"dead letter budget", "result:failed", "ack"}},
 		{name: "a twin may be calling: parked once for 2s and up to 2s more, nothing spent",
 			v: verdict{kind: verdictTwin}, n: 2, state: &broker.RecordState{Deliveries: 1, Handled: 1},
 			kind: outcomePark, want: []string{"state", "nak 3s"},
