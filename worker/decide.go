@@ -73,6 +73,7 @@ type verdict struct {
 	result *broker.Result // stored: the outcome found; answered: the answer
 	job    *broker.Job    // jobStopped: the job as the worker knows it
 	final  *retry.Error   // poisoned, unbatchable, overBudget: why
+	cause  error          // unreadable: why
 }
 
 type verdictKind int
@@ -111,6 +112,10 @@ const (
 	// verdictOverBudget: a batch-mode record the job's budget refuses a
 	// place in a batch: dead-lettered budget.
 	verdictOverBudget
+	// verdictUnreadable: a work message the worker cannot even read:
+	// dead-lettered programming_error, with no result, since it names no
+	// record to count.
+	verdictUnreadable
 	// verdictTwin: a twin delivery may be about to call, or calling
 	// (worker/handle.go twin): parked once for twinWait and up to as much
 	// again, spending nothing, to look again.
@@ -235,6 +240,11 @@ func decideCheck(in decision) outcome {
 		return deadLetterOutcome(in, v.final, reason, retry.Diagnose(v.final, nil, d.delivery()), nil, nil)
 	case verdictOverBudget:
 		return deadLetterOutcome(in, v.final, retry.ReasonBudget, retry.Diagnose(v.final, nil, d.delivery()), nil, nil)
+	case verdictUnreadable:
+		e := &deadletter.Entry{Job: d.job, Record: d.env.ID, Action: d.action.Name, Reason: retry.ReasonProgrammingError,
+			Trace: tracing.Traceparent(d.span, d.msg.Headers()), Class: retry.ClassProgramming,
+			Error: "failed permanently: ProgrammingError: " + v.cause.Error(), Data: d.msg.Data(), FailedAt: in.now.UTC(), Worker: in.worker}
+		return outcome{kind: outcomeDeadLetter, entry: e}
 	case verdictTwin:
 		st := d.nextState(nil)
 		st.TwinWaited = true

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -105,6 +106,17 @@ func TestDecideCheck(t *testing.T) {
 			v:    verdict{kind: verdictOverBudget, final: &retry.Error{Class: retry.ClassBudget, TypeName: "BudgetError", Message: "max_cost $1.00 reached"}},
 			kind: outcomeDeadLetter, reason: retry.ReasonBudget, retryable: false,
 			want: []string{"dead letter budget", "result:failed", "ack"}},
+		{name: "a message that cannot be read: dead-lettered programming_error, no result (it names no record to count)",
+			v:    verdict{kind: verdictUnreadable, cause: errors.New("envelope: unexpected end of JSON input")},
+			kind: outcomeDeadLetter, reason: retry.ReasonProgrammingError,
+			want: []string{"dead letter programming_error", "ack"},
+			check: func(t *testing.T, o outcome) {
+				require.Nil(t, o.result)
+				require.Equal(t, "failed permanently: ProgrammingError: envelope: unexpected end of JSON input", o.entry.Error)
+				require.Equal(t, retry.ClassProgramming, o.entry.Class)
+				require.Equal(t, now.UTC(), o.entry.FailedAt)
+				require.Equal(t, []byte(`{"id":"r1","record":{}}`), o.entry.Data, "the message as it came")
+			}},
 		{name: "a twin may be calling: parked once for 2s and up to 2s more, nothing spent",
 			v: verdict{kind: verdictTwin}, n: 2, state: &broker.RecordState{Deliveries: 1, Handled: 1},
 			kind: outcomePark, want: []string{"state", "nak 3s"},

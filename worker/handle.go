@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetpool/jetpool/broker"
-	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/tracing"
 	"github.com/jetpool/jetpool/workflow"
@@ -37,8 +36,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		return false
 	}
 	if err != nil {
-		d, o := jr.broken(msg, err)
-		return jr.complete(ctx, d, o, release)
+		return jr.conclude(ctx, jr.broken(msg), verdict{kind: verdictUnreadable, cause: err}, release)
 	}
 	if tracing.Enabled() {
 		ctx, d.span = tracing.StartDelivery(ctx, msg.Headers(), tracing.Record{Job: d.job, Action: d.action.Name, ID: d.env.ID},
@@ -338,10 +336,9 @@ func (jr *jobRunner) untilAnswered(ctx context.Context, what, stream string, f f
 	}
 }
 
-// broken is the outcome of a work message the worker cannot even read: a
-// dead letter (reason programming_error), and no result, since it names no
-// record to count.
-func (jr *jobRunner) broken(msg jetstream.Msg, cause error) (*delivery, outcome) {
+// broken is the delivery of a work message the worker cannot even read:
+// what its subject and headers say of it.
+func (jr *jobRunner) broken(msg jetstream.Msg) *delivery {
 	parts := broker.SubjectParts(msg.Subject())
 	action := "unknown"
 	if len(parts) >= 2 {
@@ -351,9 +348,5 @@ func (jr *jobRunner) broken(msg jetstream.Msg, cause error) (*delivery, outcome)
 	if rec == "" {
 		rec = "unknown"
 	}
-	d := &delivery{msg: msg, job: jr.id, action: &workflow.Action{Name: action}, env: &broker.Envelope{ID: rec}}
-	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError, Trace: tracing.Traceparent(nil, msg.Headers()),
-		Class: retry.ClassProgramming, Error: "failed permanently: ProgrammingError: " + cause.Error(), Data: msg.Data(),
-		FailedAt: time.Now().UTC(), Worker: jr.p.id}
-	return d, outcome{kind: outcomeDeadLetter, entry: e}
+	return &delivery{msg: msg, job: jr.id, action: &workflow.Action{Name: action}, env: &broker.Envelope{ID: rec}}
 }
