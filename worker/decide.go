@@ -72,8 +72,9 @@ type verdict struct {
 	kind   verdictKind
 	result *broker.Result // stored: the outcome found; answered: the answer
 	job    *broker.Job    // jobStopped: the job as the worker knows it
-	final  *retry.Error   // poisoned, unbatchable, overBudget: why
+	final  *retry.Error   // poisoned, unbatchable, overBudget, tooLarge: why
 	cause  error          // unreadable: why
+	calls  int            // tooLarge: the calls its answer took, in all
 }
 
 type verdictKind int
@@ -116,6 +117,11 @@ const (
 	// dead-lettered programming_error, with no result, since it names no
 	// record to count.
 	verdictUnreadable
+	// verdictTooLarge: a paid answer the store can never take, as it is
+	// or with the record for the next action (the completer met it):
+	// dead-lettered too_large, its calls counted, its diagnostic the
+	// write's alone (the calls before it were not why it failed).
+	verdictTooLarge
 	// verdictTwin: a twin delivery may be about to call, or calling
 	// (worker/handle.go twin): parked once for twinWait and up to as much
 	// again, spending nothing, to look again.
@@ -245,6 +251,9 @@ func decideCheck(in decision) outcome {
 			Trace: tracing.Traceparent(d.span, d.msg.Headers()), Class: retry.ClassProgramming,
 			Error: "failed permanently: ProgrammingError: " + v.cause.Error(), Data: d.msg.Data(), FailedAt: in.now.UTC(), Worker: in.worker}
 		return outcome{kind: outcomeDeadLetter, entry: e}
+	case verdictTooLarge:
+		return deadLetterOutcome(in, v.final, retry.ReasonTooLarge, retry.Diagnose(v.final, nil, d.delivery()), d.prior(),
+			&sessionEnd{calls: v.calls - len(d.prior())})
 	case verdictTwin:
 		st := d.nextState(nil)
 		st.TwinWaited = true

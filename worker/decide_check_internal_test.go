@@ -117,6 +117,16 @@ func TestDecideCheck(t *testing.T) {
 				require.Equal(t, now.UTC(), o.entry.FailedAt)
 				require.Equal(t, []byte(`{"id":"r1","record":{}}`), o.entry.Data, "the message as it came")
 			}},
+		{name: "a paid answer the store can never take: dead-lettered too_large, its calls counted, the write's diagnostic alone",
+			v: verdict{kind: verdictTooLarge, calls: 2, final: &retry.Error{Class: retry.ClassInvalidRequest, TypeName: "TooLargeError",
+				Message: "its answer is larger than the server takes"}},
+			n: 2, state: earlier, kind: outcomeDeadLetter, reason: retry.ReasonTooLarge, retryable: false,
+			want: []string{"dead letter too_large", "result:failed", "ack", "clear state"},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, 2, o.entry.Attempts, "one call before, the one that answered")
+				require.Equal(t, 2, o.result.Recovery.Attempts)
+				require.Equal(t, "failed permanently: TooLargeError: its answer is larger than the server takes", o.entry.Error)
+			}},
 		{name: "a twin may be calling: parked once for 2s and up to 2s more, nothing spent",
 			v: verdict{kind: verdictTwin}, n: 2, state: &broker.RecordState{Deliveries: 1, Handled: 1},
 			kind: outcomePark, want: []string{"state", "nak 3s"},
