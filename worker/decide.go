@@ -16,8 +16,9 @@ import (
 )
 
 // outcomeKind is what happens to a delivery once its session is over, or
-// instead of one. Exactly one per delivery: chosen by decide and the steps
-// of handle, carried out by the completer (complete.go).
+// instead of one. Exactly one per delivery: chosen by decide, from how the
+// session ended or from what a check found instead of running it
+// (verdict), and carried out by the completer (complete.go).
 type outcomeKind int
 
 const (

@@ -17,9 +17,10 @@ import (
 
 // handle works one delivery, a short sequence of steps: read it; find what
 // earlier deliveries left (an outcome already stored, the record's state);
-// check its budget; run its session; decide. Each step may settle the
-// record's outcome instead of passing it on; the completer carries the
-// outcome out. release hands the delivery's slot on to the next record (at
+// check its budget; run its session; decide. Each check may find what
+// ends the record instead of passing it on (a verdict); decide maps that or
+// the session's end to the outcome, which the completer carries out.
+// release hands the delivery's slot on to the next record (at
 // the latest when handle returns). handedOver: the completer owns the
 // record now and ends it (Pool.handleTask).
 //
