@@ -189,3 +189,18 @@ func TestDecideCheckRunIsNoOutcome(t *testing.T) {
 	d := testDelivery(&journal{}, "")
 	require.Panics(t, func() { decide(decision{d: d}) })
 }
+
+// An unreadable work message is dead-lettered under what its subject and
+// headers name, by the worker that met it.
+func TestUnreadableMessageNamesWhatItCan(t *testing.T) {
+	jr := &jobRunner{id: "job", p: &Pool{id: "w1", cfg: Config{Clock: retry.SystemClock{}}}, wf: &workflow.Workflow{}}
+	in := jr.decision(jr.broken(&fakeMsg{data: []byte("not json")}))
+	in.check = verdict{kind: verdictUnreadable, cause: errors.New("envelope: invalid character 'o' in literal null")}
+	o := decide(in)
+	require.Equal(t, outcomeDeadLetter, o.kind)
+	require.Equal(t, "job", o.entry.Job)
+	require.Equal(t, "act", o.entry.Action, "from the subject")
+	require.Equal(t, "unknown", o.entry.Record, "no record header")
+	require.Equal(t, "w1", o.entry.Worker)
+	require.Equal(t, []byte("not json"), o.entry.Data)
+}
