@@ -155,6 +155,8 @@ func (h *Handler) routes(files fs.FS) {
 	m.Handle("GET /api/dlq/{seq}", h.authed(http.HandlerFunc(h.apiDeadLetter)))
 	m.Handle("POST /api/dlq/replay", h.authed(h.mutating(h.apiReplay)))
 	m.Handle("POST /api/dlq/purge", h.authed(h.mutating(h.apiPurge)))
+	m.Handle("POST /api/dlq/{seq}/replay", h.authed(h.mutating(h.apiReplayOne)))
+	m.Handle("POST /api/dlq/{seq}/purge", h.authed(h.mutating(h.apiPurgeOne)))
 	m.Handle("POST /api/jobs/{job}/{what}", h.authed(h.mutating(h.apiSteer))) // cancel, pause, resume, priority
 	m.Handle("GET /api/providers", h.authed(http.HandlerFunc(h.apiProviders)))
 }

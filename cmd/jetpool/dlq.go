@@ -26,6 +26,8 @@ func filterFlags(fs *flag.FlagSet) *deadletter.Filter {
 	fs.StringVar(&f.Reason, "reason", "", "only this reason ("+reasonList()+")")
 	fs.StringVar(&f.Class, "class", "", "only this error class (rate_limit, server, network, auth, …)")
 	fs.DurationVar(&f.Since, "since", 0, "only dead letters younger than this (e.g. 2h)")
+	fs.StringVar(&f.Record, "record", "", "only this record's (its id)")
+	fs.Uint64Var(&f.Seq, "seq", 0, "only the dead letter with this SEQ (as 'dlq list' shows it)")
 	return f
 }
 

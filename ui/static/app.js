@@ -474,27 +474,75 @@
     }
     const count = el('span', { class: 'muted', id: 'matched' });
     bar.append(count);
+    const one = S.session.read_only ? null : oneButtons(msg, () => refresh());
     async function refresh() {
       const v = await api('api/dlq?' + q(f));
       matched = v.matched;
       count.textContent = `${num(v.matched)}${v.at_least ? '+' : ''} match` + (v.shown < v.matched ? ` (the first ${num(v.shown)} shown)` : '');
       bar.querySelectorAll('button').forEach((b) => { b.disabled = v.matched === 0; });
-      put(table(['Seq ', 'Job', 'Record', 'Action', 'Reason', 'Class', 'Attempts ', 'Deliveries ', 'Replays ', 'Failed', 'Error'],
-        v.entries.map((d) => el('tr', {},
+      put(table(['Seq ', 'Job', 'Record', 'Action', 'Reason', 'Class', 'Attempts ', 'Deliveries ', 'Replays ', 'Failed', 'Error', one ? '' : null],
+        v.entries.map((d) => el('tr', { id: 'dl-' + d.seq },
           ncell(el('a', { href: '#/dlq/' + d.seq }, String(d.seq))), cell(el('a', { href: '#/job/' + encodeURIComponent(d.job) }, d.job), 'mono'),
           cell(el('a', { href: '#/record/' + encodeURIComponent(d.job) + '/' + encodeURIComponent(d.record) }, d.record), 'mono'),
           cell(d.action, 'mono'), cell(badge(d.reason, 'failed')), cell(d.class || '-'), ncell(d.attempts), ncell(d.deliveries), ncell(d.replays),
-          cell(ago(d.failed_at), 'muted'), cell(short(d.error, 110), 'err'))),
+          cell(ago(d.failed_at), 'muted'), cell(short(d.error, 110), 'err'), one ? cell(one(d), 'actions') : null)),
         'No dead letters match.'));
     }
     return refresh;
   }
 
+  // oneButtons makes, for a dead letter, its Replay and Purge… buttons
+  // (the purge asks first in msg); what they did is said in msg, and
+  // after(ok) is called to show the list or the letter as it is now.
+  function oneButtons(msg, after) {
+    const say = (id, cls, ...text) => msg.replaceChildren(el('div', { class: 'notice ' + cls, id }, text));
+    async function replay(d) {
+      try {
+        const v = await post('api/dlq/' + d.seq + '/replay', {});
+        say('replayed-one', '', `Replayed dead letter ${d.seq} (record ${d.record} of job ${d.job}).`, v.note ? ' ' + v.note + '.' : '',
+          v.warnings ? el('pre', { class: 'warning' }, 'warning: ' + v.warnings.join('\nwarning: ')) : null,
+          ' ', el('a', { href: '#/record/' + encodeURIComponent(d.job) + '/' + encodeURIComponent(d.record) }, 'Follow the record →'));
+      } catch (e) {
+        say('replay-failed', 'error', `Replay of ${d.seq} failed: ` + e.message);
+        return after(false);
+      }
+      after(true);
+    }
+    async function purge(d) {
+      try {
+        await post('api/dlq/' + d.seq + '/purge', {});
+        say('purged-one', '', `Purged dead letter ${d.seq}: record ${d.record} stays counted failed, and can no longer be replayed.`);
+      } catch (e) {
+        say('purge-failed', 'error', `Purge of ${d.seq} failed: ` + e.message);
+        return after(false);
+      }
+      after(true);
+    }
+    const confirmPurge = (d) => msg.replaceChildren(el('div', { class: 'notice confirm' },
+      el('span', {}, `Purge dead letter ${d.seq} (record ${d.record} of job ${d.job}, ${d.reason}) for good? Its record stays failed and cannot be replayed.`),
+      el('button', { type: 'button', id: 'confirm-purge-' + d.seq, class: 'danger', onclick: (ev) => { ev.target.disabled = true; purge(d); } }, 'Purge it'),
+      el('button', { type: 'button', onclick: () => msg.replaceChildren() }, 'Keep it')));
+    return (d) => [
+      el('button', { type: 'button', id: 'replay-' + d.seq, class: 'small', title: 'replay this dead letter (jetpool retry --seq ' + d.seq + ')',
+        onclick: (ev) => { ev.target.disabled = true; replay(d); } }, 'Replay'), ' ',
+      el('button', { type: 'button', id: 'purge-' + d.seq, class: 'small danger', title: 'delete this dead letter for good (jetpool dlq purge --seq ' + d.seq + ')',
+        onclick: () => confirmPurge(d) }, 'Purge…')];
+  }
+
   function deadLetterView(root, seq) {
     root.append(el('h1', {}, 'Dead letter ', seq));
+    const bar = el('div', { class: 'toolbar' });
+    const msg = el('div');
+    root.append(bar, msg);
     const put = slot(root);
+    let gone = false;
+    const one = S.session.read_only ? null : oneButtons(msg, (ok) => {
+      if (ok) { gone = true; bar.replaceChildren(); put(); }
+    });
     return async () => {
+      if (gone) return; // replayed or purged: what it did stays said
       const d = await api('api/dlq/' + encodeURIComponent(seq));
+      if (one && !bar.firstChild) bar.append(...one(d));
       put(el('p', {}, 'record ', el('a', { class: 'mono', href: '#/record/' + encodeURIComponent(d.job) + '/' + encodeURIComponent(d.record) }, d.record),
         ' of job ', el('a', { class: 'mono', href: '#/job/' + encodeURIComponent(d.job) }, d.job), ' · ',
         el('a', { href: '#/dlq?' + q({ job: d.job, action: d.action, reason: d.reason }) }, 'its kind')), deadLetterBlock(d));
