@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -251,21 +252,23 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, f deadletter.Fi
 		return
 	}
 	if v.Replayed > 0 {
-		v.Note = h.afterReplay(v.Jobs)
+		v.Note = h.afterReplay(v.Jobs, res.Unserved)
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
-// afterReplay says who will work the replayed records.
-func (h *Handler) afterReplay(jobs []string) string {
+// afterReplay says who will work the replayed records: the Replayed hook
+// (this process, when it hosts the embedded server), else the live
+// workers, of which none may serve some jobs (unserved).
+func (h *Handler) afterReplay(jobs, unserved []string) string {
 	if h.cfg.Replayed != nil {
 		return h.cfg.Replayed(jobs)
 	}
-	stats, _ := h.cfg.Client.Workers(context.Background())
-	if len(stats) == 0 {
-		return "no worker answered: start `jetpool worker` to work them"
+	if len(unserved) > 0 {
+		return fmt.Sprintf("no live worker serves %s: nothing runs them until you start `jetpool worker` (or run `jetpool retry --job JOB`, which works them)",
+			strings.Join(unserved, ", "))
 	}
-	return fmt.Sprintf("%d workers answered; they will work them", len(stats))
+	return "live workers serve them and will work them"
 }
 
 // apiPurge deletes the dead letters matching the filter for good, as
