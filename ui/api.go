@@ -116,7 +116,13 @@ func (h *Handler) apiJobs(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, jobsView{Jobs: out, Workers: len(stats), Now: time.Now().UTC()})
+	now := time.Now()
+	for i := range out {
+		if h.hist.active(&out[i]) {
+			h.hist.add(&out[i], nil, now)
+		}
+	}
+	writeJSON(w, http.StatusOK, jobsView{Jobs: out, Workers: len(stats), Now: now.UTC()})
 }
 
 // jobView is a job's page.
@@ -162,6 +168,11 @@ func (h *Handler) apiJob(ctx context.Context, w http.ResponseWriter, r *http.Req
 		fail(w, err)
 		return
 	}
+	counted := dead.ByClass
+	if dead.AtLeast {
+		counted = nil // a count cut short is no reading of the rate
+	}
+	h.hist.add(&st[0], counted, time.Now())
 	entry := map[string]any{"id": j.ID, "actions": j.Actions, "input": j.Input, "total": j.Total, "dispatched": j.Dispatched,
 		"status": j.Status, "reason": j.Reason, "max_deliver": j.MaxDeliver, "created": j.Created, "updated": j.Updated}
 	writeJSON(w, http.StatusOK, jobView{Status: st[0], Actions: acts, Dead: dead, Job: entry, Now: time.Now().UTC()})

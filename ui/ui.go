@@ -96,6 +96,7 @@ type Handler struct {
 	mux     *http.ServeMux
 	session string // the session cookie's value when a token is set
 	guard   http.Handler
+	hist    history // the rates the charts show
 }
 
 // New makes a Handler.
@@ -150,6 +151,7 @@ func (h *Handler) routes(files fs.FS) {
 	m.Handle("GET /api/jobs", h.authed(http.HandlerFunc(h.apiJobs)))
 	m.Handle("GET /api/jobs/{job}", h.authed(h.jobHandler(h.apiJob)))
 	m.Handle("GET /api/jobs/{job}/results", h.authed(h.jobHandler(h.apiResults)))
+	m.Handle("GET /api/jobs/{job}/history", h.authed(h.jobHandler(h.apiHistory)))
 	m.Handle("GET /api/jobs/{job}/records/{record}", h.authed(h.jobHandler(h.apiRecord)))
 	m.Handle("GET /api/dlq", h.authed(http.HandlerFunc(h.apiDLQ)))
 	m.Handle("GET /api/dlq/{seq}", h.authed(http.HandlerFunc(h.apiDeadLetter)))

@@ -574,7 +574,7 @@ func TestPage(t *testing.T) {
 	require.NotNil(t, csrf)
 	require.True(t, csrf.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, csrf.SameSite)
-	for _, asset := range []string{"/static/app.js", "/static/app.css"} {
+	for _, asset := range []string{"/static/app.js", "/static/chart.js", "/static/dlq.js", "/static/app.css"} {
 		require.Equal(t, http.StatusOK, tb.c.get(asset, nil), asset)
 	}
 }

@@ -211,7 +211,7 @@ func TestCompletion(t *testing.T) {
 		{"jetpool dl", "dlq"},
 		{"jetpool -", "--help --version"},
 		{"jetpool dlq ", "list show purge"},
-		{"jetpool dlq list --re", "--reason"},
+		{"jetpool dlq list --re", "--reason --record"},
 		{"jetpool dlq purge --job j --y", "--yes"},
 		{"jetpool run --in", "--input"},
 		{"jetpool run wf.yaml --no-p", "--no-preflight --no-progress"},

@@ -51,9 +51,9 @@ func TestRetryWithoutWorkersWorksHere(t *testing.T) {
 type hanging struct{ release chan struct{} }
 
 func (h hanging) New(provider.Config) (provider.Provider, error) { return h, nil }
-func (hanging) Name() string                                      { return "sim" }
-func (hanging) Kind() string                                      { return provider.KindSim }
-func (hanging) Preflight(context.Context, string) error           { return nil }
+func (hanging) Name() string                                     { return "sim" }
+func (hanging) Kind() string                                     { return provider.KindSim }
+func (hanging) Preflight(context.Context, string) error          { return nil }
 func (h hanging) Call(ctx context.Context, _ provider.Request) (provider.Response, error) {
 	select {
 	case <-h.release:

@@ -276,10 +276,16 @@
     let refresh = () => {};
     steerBar(root, id, () => refresh());
     const put = slot(root);
+    const chart = el('div', { class: 'chart', id: 'history' });
+    root.append(el('h2', {}, 'Rate and errors, last 15 minutes'), chart);
     root.append(el('h2', {}, 'Records'));
     recordsPanel(root, id);
     return refresh = async () => {
       const v = await api('api/jobs/' + encodeURIComponent(id));
+      // After the job's read, which is the sample the history adds.
+      api('api/jobs/' + encodeURIComponent(id) + '/history').then(
+        (h) => chart.replaceChildren(...window.jetpoolHistoryChart(h, { el, num, rate, pollMs: S.session.poll_ms })),
+        (e) => chart.replaceChildren(el('p', { class: 'notice error' }, 'history: ' + e.message)));
       const st = v.status;
       const pi = document.getElementById('priority-value');
       if (pi && document.activeElement !== pi && st.priority) pi.value = st.priority;
@@ -316,7 +322,7 @@
     };
   }
   const knownStatus = ['job', 'status', 'reason', 'total', 'queued', 'in_flight', 'storing', 'waiting_for_redelivery', 'succeeded',
-    'failed', 'dead_lettered_by_reason', 'paused', 'records_per_second', 'created', 'workers', 'batches', 'steps', 'steps_total'];
+    'failed', 'dead_lettered_by_reason', 'dead_letters', 'paused', 'records_per_second', 'created', 'workers', 'batches', 'steps', 'steps_total'];
 
   // recordsPanel: find a record by id, or page through the job's results.
   function recordsPanel(root, job) {
@@ -474,7 +480,7 @@
     }
     const count = el('span', { class: 'muted', id: 'matched' });
     bar.append(count);
-    const one = S.session.read_only ? null : oneButtons(msg, () => refresh());
+    const one = S.session.read_only ? null : window.jetpoolOneButtons(msg, () => refresh(), { el, post });
     async function refresh() {
       const v = await api('api/dlq?' + q(f));
       matched = v.matched;
@@ -491,44 +497,6 @@
     return refresh;
   }
 
-  // oneButtons makes, for a dead letter, its Replay and Purge… buttons
-  // (the purge asks first in msg); what they did is said in msg, and
-  // after(ok) is called to show the list or the letter as it is now.
-  function oneButtons(msg, after) {
-    const say = (id, cls, ...text) => msg.replaceChildren(el('div', { class: 'notice ' + cls, id }, text));
-    async function replay(d) {
-      try {
-        const v = await post('api/dlq/' + d.seq + '/replay', {});
-        say('replayed-one', '', `Replayed dead letter ${d.seq} (record ${d.record} of job ${d.job}).`, v.note ? ' ' + v.note + '.' : '',
-          v.warnings ? el('pre', { class: 'warning' }, 'warning: ' + v.warnings.join('\nwarning: ')) : null,
-          ' ', el('a', { href: '#/record/' + encodeURIComponent(d.job) + '/' + encodeURIComponent(d.record) }, 'Follow the record →'));
-      } catch (e) {
-        say('replay-failed', 'error', `Replay of ${d.seq} failed: ` + e.message);
-        return after(false);
-      }
-      after(true);
-    }
-    async function purge(d) {
-      try {
-        await post('api/dlq/' + d.seq + '/purge', {});
-        say('purged-one', '', `Purged dead letter ${d.seq}: record ${d.record} stays counted failed, and can no longer be replayed.`);
-      } catch (e) {
-        say('purge-failed', 'error', `Purge of ${d.seq} failed: ` + e.message);
-        return after(false);
-      }
-      after(true);
-    }
-    const confirmPurge = (d) => msg.replaceChildren(el('div', { class: 'notice confirm' },
-      el('span', {}, `Purge dead letter ${d.seq} (record ${d.record} of job ${d.job}, ${d.reason}) for good? Its record stays failed and cannot be replayed.`),
-      el('button', { type: 'button', id: 'confirm-purge-' + d.seq, class: 'danger', onclick: (ev) => { ev.target.disabled = true; purge(d); } }, 'Purge it'),
-      el('button', { type: 'button', onclick: () => msg.replaceChildren() }, 'Keep it')));
-    return (d) => [
-      el('button', { type: 'button', id: 'replay-' + d.seq, class: 'small', title: 'replay this dead letter (jetpool retry --seq ' + d.seq + ')',
-        onclick: (ev) => { ev.target.disabled = true; replay(d); } }, 'Replay'), ' ',
-      el('button', { type: 'button', id: 'purge-' + d.seq, class: 'small danger', title: 'delete this dead letter for good (jetpool dlq purge --seq ' + d.seq + ')',
-        onclick: () => confirmPurge(d) }, 'Purge…')];
-  }
-
   function deadLetterView(root, seq) {
     root.append(el('h1', {}, 'Dead letter ', seq));
     const bar = el('div', { class: 'toolbar' });
@@ -536,7 +504,7 @@
     root.append(bar, msg);
     const put = slot(root);
     let gone = false;
-    const one = S.session.read_only ? null : oneButtons(msg, (ok) => {
+    const one = S.session.read_only ? null : window.jetpoolOneButtons(msg, (ok) => {
       if (ok) { gone = true; bar.replaceChildren(); put(); }
     });
     return async () => {
