@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -57,9 +58,10 @@ func TestRetryWithNoWorkerOnAHostedStore(t *testing.T) {
 	busy := worker.New(host.Broker(), worker.Config{Concurrency: 1, Jobs: []string{"another-job"}})
 	require.NoError(t, busy.Start(ctx))
 	defer func() { require.NoError(t, busy.Stop(context.Background())) }()
-	stats, err := c.Workers(ctx)
-	require.NoError(t, err)
-	require.Len(t, stats, 1, "a worker answers")
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		stats, err := c.Workers(ctx)
+		return err == nil && len(stats) == 1
+	}, "a worker answers")
 	serving, err := c.Serving(ctx, d.Job.ID)
 	require.NoError(t, err)
 	require.Empty(t, serving, "but it works another job only")

@@ -69,6 +69,10 @@ func TestRetryWaitFollowsLiveWorkers(t *testing.T) {
 	h := hanging{release: make(chan struct{})}
 	testenv.Pool(t, srv, worker.Config{Concurrency: 2, NewProvider: h.New})
 	t.Cleanup(func() { close(h.release) }) // before the pool's stop (cleanups run last first)
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		stats, err := worker.Gather(srv)
+		return err == nil && len(stats) == 1
+	}, "the worker answers")
 
 	begin := time.Now()
 	code, _, stderr := jetpool(t, "retry", "--wait", "--timeout", "1s", "--no-progress")
