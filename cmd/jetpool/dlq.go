@@ -149,7 +149,8 @@ func dlqShow(ctx context.Context, e *env, args []string) error {
 }
 
 func dlqPurge(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "dlq purge", "[filters] [--yes]", "Delete matching dead letters for good.")
+	fs := newFlags(e, "dlq purge", "[filters] [--yes]", "Delete matching dead letters for good (--seq SEQ: one). Their records stay counted failed\n"+
+		"(their failed results are kept); they can no longer be replayed. 'jetpool status JOB' says how many were purged.")
 	f := filterFlags(fs)
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	pos, err := parse(fs, args)
