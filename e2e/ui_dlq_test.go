@@ -17,8 +17,9 @@ import (
 )
 
 // One dead letter replayed and another purged with their own buttons in a
-// real headless Chromium (the purge asks first): the replayed record is
-// worked by the ui process, with the key fixed, and succeeds; the purged
+// real headless Chromium (the purge asks first), a third replayed from its
+// own page: the replayed records are worked by the ui process, with the
+// key fixed, and succeed; the purged
 // one leaves the DLQ and stays failed, which `jetpool status` says. The
 // job's page draws its rate chart from the dashboard's polls, and the
 // chart is there again at once after a reload.
@@ -32,7 +33,7 @@ func TestDashboardDeadLetterButtonsInChromium(t *testing.T) {
 	require.NotNil(t, m, run.stdout)
 	job := m[1]
 	failed, _ := strconv.Atoi(m[3])
-	require.GreaterOrEqual(t, failed, 2, "the quickstart's auth faults dead-letter a few records")
+	require.GreaterOrEqual(t, failed, 3, "the quickstart's auth faults dead-letter a few records")
 
 	uiEnv := map[string]string{"SIM_API_KEY": "sk-sim-fixed"} // "fix the key"
 	for k, v := range env {
@@ -72,7 +73,7 @@ func TestDashboardDeadLetterButtonsInChromium(t *testing.T) {
 	ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('main table tbody tr')].map((r) => r.id)`))
 	require.NoError(t, err)
 	require.Len(t, ids, failed)
-	replayed, purged := strings.TrimPrefix(ids[0], "dl-"), strings.TrimPrefix(ids[1], "dl-")
+	replayed, purged, third := strings.TrimPrefix(ids[0], "dl-"), strings.TrimPrefix(ids[1], "dl-"), strings.TrimPrefix(ids[2], "dl-")
 
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`#replay-`+replayed)),
@@ -91,15 +92,22 @@ func TestDashboardDeadLetterButtonsInChromium(t *testing.T) {
 		text(`#matched`, fmt.Sprintf("%d match", failed-2)),
 		until(fmt.Sprintf(`!document.getElementById('dl-%s') && !document.getElementById('dl-%s')`, replayed, purged)),
 	))
+	// A dead letter's own page has the same buttons.
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(url+"#/dlq/"+third),
+		chromedp.WaitVisible(chromedp.CSS(`#replay-`+third)),
+		chromedp.Click(chromedp.CSS(`#replay-`+third)),
+		text(`#replayed-one`, "Replayed dead letter "+third),
+	))
 
-	// The job's page: the replayed record worked, the purged one still
+	// The job's page: the replayed records worked, the purged one still
 	// failed and out of the DLQ; the chart drawn from two readings on.
 	card := func(name string) string { return `#card-` + name + ` .v` }
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(url+"#/job/"+job),
-		text(card("succeeded"), strconv.Itoa(200-failed+1)),
-		text(card("failed"), strconv.Itoa(failed-1)),
-		text(card("dead-letters"), strconv.Itoa(failed-2)),
+		text(card("succeeded"), strconv.Itoa(200-failed+2)),
+		text(card("failed"), strconv.Itoa(failed-2)),
+		text(card("dead-letters"), strconv.Itoa(failed-3)),
 		until(`Number(document.querySelector('#history-chart')?.dataset.samples ?? 0) >= 3`),
 		chromedp.WaitVisible(chromedp.CSS(`#history-chart polyline.rate`)),
 	))
@@ -123,12 +131,12 @@ func TestDashboardDeadLetterButtonsInChromium(t *testing.T) {
 		DeadLetters       int `json:"dead_letters"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(st.stdout), &s), st.stdout)
-	require.Equal(t, 200-failed+1, s.Succeeded)
-	require.Equal(t, failed-1, s.Failed, "the purged record stays failed")
-	require.Equal(t, failed-2, s.DeadLetters)
+	require.Equal(t, 200-failed+2, s.Succeeded)
+	require.Equal(t, failed-2, s.Failed, "the purged record stays failed")
+	require.Equal(t, failed-3, s.DeadLetters)
 	st = jetpool(t, env, "status", job)
 	require.Zero(t, st.code, st.stderr)
-	require.Contains(t, st.stdout, fmt.Sprintf("(%d in the DLQ; 1 purged: failed, not replayable)", failed-2))
+	require.Contains(t, st.stdout, fmt.Sprintf("(%d in the DLQ; 1 purged: failed, not replayable)", failed-3))
 
 	ui.signal(t, syscall.SIGTERM)
 	require.Zero(t, ui.wait(t, 30*time.Second), ui.stderr.String())

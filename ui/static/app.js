@@ -506,7 +506,7 @@
     let gone = false;
     const one = S.session.read_only ? null : window.jetpoolOneButtons(msg, (ok) => {
       if (ok) { gone = true; bar.replaceChildren(); put(); }
-    });
+    }, { el, post });
     return async () => {
       if (gone) return; // replayed or purged: what it did stays said
       const d = await api('api/dlq/' + encodeURIComponent(seq));
