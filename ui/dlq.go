@@ -252,19 +252,24 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request, f deadletter.Fi
 		return
 	}
 	if v.Replayed > 0 {
-		v.Note = h.afterReplay(v.Jobs, res.Unserved)
+		v.Note = h.afterReplay(ctx, v.Jobs)
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
 // afterReplay says who will work the replayed records: the Replayed hook
 // (this process, when it hosts the embedded server), else the live
-// workers, of which none may serve some jobs (unserved).
-func (h *Handler) afterReplay(jobs, unserved []string) string {
+// workers, of which none may serve some jobs (`jetpool server --ui`, or a
+// store another process hosts, with no worker).
+func (h *Handler) afterReplay(ctx context.Context, jobs []string) string {
 	if h.cfg.Replayed != nil {
 		return h.cfg.Replayed(jobs)
 	}
-	if len(unserved) > 0 {
+	unserved, err := h.cfg.Client.Unserved(ctx, jobs)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("the workers could not be asked (%v): start `jetpool worker` if none runs", err)
+	case len(unserved) > 0:
 		return fmt.Sprintf("no live worker serves %s: nothing runs them until you start `jetpool worker` (or run `jetpool retry --job JOB`, which works them)",
 			strings.Join(unserved, ", "))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -111,4 +112,37 @@ func TestDeadLetterBySeqAndRecord(t *testing.T) {
 	require.Equal(t, http.StatusOK, tb.c.post("/api/dlq/purge", tb.c.csrf(), map[string]any{"seq": keyed[3].Seq}, &p))
 	require.Equal(t, 1, p.Purged)
 	require.Len(t, dlq(t, tb.b, deadletter.Filter{}), records)
+}
+
+// Without the Replayed hook (`jetpool server --ui`, a store another
+// process hosts), a replay's note names the jobs no live worker serves;
+// a worker limited to another job does not serve it, one that serves
+// every job does.
+func TestReplayNoteNamesUnservedJobs(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, ui.Config{})
+	h, err := ui.New(ui.Config{B: tb.b, Log: testenv.Logger(t)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL)
+	token := c.csrf()
+	keyed := dlq(t, tb.b, deadletter.Filter{Job: "keyed"})
+	var rep struct{ Note string }
+
+	testenv.Pool(t, tb.b, worker.Config{Concurrency: 1, Jobs: []string{"another"}})
+	workers := func(n int) {
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			stats, err := jetpool.NewClient(tb.b, nil).Workers(context.Background())
+			return err == nil && len(stats) == n
+		}, "%d workers answer", n)
+	}
+	workers(1)
+	require.Equal(t, http.StatusOK, c.post(fmt.Sprintf("/api/dlq/%d/replay", keyed[0].Seq), token, nil, &rep))
+	require.Contains(t, rep.Note, "no live worker serves keyed: nothing runs them until you start `jetpool worker`")
+
+	testenv.Pool(t, tb.b, worker.Config{Concurrency: 1, Trust: tb.trust})
+	workers(2)
+	require.Equal(t, http.StatusOK, c.post(fmt.Sprintf("/api/dlq/%d/replay", keyed[1].Seq), token, nil, &rep))
+	require.Equal(t, "live workers serve them and will work them", rep.Note)
 }

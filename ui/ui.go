@@ -80,7 +80,8 @@ type Config struct {
 	// Replayed, when set, is told the jobs whose dead letters a replay from
 	// the page sent back to the work stream, and returns a note for the
 	// page. `jetpool ui` on the embedded server works them there, as
-	// `jetpool retry` does. Unset, the page says how many workers answered.
+	// `jetpool retry` does. Unset, the page names the jobs no live worker
+	// serves (jetpool.Client.Unserved).
 	Replayed func(jobs []string) string
 	// Log gets one line per mutating action.
 	Log zerolog.Logger
