@@ -12,9 +12,10 @@ import (
 // Serving is the live workers that serve job: those that answered on
 // jetpool.ctl.stats, are not limited to other jobs (`run`, a `retry`
 // working its own replay) and have not refused it (worker.Stats.Serves).
-// None answering is no error.
+// None answering is no error. It waits longer for late answers than
+// Workers: a worker taken for absent would be doubled by the caller.
 func (c *Client) Serving(ctx context.Context, job string) ([]WorkerStats, error) {
-	stats, err := c.Workers(ctx)
+	stats, err := worker.GatherWithin(c.b, worker.GatherPatient, worker.GatherPatientQuiet)
 	if err != nil {
 		return nil, err
 	}
@@ -24,7 +25,7 @@ func (c *Client) Serving(ctx context.Context, job string) ([]WorkerStats, error)
 // Unserved is the jobs, of jobs, that no live worker serves (Serving):
 // records replayed into them would wait for nobody. One gather for all.
 func (c *Client) Unserved(ctx context.Context, jobs []string) ([]string, error) {
-	stats, err := c.Workers(ctx)
+	stats, err := worker.GatherWithin(c.b, worker.GatherPatient, worker.GatherPatientQuiet)
 	if err != nil {
 		return nil, err
 	}
