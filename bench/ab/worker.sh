@@ -2,7 +2,7 @@
 # worker.sh BIN WORKFLOW INPUT CONCURRENCY: a `jetpool worker` process on its own
 # against a fresh nats-server -js (its own store, loopback), the job dispatched before
 # the worker starts. Prints the worker's peak RSS and CPU (/usr/bin/time) and the
-# records per second from its first to its last result (docs/performance.md, issue 52).
+# records per second (docs/performance.md). WORKER_ENV="K=V ..." is set for the worker alone.
 d=$(mktemp -d)
 port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 printf 'listen: 127.0.0.1:%s\njetstream { store_dir: "%s/store" }\n' "$port" "$d" > "$d/ns.conf"
@@ -12,7 +12,7 @@ i=0; until grep -q "Server is ready" "$d/ns.log" || [ $i -gt 200 ]; do i=$((i+1)
 export JETPOOL_NATS_URL=nats://127.0.0.1:$port JETPOOL_LOG_LEVEL=warn
 job=$("$1" dispatch "$2" --input "$3" 2>"$d/dispatch.err" | tail -1)
 n=$(wc -l < "$3")
-/usr/bin/time -f "%M KiB peak, %U+%S s cpu, %e s wall" -o "$d/time" "$1" worker --concurrency "$4" --job "$job" 2>"$d/worker.log" &
+/usr/bin/time -f "%M KiB peak, %U+%S s cpu, %e s wall" -o "$d/time" env $WORKER_ENV "$1" worker --concurrency "$4" --job "$job" 2>"$d/worker.log" &
 w=$!
 # Poll the job until every record is done, then stop the worker: the rate from
 # the worker's start, and sustained (from 10 % to 90 % of the records done).
