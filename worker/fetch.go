@@ -51,9 +51,8 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			continue
 		}
 		if jp != nil && !idle {
-			empty, rtt, err := jp.state()
+			empty, err := jp.state()
 			idle = empty
-			jr.p.ahead.observe(time.Now(), jr.p.finishedCount.Load(), rtt)
 			if jr.pullFailed(ctx, err) {
 				cons = nil
 				continue
@@ -77,8 +76,13 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			}
 		}
 		if !idle {
-			// Sent, not waited for: the loop goes back for the next slots.
+			// The next request goes out while this one's records still
+			// come: once half of it came (the time that takes sizes the
+			// read-ahead).
+			began := time.Now()
 			jp.request(g)
+			jp.awaitLow(ctx.Done())
+			jr.p.ahead.observe(time.Now(), jr.p.finishedCount.Load(), time.Since(began))
 			continue
 		}
 		got, err := jr.longPollGrant(cons, g)

@@ -37,15 +37,17 @@ type jobPulls struct {
 
 	mu           sync.Mutex
 	slots, ahead int  // given to requests, neither filled nor given back
+	last         int  // the last request's batch
 	empty        bool // a request brought nothing: the job ran dry
 	err          error
-	sentAt       time.Time // the request being timed (read-ahead sizing)
-	rtt          time.Duration
+	// low wakes the fetch loop once what is owed is down to half the last
+	// request (cap 1).
+	low chan struct{}
 }
 
 // newJobPulls subscribes for the pulls of jr's consumer.
 func newJobPulls(jr *jobRunner, nc *nats.Conn) (*jobPulls, error) {
-	jp := &jobPulls{jr: jr}
+	jp := &jobPulls{jr: jr, low: make(chan struct{}, 1)}
 	pl, err := jspull.Subscribe(nc, jspull.Config{Stream: broker.StreamWork, Consumer: broker.ConsumerName(jr.id),
 		OnMsg: jp.onMsg, OnRelease: jp.onRelease})
 	if err != nil {
@@ -65,9 +67,7 @@ func (jp *jobPulls) request(g grant) {
 	jp.mu.Lock()
 	jp.slots += g.slots
 	jp.ahead += g.ahead
-	if jp.sentAt.IsZero() {
-		jp.sentAt = time.Now()
-	}
+	jp.last = g.slots + g.ahead
 	jp.mu.Unlock()
 	// A request that cannot be sent is given back through onRelease.
 	_ = jp.pl.Pull(jspull.Request{Batch: g.slots + g.ahead, Expires: busyPullExpiry})
@@ -75,7 +75,6 @@ func (jp *jobPulls) request(g grant) {
 
 // onMsg hands a record to an owed slot, else to the read-ahead.
 func (jp *jobPulls) onMsg(m *jspull.Msg) {
-	now := time.Now()
 	jp.mu.Lock()
 	slot := jp.slots > 0
 	if slot {
@@ -83,11 +82,41 @@ func (jp *jobPulls) onMsg(m *jspull.Msg) {
 	} else {
 		jp.ahead--
 	}
-	if !jp.sentAt.IsZero() {
-		jp.rtt, jp.sentAt = now.Sub(jp.sentAt), time.Time{}
-	}
+	jp.wakeLocked()
 	jp.mu.Unlock()
-	jp.jr.pulledOne(m, slot, now)
+	jp.jr.pulledOne(m, slot, time.Now())
+}
+
+// wakeLocked wakes the fetch loop once what is owed is down to half the
+// last request.
+func (jp *jobPulls) wakeLocked() {
+	if jp.slots+jp.ahead <= jp.last/2 {
+		select {
+		case jp.low <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// awaitLow waits until what is owed is down to half the last request, as
+// nats.go's Consume sends its next request when its pending count falls
+// below a threshold: the loop overlaps its next request with the last
+// one's records without splitting the slots that come free meanwhile into
+// many small requests.
+func (jp *jobPulls) awaitLow(done <-chan struct{}) {
+	for {
+		jp.mu.Lock()
+		low := jp.slots+jp.ahead <= jp.last/2
+		jp.mu.Unlock()
+		if low {
+			return
+		}
+		select {
+		case <-jp.low:
+		case <-done:
+			return
+		}
+	}
 }
 
 // onRelease gives back what the requests will not bring: read-ahead room
@@ -102,9 +131,7 @@ func (jp *jobPulls) onRelease(n int, empty bool, err error) {
 	if err != nil && !errors.Is(err, nats.ErrTimeout) {
 		jp.err = err
 	}
-	if s+a > 0 && jp.slots+jp.ahead == 0 {
-		jp.sentAt = time.Time{}
-	}
+	jp.wakeLocked()
 	jp.mu.Unlock()
 	p := jp.jr.p
 	p.ahead.unreserve(a)
@@ -112,11 +139,11 @@ func (jp *jobPulls) onRelease(n int, empty bool, err error) {
 }
 
 // state takes what the requests said since the last look: whether one ran
-// dry, the last round trip timed (0 for none), and the last error.
-func (jp *jobPulls) state() (empty bool, rtt time.Duration, err error) {
+// dry, and the last error.
+func (jp *jobPulls) state() (empty bool, err error) {
 	jp.mu.Lock()
 	defer jp.mu.Unlock()
-	empty, rtt, err = jp.empty, jp.rtt, jp.err
-	jp.empty, jp.rtt, jp.err = false, 0, nil
-	return empty, rtt, err
+	empty, err = jp.empty, jp.err
+	jp.empty, jp.err = false, nil
+	return empty, err
 }
