@@ -219,7 +219,9 @@ func (p *Puller) onMsg(m *nats.Msg) {
 	p.pending--
 	if p.pending == 0 {
 		p.settledLocked()
-	} else {
+	} else if p.beat > 0 {
+		// Without heartbeats the bound is the requests' expiry, which a
+		// record does not move.
 		p.heardLocked(time.Now())
 	}
 	p.mu.Unlock()
