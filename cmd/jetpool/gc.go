@@ -60,8 +60,8 @@ func workerMemory(concurrency int) memoryTarget {
 }
 
 const (
-	workerMemoryFloor = 24 << 20
-	workerSlotMemory  = 16 << 10
+	workerMemoryFloor = 32 << 20
+	workerSlotMemory  = 12 << 10
 )
 
 // embeddedMemoryFloor is the soft memory limit of a process hosting the
