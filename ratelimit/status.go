@@ -112,6 +112,63 @@ const (
 	servedBuckets = int(servedWindow / servedSlice)
 )
 
+// Room is how much a limiter can take now, as a router choosing among a
+// provider's deployments reads it: from this process's view of the shared
+// state, with no store read.
+type Room struct {
+	// Resting: an open circuit or a shared cooldown (Resting).
+	Resting bool
+	// Wait is how long a call asked for now would wait for its slot in
+	// the schedule: the configured rpm and tpm, or the learned pace. 0:
+	// it would go at once.
+	Wait time.Duration
+	// Full: every place of limits.concurrency (all processes) or of the
+	// adaptive window (this process) is taken.
+	Full bool
+	// Rate is the calls a second the limiter lets through when busy: the
+	// learned pace (this process's share), the configured rpm at the
+	// registry's headroom, the lower of both; 0 when neither is set.
+	Rate float64
+}
+
+// Free reports whether a call asked for now would go at once.
+func (r Room) Free() bool { return !r.Resting && !r.Full && r.Wait <= 0 }
+
+// Room returns the limiter's room now.
+func (l *Limiter) Room() Room {
+	now := l.now()
+	_, open := l.CircuitOpenUntil()
+	s, _ := l.view()
+	r := Room{Resting: open || s.Cooling(now)}
+	at, _ := l.paces.Req.Reserve(s.ReqTAT, now, 1)
+	if l.paces.Tok.On() {
+		if t, _ := l.paces.Tok.Reserve(s.TokTAT, now, 1); t.After(at) {
+			at = t
+		}
+	}
+	if l.paces.Req.On() {
+		r.Rate = float64(time.Second) / float64(l.paces.Req.Interval)
+	}
+	l.mu.Lock()
+	if l.pace.on() {
+		if s.PaceTAT.After(at) {
+			at = s.PaceTAT
+		}
+		if r.Rate == 0 || l.pace.rate < r.Rate {
+			r.Rate = l.pace.rate
+		}
+	}
+	if l.aimd != nil {
+		r.Full = l.inflight >= max(int(l.aimd.Value()), 1)
+	}
+	l.mu.Unlock()
+	if c := l.limits.Concurrency; c > 0 && s.InFlight(now) >= c {
+		r.Full = true
+	}
+	r.Wait = max(at.Sub(now), 0)
+	return r
+}
+
 // Resting reports whether the provider takes no calls now: its circuit is
 // open or a shared cooldown is under way. A router spreading calls across
 // deployments sends none to a resting one while another has room.

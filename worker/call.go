@@ -152,7 +152,7 @@ func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 			}
 		}
 		for _, name := range targets {
-			u, open := jr.circuitOpenUntil(name)
+			u, open := jr.circuitOpenUntil(1, name)
 			if !open {
 				return time.Time{}, false
 			}
@@ -164,19 +164,12 @@ func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 	return until, true
 }
 
-// circuitOpenUntil reports whether the provider called name takes no
-// calls for an open circuit, and until when: for a provider with
-// deployments, whether every deployment's circuit is open (until: the first
-// probe).
-func (jr *jobRunner) circuitOpenUntil(name string) (until time.Time, open bool) {
-	names := []string{name}
-	if cfg, ok := jr.providerConfig(name); ok && len(cfg.Deployments) > 0 {
-		names = names[:0]
-		for _, d := range cfg.Endpoints() {
-			names = append(names, d.Name)
-		}
-	}
-	for _, n := range names {
+// circuitOpenUntil reports whether the provider called name (as revision
+// rev defines it) takes no calls for an open circuit, and until when: for
+// a provider with deployments, whether every deployment's circuit is open
+// (until: the first probe).
+func (jr *jobRunner) circuitOpenUntil(rev int, name string) (until time.Time, open bool) {
+	for _, n := range jr.deploymentNames(rev, name) { // worker/deployments.go
 		l := jr.limiter(n)
 		if l == nil {
 			return time.Time{}, false
