@@ -6,6 +6,7 @@ import (
 
 	"github.com/jetpool/jetpool/provider"
 	"github.com/jetpool/jetpool/ratelimit"
+	"github.com/jetpool/jetpool/workflow"
 )
 
 // A provider's deployments (provider.Deployment) are where its calls go:
@@ -16,10 +17,10 @@ import (
 // resting, its schedule not booked ahead, a place in its window), by
 // smooth weighted round robin among those that have: weighted by the rate
 // each is paced at (a learned pace lowers a deployment's share), by rpm
-// when some are not paced, alike without. When none has room, the round
-// goes over those not resting, and the limiter of the one picked paces the
-// call. Chat and embeddings calls spread so; batch actions submit each
-// batch to one deployment (worker/batchdeploy.go).
+// when some are not paced, alike without. When none has room, the call
+// goes to the one free soonest, and its limiter paces it. Chat and
+// embeddings calls spread so; batch actions submit each batch to one
+// deployment picked so (batchDeployment; package batch keeps it).
 
 // spread is the round robin of one provider's deployments, as one
 // revision of the job's workflow defines them.
@@ -168,9 +169,20 @@ func (jr *jobRunner) spreadAt(rev int, name string) (*spread, error) {
 // failed it (the round robin is the job's, and other records' calls come
 // between a record's).
 func (jr *jobRunner) deployment(name, avoid string, rev int) (dep string, pr provider.Provider, ok bool, err error) {
-	s, err := jr.spreadAt(rev, name)
+	s, i, err := jr.pickDeployment(name, avoid, rev)
 	if s == nil || err != nil {
 		return "", nil, false, err
+	}
+	pr, err = jr.providerAs(s.keys[i], s.cfgs[i])
+	return s.names[i], pr, true, err
+}
+
+// pickDeployment is deployment's pick: the spread and the index in it
+// (nil for a provider without deployments).
+func (jr *jobRunner) pickDeployment(name, avoid string, rev int) (*spread, int, error) {
+	s, err := jr.spreadAt(rev, name)
+	if s == nil || err != nil {
+		return nil, 0, err
 	}
 	// Limiters first, outside jr.mu (limiter takes it).
 	rooms := make([]ratelimit.Room, len(s.names))
@@ -187,8 +199,18 @@ func (jr *jobRunner) deployment(name, avoid string, rev int) (dep string, pr pro
 	jr.mu.Lock()
 	i := s.choose(rooms, av, now)
 	jr.mu.Unlock()
-	pr, err = jr.providerAs(s.keys[i], s.cfgs[i])
-	return s.names[i], pr, true, err
+	return s, i, nil
+}
+
+// batchDeployment is the deployment of a's provider that a new batch goes
+// to (batch.Config.Deployment): the one an online call would go to now,
+// by the same room. "" for a provider without deployments.
+func (jr *jobRunner) batchDeployment(a *workflow.Action) string {
+	s, i, err := jr.pickDeployment(a.Provider, "", 1) // the batcher runs the job's first workflow
+	if s == nil || err != nil {
+		return ""
+	}
+	return s.names[i]
 }
 
 // deploymentNames are the names of the deployments of the provider called
