@@ -11,7 +11,9 @@ import (
 type Status struct {
 	Key      string `json:"key"`
 	Provider string `json:"provider"`
-	Mode     string `json:"mode"` // "limits", "adaptive", or "none" (adaptive: false)
+	// Of is the provider whose deployment Provider is ("": none).
+	Of   string `json:"of,omitempty"`
+	Mode string `json:"mode"` // "limits", "adaptive", or "none" (adaptive: false)
 	// Limit is the window: adaptive concurrency (this process), or
 	// limits.concurrency (0: none).
 	Limit         float64       `json:"limit"`
@@ -67,7 +69,7 @@ func (l *Limiter) Status() Status {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := Status{Key: l.key, Provider: l.name, Mode: "limits", Limit: float64(l.limits.Concurrency),
+	st := Status{Key: l.key, Provider: l.name, Of: l.of, Mode: "limits", Limit: float64(l.limits.Concurrency),
 		InFlight: l.shared.InFlight(now), Circuit: cmp.Or(l.shared.Breaker.State, CircuitClosed),
 		Calls: l.calls.Load(), Congested: l.congested.Load(), Faults: l.faults.Load(),
 		Cooldowns: l.cooldowns.Load(), Waited: l.waited.Load(), Reason: l.shared.Reason}

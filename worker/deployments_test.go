@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/jetpool/jetpool/provider/providertest"
 	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/ratelimit/ratelimittest"
+	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/worker"
 )
 
@@ -41,7 +43,31 @@ actions:
 `, a.URL, b.URL)
 }
 
-// Two healthy deployments share the calls; each result names its own.
+// callMetrics counts calls by "provider/deployment" (CallAt) and by
+// provider (Call).
+type callMetrics struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (m *callMetrics) Record(string, string, string, retry.Class) {}
+func (m *callMetrics) Delivery(string)                            {}
+func (m *callMetrics) InFlight(int)                               {}
+func (m *callMetrics) Call(p, _ string, _ retry.Class, _ time.Duration, _ provider.Usage) {
+	m.CallAt(p, "", "", "", 0, provider.Usage{})
+}
+
+func (m *callMetrics) CallAt(p, dep, _ string, _ retry.Class, _ time.Duration, _ provider.Usage) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.calls == nil {
+		m.calls = map[string]int{}
+	}
+	m.calls[p+"/"+dep]++
+}
+
+// Two healthy deployments share the calls; each result names its own, and
+// the metrics label each call with the provider and the deployment.
 func TestDeploymentsSpreadCalls(t *testing.T) {
 	t.Parallel()
 	const records = 40
@@ -49,7 +75,8 @@ func TestDeploymentsSpreadCalls(t *testing.T) {
 	a := counted(t, &ac, providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4.1-mini", "ok", 1, 1)})
 	bsrv := counted(t, &bc, providertest.Reply{Status: 200, Body: providertest.OpenAIChat("gpt-4.1-mini", "ok", 1, 1)})
 	b := testenv.Broker(t)
-	_, p, results := expectJob(t, b, deploymentsWorkflow(a, bsrv), records, worker.Config{Concurrency: 4})
+	m := &callMetrics{}
+	_, p, results := expectJob(t, b, deploymentsWorkflow(a, bsrv), records, worker.Config{Concurrency: 4, Metrics: m})
 	require.EqualValues(t, records, p.OK)
 	require.GreaterOrEqual(t, ac.Load(), int64(records/4), "deployment 1 takes its share")
 	require.GreaterOrEqual(t, bc.Load(), int64(records/4), "deployment 2 takes its share")
@@ -59,6 +86,9 @@ func TestDeploymentsSpreadCalls(t *testing.T) {
 		by[r.Deployment]++
 	}
 	require.EqualValues(t, map[string]int{"oa-1": int(ac.Load()), "oa-2": int(bc.Load())}, by)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	require.Equal(t, map[string]int{"oa/oa-1": int(ac.Load()), "oa/oa-2": int(bc.Load())}, m.calls)
 }
 
 // One deployment answers 503 to everything: its circuit opens and it gets
@@ -99,6 +129,7 @@ func TestDeploymentOutageMovesToTheOther(t *testing.T) {
 		st[s.Provider] = s
 	}
 	require.Equal(t, ratelimit.CircuitOpen, st["oa-1"].Circuit)
+	require.Equal(t, "oa", st["oa-1"].Of, "a deployment's limiter names its provider")
 	require.Equal(t, ratelimit.CircuitClosed, st["oa-2"].Circuit)
 	require.NotContains(t, st, "oa", "no call goes to the provider itself")
 }

@@ -65,15 +65,15 @@ type embedItem struct {
 
 // embedResult is what one record's attempt got.
 type embedResult struct {
-	vector  []float32
-	usage   provider.Usage // the record's share of its request's
-	model   string
+	vector []float32
+	usage  provider.Usage // the record's share of its request's
+	model  string
 	// deployment is the provider's deployment that answered ("": a
 	// provider without deployments).
 	deployment string
 	latency    time.Duration
-	calls   int // requests its input was sent in (0: none could go)
-	err     error
+	calls      int // requests its input was sent in (0: none could go)
+	err        error
 }
 
 // embedderFor is the batcher of an embed action, made on first use.
