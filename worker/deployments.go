@@ -58,10 +58,19 @@ func newSpread(cfg provider.Config, suffix string) *spread {
 	return s
 }
 
+// pickedAheadMax bounds how far the spread's own picks run past what a
+// deployment's limiter shows: a pick that did not book its slot by then was
+// parked (its wait was too long) or never called.
+const pickedAheadMax = time.Second
+
 // choose picks the deployment of a call at now from each one's room, the
 // picks made here before counted in (ahead).
 func (s *spread) choose(rooms []ratelimit.Room, avoid int, now time.Time) int {
 	for i := range rooms {
+		limit := now.Add(rooms[i].Wait + pickedAheadMax)
+		if s.ahead[i].After(limit) {
+			s.ahead[i] = limit
+		}
 		rooms[i].Wait = max(rooms[i].Wait, s.ahead[i].Sub(now))
 	}
 	i := s.pick(rooms, avoid)

@@ -85,4 +85,18 @@ func TestSpreadCountsItsPicks(t *testing.T) {
 		got[s.choose(rooms, -1, now)]++
 	}
 	require.Equal(t, [2]int{4, 16}, got, "by rate, at one instant")
+
+	// Picks the limiters never booked (parked, not called) weigh no more
+	// than a second past what the limiters show: a deployment is not
+	// starved for the picks of long ago.
+	for range 200 {
+		s.choose([]ratelimit.Room{{Rate: 2}, {Rate: 8}}, -1, now) // far past a second of either's rate
+	}
+	rooms := []ratelimit.Room{{Rate: 2}, {Rate: 8}}
+	s.choose(rooms, -1, now)
+	require.LessOrEqual(t, rooms[0].Wait, pickedAheadMax)
+	require.LessOrEqual(t, rooms[1].Wait, pickedAheadMax)
+	rooms = []ratelimit.Room{{Rate: 2}, {Rate: 8}}
+	s.choose(rooms, -1, now.Add(2*pickedAheadMax))
+	require.Equal(t, []time.Duration{0, 0}, []time.Duration{rooms[0].Wait, rooms[1].Wait}, "later, the picks of then are gone")
 }
