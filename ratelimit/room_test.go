@@ -67,4 +67,16 @@ func TestRoom(t *testing.T) {
 
 	congest(t, rpm, time.Second)
 	require.True(t, rpm.Room().Resting, "a shared cooldown")
+
+	// Most answers of the last second failures: failing, until they age.
+	f := r.For(provider.Config{Name: "failing"})
+	ps = acquire(t, f, 3)
+	ps[0].Done(provider.Response{}, nil)
+	ps[1].Done(provider.Response{}, serverErr())
+	require.False(t, f.Room().Failing, "one failure")
+	ps[2].Done(provider.Response{}, serverErr())
+	require.True(t, f.Room().Failing, "two of three answers failed")
+	require.False(t, f.Room().Free())
+	clock.Advance(2 * time.Second)
+	require.False(t, f.Room().Failing, "a second later")
 }

@@ -127,6 +127,11 @@ type Room struct {
 	// Full: every place of limits.concurrency (all processes) or of the
 	// adaptive window (this process) is taken.
 	Full bool
+	// Failing: most of this process's answers of the last second were
+	// failures (5xx, overloads, dropped connections; two at least). A
+	// deployment that fails at once keeps its schedule free, and would
+	// look like the one with room until its circuit opens.
+	Failing bool
 	// Rate is the calls a second the limiter lets through when busy: the
 	// learned pace (this process's share), the configured rpm at the
 	// registry's headroom, the lower of both; 0 when neither is set.
@@ -134,7 +139,7 @@ type Room struct {
 }
 
 // Free reports whether a call asked for now would go at once.
-func (r Room) Free() bool { return !r.Resting && !r.Full && r.Wait <= 0 }
+func (r Room) Free() bool { return !r.Resting && !r.Full && !r.Failing && r.Wait <= 0 }
 
 // Room returns the limiter's room now.
 func (l *Limiter) Room() Room {
@@ -163,7 +168,10 @@ func (l *Limiter) Room() Room {
 	if l.aimd != nil {
 		r.Full = l.inflight >= max(int(l.aimd.Value()), 1)
 	}
+	c := l.recent.counts(now)
 	l.mu.Unlock()
+	failed := c[sigFault] + c[sigOverload]
+	r.Failing = failed >= 2 && 2*failed >= failed+c[sigOK]+c[sigRefused]+c[sigCongestion]
 	if c := l.limits.Concurrency; c > 0 && s.InFlight(now) >= c {
 		r.Full = true
 	}

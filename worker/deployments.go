@@ -90,10 +90,15 @@ func later(a, b time.Time) time.Time {
 // pick chooses the deployment of the next call from each one's room now;
 // avoid is one not to pick while another may be (-1: none). First those
 // with room for it at once; else the one whose schedule frees soonest;
-// else (every window full) those not resting; else any, and its limiter
-// waits.
+// else (every window full) those not resting nor failing; else those not
+// resting; else any, and its limiter waits. A paced deployment's full
+// window does not count: the calls in it wait for its schedule, whose wait
+// says more.
 func (s *spread) pick(rooms []ratelimit.Room, avoid int) int {
-	open := func(i int) bool { return !rooms[i].Resting && !rooms[i].Full && i != avoid }
+	open := func(i int) bool {
+		r := rooms[i]
+		return !r.Resting && !r.Failing && i != avoid && (!r.Full || r.Rate > 0)
+	}
 	soonest := time.Duration(-1)
 	for i := range rooms {
 		if open(i) && (soonest < 0 || rooms[i].Wait < soonest) {
@@ -102,6 +107,7 @@ func (s *spread) pick(rooms []ratelimit.Room, avoid int) int {
 	}
 	tiers := []func(i int) bool{
 		func(i int) bool { return open(i) && rooms[i].Wait == soonest },
+		func(i int) bool { return !rooms[i].Resting && !rooms[i].Failing && i != avoid },
 		func(i int) bool { return !rooms[i].Resting && i != avoid },
 		func(i int) bool { return !rooms[i].Resting },
 		func(int) bool { return true },

@@ -65,6 +65,10 @@ func TestSpreadByRoom(t *testing.T) {
 	require.Equal(t, []int{10, 90}, picks(s, 100, paced, -1), "by rate when both are paced")
 	busy := func(i int) ratelimit.Room { return ratelimit.Room{Wait: time.Second, Rate: []float64{5, 15}[i]} }
 	require.Equal(t, []int{25, 75}, picks(s, 100, busy, -1), "as long to wait for each: by rate")
+	failing := func(i int) ratelimit.Room { return ratelimit.Room{Failing: i == 0} }
+	require.Equal(t, []int{0, 10}, picks(s, 10, failing, -1), "none to one failing while the other has room")
+	both := func(i int) ratelimit.Room { return ratelimit.Room{Failing: i == 0, Full: i == 1} }
+	require.Equal(t, []int{0, 10}, picks(s, 10, both, -1), "nor while the other is full")
 	soon := func(i int) ratelimit.Room { return ratelimit.Room{Wait: time.Duration(2-i) * time.Second, Rate: 1} }
 	require.Equal(t, []int{0, 10}, picks(s, 10, soon, -1), "none with room: the one free soonest")
 	mixed := func(i int) ratelimit.Room { return ratelimit.Room{Rate: []float64{3, 0}[i]} }
