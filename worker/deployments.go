@@ -14,7 +14,8 @@ import (
 // circuit, shared across workers in the limiter's KV state, shown by
 // `jetpool limits` and the metrics under the deployment's name). Each call
 // goes to the deployment with room for it now (ratelimit.Room: not
-// resting, its schedule not booked ahead, a place in its window), by
+// resting, not failing, its schedule not booked ahead, a place in its
+// window), by
 // smooth weighted round robin among those that have: weighted by the rate
 // each is paced at (a learned pace lowers a deployment's share), by rpm
 // when some are not paced, alike without. When none has room, the call
@@ -137,7 +138,7 @@ func (s *spread) next(rooms []ratelimit.Room, ok func(i int) bool) int {
 		}
 		w := s.rpm[i]
 		if byRate {
-			w = rooms[i].Rate
+			w = 60 * rooms[i].Rate // a minute's, as rpm weighs
 		}
 		s.current[i] += w
 		total += w
