@@ -12,10 +12,9 @@ import (
 // A provider's deployments (provider.Deployment) are where its calls go:
 // each has its own limiter (its own limits, learned rate, cooldown and
 // circuit, shared across workers in the limiter's KV state, shown by
-// `jetpool limits` and the metrics under the deployment's name). Each call
-// goes to the deployment with room for it now (ratelimit.Room: not
-// resting, not failing, its schedule not booked ahead, a place in its
-// window), by
+// `jetpool limits` and the metrics with its provider). Each call goes to a
+// deployment with room for it now (ratelimit.Room: not resting, not
+// failing, its schedule not booked ahead, a place in its window), by
 // smooth weighted round robin among those that have: weighted by the rate
 // each is paced at (a learned pace lowers a deployment's share), by rpm
 // when some are not paced, alike without. When none has room, the call
