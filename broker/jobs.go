@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -436,16 +438,28 @@ func (b *Broker) WatchJobs(ctx context.Context) (*JobWatch, error) {
 func (w *JobWatch) Each(ctx context.Context, fn func(*Job)) {
 	specs := map[string]*Job{}
 	states := map[string]jobState{}
+	// Nothing is passed on until both buckets' initial values are read: a
+	// job passed before its state would look running to a worker, which
+	// would call for a job cancelled or failed long ago.
+	specsRead, statesRead := false, false
 	emit := func(id string) {
 		spec, ok := specs[id]
-		if !ok {
-			return // its state came first: passed on with the entry
+		if !ok || !specsRead || !statesRead {
+			return // its state came first, or the initial values are being read
 		}
 		j := *spec
 		if st, ok := states[id]; ok {
 			j.apply(st)
 		}
 		fn(&j)
+	}
+	emitAll := func() {
+		if !specsRead || !statesRead {
+			return
+		}
+		for _, id := range slices.Sorted(maps.Keys(specs)) {
+			emit(id)
+		}
 	}
 	for {
 		select {
@@ -456,6 +470,8 @@ func (w *JobWatch) Each(ctx context.Context, fn func(*Job)) {
 				return
 			}
 			if e == nil {
+				specsRead = true
+				emitAll()
 				continue
 			}
 			if e.Operation() != jetstream.KeyValuePut {
@@ -477,7 +493,12 @@ func (w *JobWatch) Each(ctx context.Context, fn func(*Job)) {
 			if !ok {
 				return
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			if e == nil {
+				statesRead = true
+				emitAll()
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
 			var st jobState

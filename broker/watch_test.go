@@ -71,3 +71,33 @@ func TestWatchAllRetriesUnanswered(t *testing.T) {
 	require.ErrorContains(t, err, "no answer to starting a watch of JETPOOL_JOBS for 300ms")
 	require.Greater(t, u.tries, 1)
 }
+
+// A watch started on a job cancelled since its entry was written passes
+// the job cancelled from the first: never running, which a new worker
+// would have called for.
+func TestWatchJobsPassesStateWithTheFirst(t *testing.T) {
+	ctx := context.Background()
+	b := testenv.Broker(t)
+	for _, id := range []string{"a", "b", "c"} {
+		require.NoError(t, b.PutJob(ctx, &broker.Job{ID: id, Status: broker.JobRunning}))
+		_, err := b.UpdateJob(ctx, id, func(j *broker.Job) bool { j.Status = broker.JobCancelled; return true })
+		require.NoError(t, err)
+	}
+	for range 20 {
+		w, err := b.WatchJobs(ctx)
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		seen := map[string]string{}
+		w.Each(wctx, func(j *broker.Job) {
+			if _, ok := seen[j.ID]; !ok {
+				seen[j.ID] = j.Status
+			}
+			if len(seen) == 3 {
+				cancel()
+			}
+		})
+		cancel()
+		w.Stop()
+		require.Equal(t, map[string]string{"a": "cancelled", "b": "cancelled", "c": "cancelled"}, seen)
+	}
+}
