@@ -186,6 +186,7 @@ func (b *Broker) bucketConfigs() []jetstream.KeyValueConfig {
 		{Bucket: BucketAttempts, Description: "jetpool: attempts of records waiting for redelivery", History: 1, Replicas: r, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketLimits, Description: "jetpool: shared rate-limit state per provider", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},
+		{Bucket: BucketTenant, Description: "jetpool: the tenant's budget (its operator's) and the ledger sharing it (the workers')", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		// A claim lives seconds and guards against a twin delivery (Claim),
 		// not against the loss of every node: in memory, replicated, it is
 		// written without an fsync even where the servers sync every write.
