@@ -555,3 +555,11 @@ func Unanswered(err error) bool {
 func unanswered(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
 }
+
+// Transient reports whether err is the store not answering yet rather
+// than an answer: no answer in time, no responders, a stream or consumer
+// whose leader is being elected (JetStream temporarily unavailable). A
+// read that met one may be tried again.
+func Transient(err error) bool {
+	return Unanswered(err) || notReady(err) || errors.Is(err, errUnavailable)
+}
