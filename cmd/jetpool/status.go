@@ -39,11 +39,11 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	r := jobstatus.NewReads(jobstatus.Bound)
-	jobs, fromReplica, err := statusJobs(ctx, b, r, pos)
+	jobs, fromReplica, err := statusJobs(ctx, b, jobstatus.NewReads(jobstatus.ListBound), pos)
 	if err != nil {
 		return err
 	}
+	r := jobstatus.NewReads(jobstatus.Bound)
 	out, stats, err := jobstatus.ReadWithin(ctx, b, jobs, len(pos) == 1, r)
 	if err != nil {
 		return err
@@ -152,7 +152,7 @@ func statusJobs(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, pos [
 	}
 	err = r.Once(ctx, leader)
 	if err != nil && broker.Transient(err) {
-		err = r.Do(ctx, func(ctx context.Context) (err error) {
+		err = r.DoEach(ctx, jobstatus.ReplicaTimeout, func(ctx context.Context) (err error) {
 			jobs, err = b.JobsFromReplica(ctx, id)
 			return err
 		})
@@ -170,11 +170,11 @@ func statusJobs(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, pos [
 		return jobs, false, nil
 	case errors.Is(err, jetstream.ErrBucketNotFound) && len(pos) == 0:
 		return nil, false, nil // nothing was ever dispatched here
-	case errors.Is(err, broker.ErrJobNotFound), !broker.Transient(err):
+	case errors.Is(err, broker.ErrJobNotFound), !broker.Transient(err) && !errors.Is(err, jobstatus.ErrNoTime):
 		return nil, false, err
 	}
 	return nil, false, &exitError{code: exitUnavailable, err: fmt.Errorf("status: the jobs (%s, %s) did not answer within %s: %w (a leader election under way? try again)",
-		broker.BucketJobs, broker.BucketJobState, jobstatus.Bound, err)}
+		broker.BucketJobs, broker.BucketJobState, jobstatus.ListBound, err)}
 }
 
 // partNames says what each part of a status is, for its line.

@@ -18,8 +18,13 @@ import (
 const (
 	// ReadTimeout bounds one read of a status.
 	ReadTimeout = 1500 * time.Millisecond
-	// Bound is how long a status waits for its reads in all.
-	Bound = 4 * time.Second
+	// ReplicaTimeout bounds one read that any replica answers: a live one
+	// answers at once, and the next try may reach another.
+	ReplicaTimeout = 500 * time.Millisecond
+	// ListBound is how long a status waits for the list of its jobs, and
+	// Bound for the reads of their parts after it, in all.
+	ListBound = 2500 * time.Millisecond
+	Bound     = 3500 * time.Millisecond
 )
 
 // Parts of a job's status that may not answer (Job.Unanswered).
@@ -46,28 +51,34 @@ func NewReads(within time.Duration) *Reads {
 func (r *Reads) Once(ctx context.Context, read func(context.Context) error) error {
 	left := time.Until(r.deadline)
 	if left <= 0 {
-		return errNoTime
+		return ErrNoTime
 	}
 	rctx, cancel := context.WithTimeout(ctx, min(ReadTimeout, left))
 	defer cancel()
 	return read(rctx)
 }
 
-// errNoTime is a read not tried: the status's bound had passed.
-var errNoTime = errors.New("not read: the status's time was up")
+// ErrNoTime is returned for a read not tried: the status's bound had
+// passed.
+var ErrNoTime = errors.New("not read: the status's time was up")
 
 // Do runs read with a context bounded by ReadTimeout and what is left of
 // the bound, again while it meets a transient error (broker.Transient)
 // and time is left. It returns read's last error.
 func (r *Reads) Do(ctx context.Context, read func(context.Context) error) error {
+	return r.DoEach(ctx, ReadTimeout, read)
+}
+
+// DoEach is Do with each try bounded by per.
+func (r *Reads) DoEach(ctx context.Context, per time.Duration, read func(context.Context) error) error {
 	pause := r.retry
-	err := errNoTime
+	err := ErrNoTime
 	for {
 		left := time.Until(r.deadline)
 		if left <= 0 {
 			return err
 		}
-		rctx, cancel := context.WithTimeout(ctx, min(ReadTimeout, left))
+		rctx, cancel := context.WithTimeout(ctx, min(per, left))
 		err = read(rctx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !broker.Transient(err) {

@@ -44,6 +44,6 @@ func TestReadsBoundAndRetry(t *testing.T) {
 	})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.GreaterOrEqual(t, calls, 1)
-	require.ErrorIs(t, r.Do(ctx, func(context.Context) error { t.Fatal("read after the bound"); return nil }), errNoTime,
+	require.ErrorIs(t, r.Do(ctx, func(context.Context) error { t.Fatal("read after the bound"); return nil }), ErrNoTime,
 		"once the bound is past, nothing more is read")
 }
