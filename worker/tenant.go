@@ -30,6 +30,10 @@ import (
 // dispatcher, a store that does not answer).
 const tenantRetry = 5 * time.Second
 
+// tenantLoadTimeout bounds the first read of the tenant's budget at a
+// pool's start (a store that does not answer it leaves the watch to).
+const tenantLoadTimeout = 2 * time.Second
+
 // tenantCap is a pool's copy of its tenant's budget, in dollars (0: none),
 // kept by watchTenant.
 type tenantCap struct{ bits atomic.Uint64 }
@@ -40,7 +44,7 @@ func (c *tenantCap) set(v float64) { c.bits.Store(math.Float64bits(v)) }
 // loadTenant reads the tenant's budget once, so that the pool's first
 // calls reserve against it; the watch keeps it afterwards.
 func (p *Pool) loadTenant(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, budgetWriteTimeout)
+	ctx, cancel := context.WithTimeout(ctx, tenantLoadTimeout)
 	defer cancel()
 	if tb, err := p.b.TenantBudget(ctx); err == nil {
 		p.tenant.set(tb.MaxCost)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/provider/providertest"
@@ -100,4 +101,32 @@ func TestTenantBudgetCapsJobsTogether(t *testing.T) {
 		return err == nil && math.Abs(tl.Cost-total) < 1e-9 && tl.Held() == 0 && tl.InDoubt() == 0
 	}, "the tenant's ledger is the bill, nothing held once the jobs are over")
 	require.InDelta(t, total, costs, 1e-9, "and so are the jobs' costs, summed")
+
+	// Each record the budget stopped says so; raised, a replay of one
+	// job's dead letters finishes it, calling only those.
+	j1, _, err := a.GetJob(ctx, "t1")
+	require.NoError(t, err)
+	stopped := 0
+	for _, r := range testenv.Results(t, a, j1) {
+		if r.Status == broker.StatusFailed {
+			require.Equal(t, "budget", r.Error.Class)
+			require.Contains(t, r.Error.Message, "tenant budget $0.0500 reached")
+			stopped++
+		}
+	}
+	require.Greater(t, stopped, 0)
+	require.NoError(t, a.SetTenantBudget(ctx, 100))
+	calls := len(bill.Lines())
+	rep, err := deadletter.Replay(ctx, a, deadletter.ReplayOptions{Filter: deadletter.Filter{Job: "t1", Reason: "budget"}})
+	require.NoError(t, err)
+	require.Equal(t, stopped, rep.Replayed)
+	testenv.Eventually(t, time.Minute, func() bool {
+		j, _, err := a.GetJob(ctx, "t1")
+		if err != nil {
+			return false
+		}
+		p, err := a.JobProgress(ctx, j, false)
+		return err == nil && p.OK == records
+	}, "the replayed records succeed under the raised budget")
+	require.Len(t, bill.Lines(), calls+stopped, "only the stopped records are called")
 }
