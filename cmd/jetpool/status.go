@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/jobstatus"
 )
@@ -65,6 +66,9 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(e.stdout, "no jobs")
+		if !printTenantLine(ctx, e, b, r) {
+			return partialErr([]string{"tenant budget"})
+		}
 		return nil
 	}
 	tw := newTable(e)
@@ -114,6 +118,9 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	printBatches(e, out)
 	if !printLimits(ctx, e, b, r) { // status_limits.go: cooldowns and open circuits
 		partial = append(partial, "provider limits")
+	}
+	if !printTenantLine(ctx, e, b, r) {
+		partial = append(partial, "tenant budget")
 	}
 	fmt.Fprintf(e.stdout, "(%d workers answered)\n", workers)
 	return partialErr(partial)
@@ -179,10 +186,11 @@ func statusJobs(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, pos [
 
 // partNames says what each part of a status is, for its line.
 var partNames = map[string]string{
-	jobstatus.PartBacklog: "queued, in flight and waiting (its consumer on " + broker.StreamWork + ")",
-	jobstatus.PartResults: "succeeded and failed (" + broker.StreamResults + ")",
-	jobstatus.PartBatches: "provider batches (" + broker.BucketBatches + ")",
-	jobstatus.PartSteps:   "pipeline steps (" + broker.StreamWork + ")",
+	jobstatus.PartBacklog:     "queued, in flight and waiting (its consumer on " + broker.StreamWork + ")",
+	jobstatus.PartResults:     "succeeded and failed (" + broker.StreamResults + ")",
+	jobstatus.PartBatches:     "provider batches (" + broker.BucketBatches + ")",
+	jobstatus.PartSteps:       "pipeline steps (" + broker.StreamWork + ")",
+	jobstatus.PartDeadLetters: "dead letters still held (" + broker.StreamDLQ + ")",
 }
 
 // statusCounts is a status row's QUEUED … REC/S cells: ? for a part that
@@ -260,4 +268,23 @@ func purgedNote(s jobStatus) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%d in the DLQ; %d purged: failed, not replayable)", *s.DeadLetters, s.Failed-*s.DeadLetters)
+}
+
+// printTenantLine prints the tenant's budget when one is set, its read
+// bounded by r; it reports false when the read did not answer (and says
+// so).
+func printTenantLine(ctx context.Context, e *env, b *broker.Broker, r *jobstatus.Reads) bool {
+	var tb *jp.TenantBudget
+	err := r.Do(ctx, func(ctx context.Context) (err error) {
+		tb, err = e.client(b).TenantBudget(ctx)
+		return err
+	})
+	switch {
+	case err != nil && broker.Transient(err):
+		fmt.Fprintf(e.stdout, "tenant budget (%s): did not answer within %s (%v)\n", broker.BucketTenant, jobstatus.Bound, err)
+		return false
+	case err == nil && tb.MaxCost > 0:
+		printTenantBudget(e, tb)
+	}
+	return true
 }

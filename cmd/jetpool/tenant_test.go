@@ -52,3 +52,17 @@ func TestTenantBudgetCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, tb.MaxCost)
 }
+
+// `jetpool status` shows the tenant's budget when one is set.
+func TestStatusShowsTenantBudget(t *testing.T) {
+	setEnv(t)
+	b := testenv.Broker(t)
+	t.Setenv("JETPOOL_NATS_URL", b.Server().ClientURL())
+	code, stdout, stderr := jetpool(t, "status")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout, "tenant budget")
+	require.NoError(t, b.SetTenantBudget(context.Background(), 7))
+	code, stdout, stderr = jetpool(t, "status")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "tenant budget $7.00 (set ")
+}

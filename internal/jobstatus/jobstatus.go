@@ -223,12 +223,16 @@ func of(ctx context.Context, b *broker.Broker, r *Reads, j *broker.Job, info *je
 	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
 	s.Cancelled = c.ByReason[broker.StatusCancelled]
 	if byReason {
-		n, err := b.Count(ctx, broker.StreamDLQ, broker.DLQFilter(j.ID, ""))
-		if err != nil {
-			return s, err
+		var n uint64
+		if err := r.Do(ctx, func(ctx context.Context) (err error) {
+			n, err = b.Count(ctx, broker.StreamDLQ, broker.DLQFilter(j.ID, ""))
+			return err
+		}); err != nil {
+			s.miss(PartDeadLetters, err)
+		} else {
+			dead := int64(n)
+			s.DeadLetters = &dead
 		}
-		dead := int64(n)
-		s.DeadLetters = &dead
 	}
 	s.StartAt = j.StartAt
 	s.Priority = j.Weight()

@@ -33,6 +33,9 @@ const (
 	PartResults = "results" // succeeded, failed, by reason: JETPOOL_RESULTS
 	PartBatches = "batches" // outstanding provider batches: JETPOOL_BATCHES
 	PartSteps   = "steps"   // a pipeline's steps done: JETPOOL_WORK
+	// PartDeadLetters is the dead letters still in JETPOOL_DLQ (with the
+	// split by reason).
+	PartDeadLetters = "dead_letters"
 )
 
 // Reads bounds the reads of one status: each by ReadTimeout, all of them
