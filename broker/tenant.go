@@ -48,9 +48,13 @@ type TenantLedger struct {
 func (t *TenantLedger) Committed() float64 { return t.Cost + t.Held() + t.InDoubt() }
 
 // TenantBudget reads the tenant's budget; its MaxCost is 0 when none is
-// set.
+// set (or the bucket was never made: a store no dispatcher of this
+// version has set up).
 func (b *Broker) TenantBudget(ctx context.Context) (TenantBudget, error) {
 	var tb TenantBudget
+	if made, err := b.tenantBucket(ctx); !made || err != nil {
+		return tb, err
+	}
 	e, err := b.kvLast(ctx, BucketTenant, KeyTenantBudget)
 	if err != nil || e == nil {
 		return tb, err
@@ -107,6 +111,9 @@ func (b *Broker) TenantLedger(ctx context.Context) (*TenantLedger, error) {
 
 func (b *Broker) tenantLedger(ctx context.Context) (*TenantLedger, uint64, error) {
 	t := &TenantLedger{}
+	if made, err := b.tenantBucket(ctx); !made || err != nil {
+		return t, 0, err
+	}
 	e, err := b.kvLast(ctx, BucketTenant, KeyTenantLedger)
 	if err != nil || e == nil {
 		return t, 0, err
@@ -150,3 +157,15 @@ func (b *Broker) UpdateTenantLedger(ctx context.Context, fn func(*TenantLedger) 
 	}
 	return nil, errors.New("tenant ledger: too many concurrent updates")
 }
+
+// tenantBucket reports whether BucketTenant exists: a lookup in a stream
+// that does not exist is asked again (it may be being placed), so a
+// missing bucket is told apart first.
+func (b *Broker) tenantBucket(ctx context.Context) (bool, error) {
+	_, err := b.KV(ctx, BucketTenant)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
