@@ -23,13 +23,18 @@ import (
 // tenantBill is a billing endpoint and the workflow of a job that calls
 // it: one action, max_tokens 40, at $40 and $160 a million tokens.
 func tenantBill(t *testing.T) (*providertest.Biller, func(extra string) *workflow.Workflow) {
+	return tenantBillFor(t, 20*time.Millisecond)
+}
+
+// tenantBillFor is tenantBill with calls of latency.
+func tenantBillFor(t testing.TB, latency time.Duration) (*providertest.Biller, func(extra string) *workflow.Workflow) {
 	bill := providertest.NewBiller(map[string]providertest.Rates{"bill-1": {Input: 40, Output: 160}})
 	srv := providertest.NewBillingServer(t, bill)
 	srv.Script = func(c providertest.BillCall) providertest.BillAnswer {
 		// Answers of varied length, all within max_tokens: the last call
 		// admitted may pass the budget by a part of its worst case.
 		n, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSuffix(c.Key, ":a"), "r"))
-		return providertest.BillAnswer{Latency: 20 * time.Millisecond, Text: "answer " + strings.Repeat("w", n*7%150)}
+		return providertest.BillAnswer{Latency: latency, Text: "answer " + strings.Repeat("w", n*7%150)}
 	}
 	return bill, func(extra string) *workflow.Workflow {
 		return testenv.Workflow(t, fmt.Sprintf(`providers:
