@@ -168,4 +168,3 @@ func (b *Broker) tenantBucket(ctx context.Context) (bool, error) {
 	}
 	return err == nil, err
 }
-

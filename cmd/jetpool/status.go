@@ -90,6 +90,26 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "jobs read from a replica: the leader of %s or %s did not answer within %s (a status or cost may be a moment behind)\n",
 			broker.BucketJobs, broker.BucketJobState, jobstatus.ReadTimeout)
 	}
+	printJobLines(e, out)
+	for _, f := range jobstatus.Faults(stats) {
+		fmt.Fprintf(e.stdout, "storage fault: worker %s: %s writes to %s failing since %s (%d failures): %s\n  %s; its records are held, not called again\n",
+			f.Worker, f.Write, f.Stream, f.Since.Local().Format(time.TimeOnly), f.Failures, f.Error, f.Hint)
+	}
+	printBatches(e, out)
+	if !printLimits(ctx, e, b, r) { // status_limits.go: cooldowns and open circuits
+		partial = append(partial, "provider limits")
+	}
+	if !printTenantLine(ctx, e, b, r) {
+		partial = append(partial, "tenant budget")
+	}
+	fmt.Fprintf(e.stdout, "(%d workers answered)\n", workers)
+	return partialErr(partial)
+}
+
+// printJobLines prints, under the table, each job's parts that did not
+// answer, dead letters, reason, cost, unfinished replay and the workers
+// that will not serve it.
+func printJobLines(e *env, out []jobStatus) {
 	for _, s := range out {
 		for _, part := range slices.Sorted(maps.Keys(s.Unanswered)) {
 			fmt.Fprintf(e.stdout, "%s %s: did not answer within %s (%s), shown as ?\n", s.Job, partNames[part], jobstatus.Bound, s.Unanswered[part])
@@ -111,19 +131,6 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "worker %s cannot serve job %s: %s\n", r.Worker, s.Job, r.Reason)
 		}
 	}
-	for _, f := range jobstatus.Faults(stats) {
-		fmt.Fprintf(e.stdout, "storage fault: worker %s: %s writes to %s failing since %s (%d failures): %s\n  %s; its records are held, not called again\n",
-			f.Worker, f.Write, f.Stream, f.Since.Local().Format(time.TimeOnly), f.Failures, f.Error, f.Hint)
-	}
-	printBatches(e, out)
-	if !printLimits(ctx, e, b, r) { // status_limits.go: cooldowns and open circuits
-		partial = append(partial, "provider limits")
-	}
-	if !printTenantLine(ctx, e, b, r) {
-		partial = append(partial, "tenant budget")
-	}
-	fmt.Fprintf(e.stdout, "(%d workers answered)\n", workers)
-	return partialErr(partial)
 }
 
 // connectReads connects as connect does, without Ensure: for a command
