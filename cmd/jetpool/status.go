@@ -164,17 +164,7 @@ func statusJobs(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, pos [
 		jobs, err = b.ListJobs(ctx)
 		return err
 	}
-	err = r.Once(ctx, leader)
-	if err != nil && broker.Transient(err) {
-		err = r.DoEach(ctx, jobstatus.ReplicaTimeout, func(ctx context.Context) (err error) {
-			jobs, err = b.JobsFromReplica(ctx, id)
-			return err
-		})
-		fromReplica = err == nil
-		if err != nil && broker.Transient(err) {
-			err = r.Do(ctx, leader)
-		}
-	}
+	err = fromLeaderOrReplica(ctx, b, r, id, leader, &jobs, &fromReplica)
 	switch {
 	case err == nil && fromReplica:
 		// A replica's answer is by subject: the jobs in the order they were made.
@@ -295,3 +285,57 @@ func printTenantLine(ctx context.Context, e *env, b *broker.Broker, r *jobstatus
 	}
 	return true
 }
+
+// replicaAfter is how long status waits for the jobs buckets' leader
+// before it also asks a replica: a leader that answers at all answers
+// sooner, so a healthy cluster is read once.
+const replicaAfter = 200 * time.Millisecond
+
+// fromLeaderOrReplica reads the jobs with leader, and, when it has not
+// answered within replicaAfter, from a replica alongside it (a try every
+// jobstatus.ReplicaTimeout, so that one that reaches the silent node is
+// not the last): the leader's answer when it comes, else the replica's
+// (*fromReplica), else the leader's again while time is left.
+func fromLeaderOrReplica(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, id string,
+	leader func(context.Context) error, jobs *[]*broker.Job, fromReplica *bool) error {
+	type answer struct {
+		jobs []*broker.Job
+		err  error
+	}
+	first := make(chan error, 1)
+	go func() { first <- r.Once(ctx, leader) }()
+	select {
+	case err := <-first:
+		if err == nil || !broker.Transient(err) {
+			return err
+		}
+		first <- err
+	case <-time.After(replicaAfter):
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	replica := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.err = r.DoEach(rctx, jobstatus.ReplicaTimeout, func(ctx context.Context) (err error) {
+			a.jobs, err = b.JobsFromReplica(ctx, id)
+			return err
+		})
+		replica <- a
+	}()
+	if err := <-first; err == nil || !broker.Transient(err) {
+		cancel()
+		<-replica
+		return err
+	}
+	a := <-replica
+	if a.err == nil {
+		*jobs, *fromReplica = a.jobs, true
+		return nil
+	}
+	if !broker.Transient(a.err) {
+		return a.err
+	}
+	return r.Do(ctx, leader)
+}
+
