@@ -3,6 +3,8 @@ package jetpool
 import (
 	"context"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/workflow"
@@ -61,4 +63,46 @@ func Dollars(v float64) string {
 		return fmt.Sprintf("$%.2f", v)
 	}
 	return fmt.Sprintf("$%.4f", v)
+}
+
+// TenantBudget is a tenant's budget — the cap on what all the jobs of its
+// NATS account spend together — and how much of it is spoken for.
+type TenantBudget struct {
+	// MaxCost is the budget in dollars; 0: none is set.
+	MaxCost float64 `json:"max_cost"`
+	// Set is when it was last set.
+	Set time.Time `json:"set,omitzero"`
+	// Cost is what the tenant's calls have cost while it had a budget, as
+	// the workers wrote it (each at most a second behind); Held what
+	// their leases hold for calls under way and the next ones; InDoubt
+	// what workers that stopped answering held (they may have spent it).
+	Cost    float64 `json:"cost"`
+	Held    float64 `json:"held"`
+	InDoubt float64 `json:"in_doubt"`
+}
+
+// TenantBudget reads the budget of the tenant this client's user belongs
+// to, and its ledger.
+func (c *Client) TenantBudget(ctx context.Context) (*TenantBudget, error) {
+	tb, err := c.b.TenantBudget(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, err := c.b.TenantLedger(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.Reclaim(time.Now()) // a lease past its renewal counts in doubt here (a copy)
+	return &TenantBudget{MaxCost: tb.MaxCost, Set: tb.Set, Cost: l.Cost, Held: l.Held(), InDoubt: l.InDoubt()}, nil
+}
+
+// SetTenantBudget sets the tenant's budget in dollars (0 removes it).
+// Only the tenant's operator may (deploy/nats/accounts.conf); calls under
+// way when it is lowered still settle, and the jobs stop at their next
+// call once what is spent reaches it.
+func (c *Client) SetTenantBudget(ctx context.Context, v float64) error {
+	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return invalid(fmt.Errorf("tenant budget %v: want a number of dollars, 0 or more", v))
+	}
+	return c.b.SetTenantBudget(ctx, v)
 }

@@ -34,6 +34,9 @@ type Ledger struct {
 	// Reached is set when the budget stopped the job: some call's worst
 	// case no longer fit in what was left.
 	Reached bool `json:"budget_reached,omitempty"`
+	// TenantCap is the tenant's budget (TenantBudget) when it stopped the
+	// job: a call's worst case no longer fit in what the tenant had left.
+	TenantCap float64 `json:"tenant_budget_reached,omitempty"`
 }
 
 // Lease is one worker's share of a job's budget.
@@ -168,9 +171,9 @@ func (j *Job) Left() float64 {
 
 // OverBudget reports whether the job's budget stopped it: a call's worst
 // case no longer fit in what was left (Ledger.Reached), or its spend
-// reached max_cost.
+// reached max_cost; or its tenant's budget did (Ledger.TenantCap).
 func (j *Job) OverBudget() bool {
-	return j.MaxCost > 0 && (j.Ledger.Reached || j.Cost+j.Ledger.InDoubt() >= j.MaxCost)
+	return j.Ledger.TenantCap > 0 || j.MaxCost > 0 && (j.Ledger.Reached || j.Cost+j.Ledger.InDoubt() >= j.MaxCost)
 }
 
 // WithState is j with the state fields of s (Status, Reason, MaxCost,

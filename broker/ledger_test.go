@@ -83,3 +83,36 @@ func TestUpdateStateKeepsTheLedger(t *testing.T) {
 	require.Equal(t, []string{"a"}, merged.Actions)
 	require.InDelta(t, 0.25, merged.Ledger.Held(), 1e-12)
 }
+
+// A replica's batched direct get reads every job as the leader's reads do,
+// with its state; a deleted job is not among them.
+func TestJobsFromReplica(t *testing.T) {
+	b := testenv.Broker(t)
+	ctx := context.Background()
+	for _, id := range []string{"j1", "j2", "j3"} {
+		require.NoError(t, b.PutJob(ctx, &broker.Job{ID: id, Status: broker.JobRunning, Total: 3}))
+	}
+	_, err := b.UpdateState(ctx, "j2", func(j *broker.Job) bool { j.Cost = 1.5; j.Status = broker.JobFailed; return true })
+	require.NoError(t, err)
+	_, err = b.DeleteJob(ctx, "j3")
+	require.NoError(t, err)
+	want, err := b.ListJobs(ctx)
+	require.NoError(t, err)
+	got, err := b.JobsFromReplica(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, got, len(want))
+	byID := map[string]*broker.Job{}
+	for _, j := range got {
+		byID[j.ID] = j
+	}
+	for _, w := range want {
+		require.Equal(t, w.Status, byID[w.ID].Status, w.ID)
+		require.Equal(t, w.Cost, byID[w.ID].Cost, w.ID)
+	}
+	one, err := b.JobsFromReplica(ctx, "j2")
+	require.NoError(t, err)
+	require.Len(t, one, 1)
+	require.Equal(t, 1.5, one[0].Cost)
+	_, err = b.JobsFromReplica(ctx, "nope")
+	require.ErrorIs(t, err, broker.ErrJobNotFound)
+}

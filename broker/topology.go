@@ -186,6 +186,7 @@ func (b *Broker) bucketConfigs() []jetstream.KeyValueConfig {
 		{Bucket: BucketAttempts, Description: "jetpool: attempts of records waiting for redelivery", History: 1, Replicas: r, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour},
 		{Bucket: BucketLimits, Description: "jetpool: shared rate-limit state per provider", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		{Bucket: BucketBatches, Description: "jetpool: submitted provider batches", History: 1, Replicas: r, Storage: jetstream.FileStorage},
+		{Bucket: BucketTenant, Description: "jetpool: the tenant's budget (its operator's) and the ledger sharing it (the workers')", History: 1, Replicas: r, Storage: jetstream.FileStorage},
 		// A claim lives seconds and guards against a twin delivery (Claim),
 		// not against the loss of every node: in memory, replicated, it is
 		// written without an fsync even where the servers sync every write.
@@ -553,4 +554,12 @@ func Unanswered(err error) bool {
 // to answer it.
 func unanswered(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// Transient reports whether err is the store not answering yet rather
+// than an answer: no answer in time, no responders, a stream or consumer
+// whose leader is being elected (JetStream temporarily unavailable). A
+// read that met one may be tried again.
+func Transient(err error) bool {
+	return Unanswered(err) || notReady(err) || errors.Is(err, errUnavailable)
 }

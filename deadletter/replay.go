@@ -97,6 +97,7 @@ func reopen(ctx context.Context, b *broker.Broker, job string, n int) (int, erro
 			j.Status, j.Reason = broker.JobRunning, ""
 			// Its budget, if it stopped it, is asked again call by call.
 			j.Ledger.Reached = false
+			j.Ledger.TenantCap = 0
 		}
 		j.Replay = &broker.ReplayMark{At: time.Now().UTC(), Records: n}
 		return true

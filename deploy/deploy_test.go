@@ -813,6 +813,70 @@ func TestPermissions(t *testing.T) {
 		assert.Equal(t, `{"status":"ok"}`, string(m.Data), "the result is as the worker wrote it")
 	})
 
+	// The tenant's budget (JETPOOL_TENANT budget) is its operator's alone:
+	// a worker reads and watches it and writes the ledger beside it; no
+	// worker, dispatcher or viewer can set it, delete it or purge the
+	// bucket; another tenant's operator sets only its own.
+	t.Run("tenant budget", func(t *testing.T) {
+		tenant, err := op.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "JETPOOL_TENANT"})
+		require.NoError(t, err)
+		_, err = tenant.Put(ctx, "budget", []byte(`{"max_cost":5}`))
+		require.NoError(t, err, "the operator sets the budget")
+
+		w := connect(t, url, "acme-worker")
+		defer w.nc.Close()
+		wkv, err := w.js.KeyValue(ctx, "JETPOOL_TENANT")
+		require.NoError(t, err)
+		e, err := wkv.Get(ctx, "budget")
+		require.NoError(t, err)
+		assert.Equal(t, `{"max_cost":5}`, string(e.Value()))
+		watch, err := wkv.Watch(ctx, "budget")
+		require.NoError(t, err)
+		first := <-watch.Updates()
+		require.NotNil(t, first)
+		require.NoError(t, watch.Stop())
+		rev, err := wkv.Create(ctx, "ledger", []byte(`{"cost":0}`))
+		require.NoError(t, err)
+		_, err = wkv.Update(ctx, "ledger", []byte(`{"cost":0.5}`), rev)
+		require.NoError(t, err, "the worker writes the ledger with compare-and-set")
+		ts, err := w.js.Stream(ctx, "KV_JETPOOL_TENANT")
+		require.NoError(t, err)
+		_, err = ts.GetLastMsgForSubject(ctx, "$KV.JETPOOL_TENANT.ledger")
+		require.NoError(t, err)
+		w.noViolations(t)
+		denied(t, w, "$KV.JETPOOL_TENANT.budget", func(ctx context.Context) error {
+			_, err := wkv.Put(ctx, "budget", []byte(`{"max_cost":1000000}`))
+			return err
+		})
+		denied(t, w, "$KV.JETPOOL_TENANT.budget", func(ctx context.Context) error {
+			return wkv.Delete(ctx, "budget")
+		})
+		denied(t, w, "$JS.API.STREAM.PURGE.KV_JETPOOL_TENANT", func(ctx context.Context) error {
+			return ts.Purge(ctx)
+		})
+
+		for _, user := range []string{"acme-dispatcher", "acme-viewer"} {
+			c := connect(t, url, user)
+			kv, err := c.js.KeyValue(ctx, "JETPOOL_TENANT")
+			require.NoError(t, err, user)
+			denied(t, c, "$KV.JETPOOL_TENANT.budget", func(ctx context.Context) error {
+				_, err := kv.Put(ctx, "budget", []byte(`{"max_cost":1000000}`))
+				return err
+			})
+			c.nc.Close()
+		}
+		g := connect(t, url, "globex-operator")
+		defer g.nc.Close()
+		gkv, err := g.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "JETPOOL_TENANT"})
+		require.NoError(t, err)
+		_, err = gkv.Put(ctx, "budget", []byte(`{"max_cost":1000000}`))
+		require.NoError(t, err, "globex sets its own")
+
+		e, err = tenant.Get(ctx, "budget")
+		require.NoError(t, err)
+		assert.Equal(t, `{"max_cost":5}`, string(e.Value()), "acme's budget is as its operator set it")
+	})
+
 	// Another tenant's users, even its operator, see nothing of this one:
 	// its own account has its own streams (none yet), and whatever it does
 	// there — make a JETPOOL_WORK and purge it, publish a result on this

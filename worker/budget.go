@@ -68,6 +68,11 @@ type budget struct {
 	closed   bool                    // Close: nothing kept beyond calls under way, every settle written at once
 	held     map[string]*reservation // batch-mode records' reservations, by batchKey
 
+	// This holder's lease in the tenant's ledger (tenant.go): its amount
+	// and spend as last written, and when the tenant last wanted budget.
+	tenantLease, tenantReported float64
+	tenantWanted                time.Time
+
 	writing sync.Mutex   // one ledger write at a time
 	warned  atomic.Int64 // unix ns of the last warning of a write that failed
 }
@@ -102,7 +107,7 @@ func (s *budgetStop) Error() string { return s.err.Error() }
 // when they settle); it returns a *budgetStop once the spend has reached
 // max_cost (the job is failed then), or ctx's error.
 func (b *budget) reserve(ctx context.Context, worst float64) (*reservation, error) {
-	if worst <= 0 || b.jr.current().MaxCost <= 0 {
+	if worst <= 0 || !b.jr.capped() {
 		return &reservation{b: b}, nil // nothing to set aside; its cost still counts
 	}
 	if r := b.fromLease(worst); r != nil {
@@ -172,7 +177,7 @@ func (b *budget) fromLease(worst float64) *reservation {
 // request req (reserve); nil, and nothing computed, for a job without a
 // budget.
 func (jr *jobRunner) reserveCall(ctx context.Context, a *workflow.Action, req provider.Request, batch bool) (*reservation, error) {
-	if jr.current().MaxCost <= 0 {
+	if !jr.capped() {
 		return nil, nil
 	}
 	return jr.budget().reserve(ctx, jr.worstCase(a, req, batch))
@@ -227,7 +232,7 @@ func (b *budget) armLocked() {
 	if b.timer != nil || b.closed {
 		return
 	}
-	if b.lease <= 0 && b.reserved <= 0 && b.spent <= b.reported {
+	if b.lease <= 0 && b.tenantLease <= 0 && b.reserved <= 0 && b.spent <= b.reported {
 		return
 	}
 	b.timer = time.AfterFunc(LeaseRenewEvery, b.renew)
@@ -322,8 +327,8 @@ func (b *budget) write(ctx context.Context, worst float64) (writeOutcome, error)
 	defer b.writing.Unlock()
 	now := time.Now()
 	j := b.jr.current()
-	wanted := now.Sub(j.Ledger.Wanted) < wantedFor
 	b.mu.Lock()
+	wanted := now.Sub(j.Ledger.Wanted) < wantedFor || now.Sub(b.tenantWanted) < wantedFor
 	if worst > 0 && b.free+dust >= worst {
 		b.mu.Unlock()
 		return writeOutcome{granted: true}, nil // the write before this one made room
@@ -347,8 +352,8 @@ func (b *budget) write(ctx context.Context, worst float64) (writeOutcome, error)
 		frozen = max(b.free, 0)
 	}
 	b.free -= frozen
-	spent, reserved, reportedAck := b.spent, b.reserved, b.reported
-	idle := reserved <= 0 && keep <= 0 && worst <= 0 && frozen <= 0 && b.lease <= 0
+	spent, reserved, reportedAck, lease := b.spent, b.reserved, b.reported, b.lease
+	idle := reserved <= 0 && keep <= 0 && worst <= 0 && frozen <= 0 && b.lease <= 0 && b.tenantLease <= 0
 	b.mu.Unlock()
 	if idle && spent <= reportedAck {
 		b.mu.Lock()
@@ -361,15 +366,28 @@ func (b *budget) write(ctx context.Context, worst float64) (writeOutcome, error)
 	var amount float64
 	wctx, cancel := context.WithTimeout(ctx, budgetWriteTimeout)
 	defer cancel()
+	lw := ledgerWrite{now: now, worst: worst, need: need, want: want,
+		keep: keep, frozen: frozen, spent: spent, reserved: reserved, reportedAck: reportedAck}
+	if limit := b.jr.p.tenant.get(); limit > 0 {
+		// The tenant's ledger first: the job's lease grows only within
+		// what it granted (tenant.go).
+		tg, err := b.tenantWrite(wctx, limit, lw, lease)
+		if err != nil {
+			b.mu.Lock()
+			b.free += frozen
+			b.mu.Unlock()
+			return writeOutcome{}, err
+		}
+		lw.tenant = tg
+	}
 	st, err := b.jr.p.b.UpdateState(wctx, b.jr.id, func(j *broker.Job) bool {
-		out, amount = b.ledgerChange(j, ledgerWrite{now: now, worst: worst, need: need, want: want,
-			keep: keep, frozen: frozen, spent: spent, reserved: reserved, reportedAck: reportedAck})
+		out, amount = b.ledgerChange(j, lw)
 		return true
 	})
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if err != nil {
 		b.free += frozen
+		b.mu.Unlock()
 		return writeOutcome{}, err
 	}
 	b.jr.mergeState(st)
@@ -381,6 +399,15 @@ func (b *budget) write(ctx context.Context, worst float64) (writeOutcome, error)
 	b.taken = 0
 	b.wrote = now
 	b.wakeLocked()
+	shrink := b.tenantLease > amount+dust
+	b.mu.Unlock()
+	if shrink {
+		// The job's lease is written: what the tenant's held beyond it
+		// goes back (a failed shrink is done by the next renewal).
+		if err := b.tenantShrink(wctx, amount); err != nil {
+			b.warn(err, "the tenant's budget lease not handed back; kept for the next renewal")
+		}
+	}
 	return out, nil
 }
 
@@ -420,6 +447,11 @@ func budgetReached(j *broker.Job) *retry.Error {
 // budgetError ends a record that could not be called for its job's
 // budget.
 func budgetError(j *broker.Job) *retry.Error {
+	if j.Ledger.TenantCap > 0 {
+		return &retry.Error{Class: retry.ClassBudget, TypeName: "BudgetError",
+			Message: fmt.Sprintf("tenant budget %s reached: no call made; raise it with jetpool tenant budget N, then jetpool retry --job %s --reason budget",
+				usd(j.Ledger.TenantCap), j.ID)}
+	}
 	return &retry.Error{Class: retry.ClassBudget, TypeName: "BudgetError",
 		Message: fmt.Sprintf("max_cost %s reached (%s spent): no call made; raise it with jetpool retry --job %s --max-cost N",
 			usd(j.MaxCost), usd(j.Cost+j.Ledger.InDoubt()), j.ID)}
@@ -489,77 +521,4 @@ func (b *budget) release(key string) *reservation {
 	r := b.held[key]
 	delete(b.held, key)
 	return r
-}
-
-// ledgerWrite is what budget.write brings to the job's ledger.
-type ledgerWrite struct {
-	now                             time.Time
-	worst, need, want, keep, frozen float64
-	spent, reserved, reportedAck    float64
-}
-
-// ledgerChange is budget.write's change to the job's ledger, made again on
-// every conflict: the worker's lease renewed or its room asked for, and
-// what it was granted.
-func (b *budget) ledgerChange(j *broker.Job, w ledgerWrite) (out writeOutcome, amount float64) {
-	now, worst, need, want, keep, frozen := w.now, w.worst, w.need, w.want, w.keep, w.frozen
-	spent, reserved, reportedAck := w.spent, w.reserved, w.reportedAck
-	l := &j.Ledger
-	l.Reclaim(now)
-	cur, mine := l.Leases[b.holder]
-	if !mine || cur.ID != b.id {
-		// Taken back while this worker was silent (frozen, cut off from
-		// the store): what it spent since is known here, so the doubt
-		// its lease left goes.
-		cur = broker.Lease{ID: b.id, Reported: reportedAck}
-		if d, ok := l.Doubt[broker.DoubtKey(b.holder, b.id)]; ok {
-			l.Resolve(broker.DoubtKey(b.holder, b.id))
-			cur = d
-		}
-		mine = false
-	}
-	j.Cost += max(spent-cur.Reported, 0)
-	if j.MaxCost <= 0 {
-		l.SetLease(b.holder, broker.Lease{ID: b.id, Reported: spent, Renewed: now})
-		return writeOutcome{}, 0
-	}
-	others := l.Held()
-	if mine {
-		others -= cur.Amount
-	}
-	// Room beyond what the lease keeps in any case: the calls under
-	// way, what a renewal keeps, and what a request for room had (its
-	// free part, asked for again with the rest).
-	hold := reserved + keep
-	room := j.MaxCost - j.Cost - l.InDoubt() - others - hold - frozen
-	if worst > 0 {
-		switch {
-		case room > dust:
-			// Some budget is left: the call goes. It takes what it
-			// needs, and about a period's worth more, but never more
-			// than half of what is left beyond it (the other workers
-			// need some too). Its need may pass what is left: then
-			// nothing is left for the next call, so the spend passes
-			// max_cost by at most this one call's worst case.
-			amount = frozen + need + min(want-need, max(room-need, 0)/2)
-			out.granted = true
-		case j.MaxCost-j.Cost-l.InDoubt() <= dust:
-			// Spent (or in doubt) to the last cent: the budget is
-			// reached.
-			l.Reached = true
-			out.stop = budgetReached(j)
-			if j.Status != broker.JobFailed {
-				j.Status = broker.JobFailed
-				j.Reason = out.stop.Message
-			}
-		default:
-			// Calls under way, here or elsewhere, hold what is left:
-			// the others hand back what they keep, and this call waits
-			// for them to settle.
-			l.Wanted = now
-		}
-	}
-	amount = snap(amount + hold)
-	l.SetLease(b.holder, broker.Lease{ID: b.id, Amount: amount, Reserved: snap(reserved), Reported: spent, Renewed: now})
-	return out, amount
 }

@@ -155,6 +155,7 @@ type Pool struct {
 	// (broker.ResultBatcher); nil elsewhere.
 	results *broker.ResultBatcher
 	serve   serveState // jobs this worker cannot serve (serve.go)
+	tenant  tenantCap  // the tenant's budget (tenant.go)
 	limits  *ratelimit.Registry
 	ownLim  bool // limits made by Start, closed by Stop
 
@@ -375,7 +376,9 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.unwatchElections, err = p.b.WatchElections(p.onElection); err != nil {
 		p.log.Warn().Err(err).Msg("not watching the work stream's leader elections")
 	}
-	p.loops.Add(1)
+	p.loadTenant(ctx)
+	p.loops.Add(2)
+	go func() { defer p.loops.Done(); p.watchTenant(p.runCtx) }()
 	go func() {
 		defer p.loops.Done()
 		defer w.Stop()

@@ -22,8 +22,9 @@ const (
 	// (a PDF of many pages can count more).
 	partTokens = workflow.PartTokensEstimate
 	// OutputReserveFallback is the output a call reserves when nothing
-	// bounds it: only a job dispatched before a budget required a
-	// max_tokens gets here (workflow.OutputBound).
+	// bounds it: a job dispatched before a budget required a max_tokens,
+	// or one without a max_cost under its tenant's budget
+	// (workflow.OutputBound).
 	OutputReserveFallback = 4096
 )
 
@@ -50,7 +51,7 @@ func (jr *jobRunner) worstCase(a *workflow.Action, req provider.Request, batch b
 			n = OutputReserveFallback
 			if warnedUnbounded.CompareAndSwap(false, true) {
 				jr.p.log.Warn().Str("job", jr.id).Str("action", a.Name).Int("reserved_output_tokens", n).
-					Msg("a job with max_cost has an action without max_tokens: each call reserves this much output, and a longer answer can pass the budget by its excess")
+					Msg("a job with a budget (its max_cost, or its tenant's) has an action without max_tokens: each call reserves this much output, and a longer answer can pass the budget by its excess")
 			}
 		}
 		out = n

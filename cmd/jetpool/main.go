@@ -73,6 +73,7 @@ var commands = []command{
 	{"retry", "replay dead letters into the work stream", cmdRetry},
 	{"job", "delete a job, or purge finished jobs older than the retention", cmdJob},
 	{"validate", "check a workflow and print each action's retry budget", cmdValidate},
+	{"tenant", "show or set the tenant's budget: a cap on all its jobs' spend together", cmdTenant},
 	{"limits", "show or reset the providers' shared rate-limit state (cooldowns, circuits, windows)", cmdLimits},
 	{"server", "run the embedded NATS server on its own", cmdServer},
 	{"ui", "serve the web dashboard: jobs, records, dead letters, providers", cmdUI},

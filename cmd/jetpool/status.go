@@ -1,11 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	jp "github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/internal/jobstatus"
 )
@@ -21,40 +29,46 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := connect(ctx, e)
+	if len(pos) > 1 {
+		return usageErr("want at most one JOB")
+	}
+	// No Ensure: status only reads, and each read is bounded
+	// (jobstatus.Reads), so that a cluster with a node cut off answers in
+	// seconds, in part if need be, saying which part.
+	b, err := connectReads(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	var jobs []*broker.Job
-	if len(pos) == 1 {
-		j, _, err := b.GetJob(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		jobs = []*broker.Job{j}
-	} else if len(pos) == 0 {
-		if jobs, err = b.ListJobs(ctx); err != nil {
-			return err
-		}
-	} else {
-		return usageErr("want at most one JOB")
-	}
-	out, stats, err := e.client(b).Statuses(ctx, jobs, len(pos) == 1)
+	jobs, fromReplica, err := statusJobs(ctx, b, jobstatus.NewReads(jobstatus.ListBound), pos)
 	if err != nil {
 		return err
 	}
+	r := jobstatus.NewReads(jobstatus.Bound)
+	out, stats, err := jobstatus.ReadWithin(ctx, b, jobs, len(pos) == 1, r)
+	if err != nil {
+		return err
+	}
+	for i := range out {
+		out[i].FromReplica = fromReplica
+	}
 	workers := len(stats)
+	partial := unansweredParts(out)
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		if len(pos) == 1 {
-			return enc.Encode(out[0])
+			err = enc.Encode(out[0])
+		} else {
+			err = enc.Encode(out)
 		}
-		return enc.Encode(out)
+		return cmpErr(err, partialErr(partial))
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(e.stdout, "no jobs")
+		if !printTenantLine(ctx, e, b, r) {
+			return partialErr([]string{"tenant budget"})
+		}
 		return nil
 	}
 	tw := newTable(e)
@@ -69,10 +83,37 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		case s.Paused:
 			st += " (paused)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\n", s.Job, st, s.Total, s.Queued, s.InFlight, s.Waiting, s.Succeeded, s.Failed, s.Rate)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.Job, st, s.Total, statusCounts(s))
 	}
 	tw.Flush()
+	if fromReplica {
+		fmt.Fprintf(e.stdout, "jobs read from a replica: the leader of %s or %s did not answer within %s (a status or cost may be a moment behind)\n",
+			broker.BucketJobs, broker.BucketJobState, jobstatus.ReadTimeout)
+	}
+	printJobLines(e, out)
+	for _, f := range jobstatus.Faults(stats) {
+		fmt.Fprintf(e.stdout, "storage fault: worker %s: %s writes to %s failing since %s (%d failures): %s\n  %s; its records are held, not called again\n",
+			f.Worker, f.Write, f.Stream, f.Since.Local().Format(time.TimeOnly), f.Failures, f.Error, f.Hint)
+	}
+	printBatches(e, out)
+	if !printLimits(ctx, e, b, r) { // status_limits.go: cooldowns and open circuits
+		partial = append(partial, "provider limits")
+	}
+	if !printTenantLine(ctx, e, b, r) {
+		partial = append(partial, "tenant budget")
+	}
+	fmt.Fprintf(e.stdout, "(%d workers answered)\n", workers)
+	return partialErr(partial)
+}
+
+// printJobLines prints, under the table, each job's parts that did not
+// answer, dead letters, reason, cost, unfinished replay and the workers
+// that will not serve it.
+func printJobLines(e *env, out []jobStatus) {
 	for _, s := range out {
+		for _, part := range slices.Sorted(maps.Keys(s.Unanswered)) {
+			fmt.Fprintf(e.stdout, "%s %s: did not answer within %s (%s), shown as ?\n", s.Job, partNames[part], jobstatus.Bound, s.Unanswered[part])
+		}
 		if len(s.DeadByReas) > 0 {
 			fmt.Fprintf(e.stdout, "%s dead letters by reason: %s%s\n", s.Job, kvList(s.DeadByReas), purgedNote(s))
 		}
@@ -90,13 +131,106 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "worker %s cannot serve job %s: %s\n", r.Worker, s.Job, r.Reason)
 		}
 	}
-	for _, f := range jobstatus.Faults(stats) {
-		fmt.Fprintf(e.stdout, "storage fault: worker %s: %s writes to %s failing since %s (%d failures): %s\n  %s; its records are held, not called again\n",
-			f.Worker, f.Write, f.Stream, f.Since.Local().Format(time.TimeOnly), f.Failures, f.Error, f.Hint)
+}
+
+// connectReads connects as connect does, without Ensure: for a command
+// that only reads, and bounds its reads itself.
+func connectReads(ctx context.Context, e *env) (*broker.Broker, error) {
+	if e.describe != nil {
+		return nil, errDescribe
 	}
-	printBatches(e, out)
-	printLimits(ctx, e, b) // status_limits.go: cooldowns and open circuits
-	fmt.Fprintf(e.stdout, "(%d workers answered)\n", workers)
+	b, err := broker.Connect(ctx, e.cfg, e.log)
+	if err != nil {
+		return nil, connectErr(err)
+	}
+	return b, nil
+}
+
+// statusJobs reads the job named in pos, or every job, within r's bound:
+// from the buckets' leader, or, when it does not answer at once, from a
+// replica (fromReplica).
+func statusJobs(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, pos []string) (jobs []*broker.Job, fromReplica bool, err error) {
+	id := ""
+	if len(pos) == 1 {
+		id = pos[0]
+	}
+	leader := func(ctx context.Context) error {
+		if id != "" {
+			j, _, err := b.GetJob(ctx, id)
+			jobs = []*broker.Job{j}
+			return err
+		}
+		var err error
+		jobs, err = b.ListJobs(ctx)
+		return err
+	}
+	err = fromLeaderOrReplica(ctx, b, r, id, leader, &jobs, &fromReplica)
+	switch {
+	case err == nil && fromReplica:
+		// A replica's answer is by subject: the jobs in the order they were made.
+		slices.SortFunc(jobs, func(a, b *broker.Job) int { return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.ID, b.ID)) })
+		return jobs, true, nil
+	case err == nil:
+		return jobs, false, nil
+	case errors.Is(err, jetstream.ErrBucketNotFound) && len(pos) == 0:
+		return nil, false, nil // nothing was ever dispatched here
+	case errors.Is(err, broker.ErrJobNotFound), !broker.Transient(err) && !errors.Is(err, jobstatus.ErrNoTime):
+		return nil, false, err
+	}
+	return nil, false, &exitError{code: exitUnavailable, err: fmt.Errorf("status: the jobs (%s, %s) did not answer within %s: %w (a leader election under way? try again)",
+		broker.BucketJobs, broker.BucketJobState, jobstatus.ListBound, err)}
+}
+
+// partNames says what each part of a status is, for its line.
+var partNames = map[string]string{
+	jobstatus.PartBacklog:     "queued, in flight and waiting (its consumer on " + broker.StreamWork + ")",
+	jobstatus.PartResults:     "succeeded and failed (" + broker.StreamResults + ")",
+	jobstatus.PartBatches:     "provider batches (" + broker.BucketBatches + ")",
+	jobstatus.PartSteps:       "pipeline steps (" + broker.StreamWork + ")",
+	jobstatus.PartDeadLetters: "dead letters still held (" + broker.StreamDLQ + ")",
+}
+
+// statusCounts is a status row's QUEUED … REC/S cells: ? for a part that
+// did not answer.
+func statusCounts(s jobStatus) string {
+	backlog := []string{"?", "?", "?"}
+	if s.Answered(jobstatus.PartBacklog) {
+		backlog = []string{fmt.Sprint(s.Queued), fmt.Sprint(s.InFlight), fmt.Sprint(s.Waiting)}
+	}
+	results := []string{"?", "?", "?"}
+	if s.Answered(jobstatus.PartResults) {
+		results = []string{fmt.Sprint(s.Succeeded), fmt.Sprint(s.Failed), fmt.Sprintf("%.1f", s.Rate)}
+	}
+	return strings.Join(append(backlog, results...), "\t")
+}
+
+// unansweredParts names each job's parts that did not answer.
+func unansweredParts(out []jobStatus) []string {
+	var parts []string
+	for _, s := range out {
+		for _, part := range slices.Sorted(maps.Keys(s.Unanswered)) {
+			parts = append(parts, s.Job+" "+part)
+		}
+	}
+	return parts
+}
+
+// partialErr is status's exit when parts did not answer: the answer was
+// printed, and exit 3 says it is not whole.
+func partialErr(parts []string) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	return &exitError{code: exitUnavailable, err: fmt.Errorf("partial status: %s did not answer within %s", strings.Join(parts, ", "), jobstatus.Bound)}
+}
+
+// cmpErr is the first error that is not nil.
+func cmpErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -135,3 +269,76 @@ func purgedNote(s jobStatus) string {
 	}
 	return fmt.Sprintf(" (%d in the DLQ; %d purged: failed, not replayable)", *s.DeadLetters, s.Failed-*s.DeadLetters)
 }
+
+// printTenantLine prints the tenant's budget when one is set, its read
+// bounded by r; it reports false when the read did not answer (and says
+// so).
+func printTenantLine(ctx context.Context, e *env, b *broker.Broker, r *jobstatus.Reads) bool {
+	var tb *jp.TenantBudget
+	err := r.Do(ctx, func(ctx context.Context) (err error) {
+		tb, err = e.client(b).TenantBudget(ctx)
+		return err
+	})
+	switch {
+	case err != nil && broker.Transient(err):
+		fmt.Fprintf(e.stdout, "tenant budget (%s): did not answer within %s (%v)\n", broker.BucketTenant, jobstatus.Bound, err)
+		return false
+	case err == nil && tb.MaxCost > 0:
+		printTenantBudget(e, tb)
+	}
+	return true
+}
+
+// replicaAfter is how long status waits for the jobs buckets' leader
+// before it also asks a replica: a leader that answers at all answers
+// sooner, so a healthy cluster is read once.
+const replicaAfter = 200 * time.Millisecond
+
+// fromLeaderOrReplica reads the jobs with leader, and, when it has not
+// answered within replicaAfter, from a replica alongside it (a try every
+// jobstatus.ReplicaTimeout, so that one that reaches the silent node is
+// not the last): the leader's answer when it comes, else the replica's
+// (*fromReplica), else the leader's again while time is left.
+func fromLeaderOrReplica(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, id string,
+	leader func(context.Context) error, jobs *[]*broker.Job, fromReplica *bool) error {
+	type answer struct {
+		jobs []*broker.Job
+		err  error
+	}
+	first := make(chan error, 1)
+	go func() { first <- r.Once(ctx, leader) }()
+	select {
+	case err := <-first:
+		if err == nil || !broker.Transient(err) {
+			return err
+		}
+		first <- err
+	case <-time.After(replicaAfter):
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	replica := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.err = r.DoEach(rctx, jobstatus.ReplicaTimeout, func(ctx context.Context) (err error) {
+			a.jobs, err = b.JobsFromReplica(ctx, id)
+			return err
+		})
+		replica <- a
+	}()
+	if err := <-first; err == nil || !broker.Transient(err) {
+		cancel()
+		<-replica
+		return err
+	}
+	a := <-replica
+	if a.err == nil {
+		*jobs, *fromReplica = a.jobs, true
+		return nil
+	}
+	if !broker.Transient(a.err) {
+		return a.err
+	}
+	return r.Do(ctx, leader)
+}
+

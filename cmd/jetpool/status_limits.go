@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetpool/jetpool/broker"
+	"github.com/jetpool/jetpool/internal/jobstatus"
 	"github.com/jetpool/jetpool/ratelimit"
 )
 
@@ -15,14 +16,24 @@ import (
 // is cooling down, has a circuit that is not closed, has calls in flight
 // under limits.concurrency, or workers with an adaptive window
 // (JETPOOL_LIMITS); `jetpool limits` shows all of it.
-func printLimits(ctx context.Context, e *env, b *broker.Broker) {
-	store, err := ratelimit.NewKVStore(ctx, b)
-	if err != nil {
-		return
+//
+// Its reads are bounded by r; it reports false when they did not answer
+// (and says so), true otherwise.
+func printLimits(ctx context.Context, e *env, b *broker.Broker, r *jobstatus.Reads) bool {
+	var states map[string]ratelimit.State
+	err := r.Do(ctx, func(ctx context.Context) error {
+		store, err := ratelimit.NewKVStore(ctx, b)
+		if err == nil {
+			states, err = store.List(ctx)
+		}
+		return err
+	})
+	if err != nil && broker.Transient(err) {
+		fmt.Fprintf(e.stdout, "provider limits (%s): did not answer within %s (%v)\n", broker.BucketLimits, jobstatus.Bound, err)
+		return false
 	}
-	states, err := store.List(ctx)
 	if err != nil || len(states) == 0 {
-		return
+		return true
 	}
 	now := time.Now()
 	keys := make([]string, 0, len(states))
@@ -32,7 +43,7 @@ func printLimits(ctx context.Context, e *env, b *broker.Broker) {
 		}
 	}
 	if len(keys) == 0 {
-		return
+		return true
 	}
 	sort.Strings(keys)
 	tw := newTable(e)
@@ -70,6 +81,7 @@ func printLimits(ctx context.Context, e *env, b *broker.Broker) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Provider, k, circuit, cool, s.InFlight(now), window, limitsText(s), last)
 	}
 	tw.Flush()
+	return true
 }
 
 // limiterLines are the run summary's line per provider: its window and

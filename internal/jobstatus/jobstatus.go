@@ -7,6 +7,7 @@ package jobstatus
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,6 +80,28 @@ type Job struct {
 	// Revision is the job's current workflow revision (results name the
 	// one that produced them).
 	Revision int `json:"revision"`
+	// Unanswered is the parts of this status (PartBacklog, PartResults,
+	// PartBatches, PartSteps) whose reads did not answer within the
+	// status's bound, with why: their figures are unknown, not zero.
+	Unanswered map[string]string `json:"unanswered,omitempty"`
+	// FromReplica: the job's entries were read from a replica of their
+	// buckets, their leader not answering (broker.JobsFromReplica): its
+	// status, reason and cost may be a moment behind.
+	FromReplica bool `json:"from_replica,omitempty"`
+}
+
+// Answered reports whether part of s was read.
+func (s *Job) Answered(part string) bool {
+	_, missed := s.Unanswered[part]
+	return !missed
+}
+
+// miss records that part of s did not answer.
+func (s *Job) miss(part string, err error) {
+	if s.Unanswered == nil {
+		s.Unanswered = map[string]string{}
+	}
+	s.Unanswered[part] = err.Error()
 }
 
 // Refusal is a worker that will not serve a job, and why.
@@ -120,23 +143,37 @@ type Batch struct {
 }
 
 // Read returns the status of each of jobs (with byReason, failures split by
-// reason) and the answers of the live workers.
+// reason) and the answers of the live workers, its reads bounded by Bound.
 func Read(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byReason bool) ([]Job, []worker.Stats, error) {
+	return ReadWithin(ctx, b, jobs, byReason, NewReads(Bound))
+}
+
+// ReadWithin is Read with its reads bounded by r: a part that does not
+// answer in time is named in the job's Unanswered.
+func ReadWithin(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byReason bool, r *Reads) ([]Job, []worker.Stats, error) {
 	// The backlogs first, then the workers' counts at once: the closer
 	// together, the less a busy job's records move between the two.
 	infos := map[string]*jetstream.ConsumerInfo{}
+	missed := map[string]error{}
 	for _, j := range jobs {
-		if cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(j.ID)); err == nil {
-			infos[j.ID] = cons.CachedInfo() // the lookup's own answer
+		err := r.Do(ctx, func(ctx context.Context) error {
+			cons, err := b.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(j.ID))
+			if err == nil {
+				infos[j.ID] = cons.CachedInfo() // the lookup's own answer
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			missed[j.ID] = err // a job without a consumer (finished, swept) has no backlog
 		}
 	}
 	stats, _ := worker.Gather(b) // no answer: no worker counts
 	ws := sumCounts(stats)
 	out := make([]Job, 0, len(jobs))
 	for _, j := range jobs {
-		s, err := of(ctx, b, j, infos[j.ID], ws, byReason)
-		if err != nil {
-			return nil, stats, err
+		s := of(ctx, b, r, j, infos[j.ID], ws, byReason)
+		if err := missed[j.ID]; err != nil {
+			s.miss(PartBacklog, err)
 		}
 		s.Workers = len(stats)
 		s.StorageFaults = Faults(stats)
@@ -171,26 +208,34 @@ func (s *Job) oneColumn() {
 }
 
 // of is job j's status; info is its consumer's (nil: none, or
-// unreadable).
-func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) (Job, error) {
+// unreadable). Each read is bounded by r.
+func of(ctx context.Context, b *broker.Broker, r *Reads, j *broker.Job, info *jetstream.ConsumerInfo, ws workerCounts, byReason bool) Job {
 	s := Job{Job: j.ID, Status: j.Status, Reason: j.Reason, Total: j.Total, Created: j.Created, Replay: j.Replay, Cost: j.Cost, MaxCost: j.MaxCost,
 		Revision: j.Revision()}
 	l := j.Ledger
 	l.Reclaim(time.Now()) // a lease past its renewal counts in doubt here (a copy: the job is not changed)
 	s.CostHeld, s.CostInDoubt = l.Held(), l.InDoubt()
-	c, err := b.JobCounts(ctx, j, byReason)
-	if err != nil {
-		return s, err
+	var c broker.Counts
+	counted := r.Do(ctx, func(ctx context.Context) (err error) {
+		c, err = b.JobCounts(ctx, j, byReason)
+		return err
+	})
+	if counted != nil {
+		s.miss(PartResults, counted)
 	}
 	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
 	s.Cancelled = c.ByReason[broker.StatusCancelled]
 	if byReason {
-		n, err := b.Count(ctx, broker.StreamDLQ, broker.DLQFilter(j.ID, ""))
-		if err != nil {
-			return s, err
+		var n uint64
+		if err := r.Do(ctx, func(ctx context.Context) (err error) {
+			n, err = b.Count(ctx, broker.StreamDLQ, broker.DLQFilter(j.ID, ""))
+			return err
+		}); err != nil {
+			s.miss(PartDeadLetters, err)
+		} else {
+			dead := int64(n)
+			s.DeadLetters = &dead
 		}
-		dead := int64(n)
-		s.DeadLetters = &dead
 	}
 	s.StartAt = j.StartAt
 	s.Priority = j.Weight()
@@ -214,7 +259,13 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 		s.Scheduled = pause.Paused && !j.StartAt.IsZero() && pause.Until.Equal(j.StartAt)
 		s.oneColumn()
 	}
-	if hs, err := batch.List(ctx, b, j.ID); err == nil {
+	var hs []*batch.Header
+	if err := r.Do(ctx, func(ctx context.Context) (err error) {
+		hs, err = batch.List(ctx, b, j.ID)
+		return err
+	}); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		s.miss(PartBatches, err)
+	} else {
 		for _, h := range hs {
 			st := h.State
 			if h.ProviderState != "" {
@@ -224,28 +275,43 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 				Round: h.Round, Counts: h.Counts, Age: time.Since(h.Created).Round(time.Second).String(), LastError: h.LastError})
 		}
 	}
-	if len(j.Actions) > 1 {
-		if at, err := AtActions(ctx, b, j.ID); err == nil {
+	if len(j.Actions) > 1 && counted == nil {
+		var at map[string]uint64
+		if err := r.Do(ctx, func(ctx context.Context) (err error) {
+			at, err = AtActions(ctx, b, j.ID)
+			return err
+		}); err != nil {
+			s.miss(PartSteps, err)
+		} else {
 			s.Steps, s.StepsTotal = Steps(j.Total, c.Done, j.Actions, at)
 		}
 	}
-	if el := j.Elapsed(time.Now()).Seconds(); el > 0 {
+	if el := j.Elapsed(time.Now()).Seconds(); el > 0 && counted == nil {
 		s.Rate = float64(c.Done) / el
 	}
 	// A job worked by long-running workers has nobody waiting on it: the
 	// first status that sees it finished records that it completed (one
 	// whose user may write job states: a read-only one says so only).
 	p := broker.Progress{Counts: c, Queued: s.Queued, AckPending: int(s.InFlight + s.Storing + s.Waiting)}
-	if backlog && j.Status == broker.JobRunning && p.Finished(j) {
+	if backlog && counted == nil && j.Status == broker.JobRunning && p.Finished(j) {
 		if !b.MayPublish(ctx, "$KV."+broker.BucketJobState+"."+j.ID) {
 			s.Status = broker.JobCompleted
-		} else if nj, err := b.CompleteJob(ctx, j.ID); err == nil {
+		} else if nj, err := completeJob(ctx, b, r, j.ID); err == nil {
 			s.Status, s.Replay = nj.Status, nj.Replay
 		} else {
 			s.Status = broker.JobCompleted
 		}
 	}
-	return s, nil
+	return s
+}
+
+// completeJob records that a finished job completed, within r's bound.
+func completeJob(ctx context.Context, b *broker.Broker, r *Reads, id string) (nj *broker.Job, err error) {
+	err = r.Do(ctx, func(ctx context.Context) error {
+		nj, err = b.CompleteJob(ctx, id)
+		return err
+	})
+	return nj, err
 }
 
 // workerCounts is what the live workers answered, by job.

@@ -41,22 +41,19 @@ func TestStatusCountsReadAheadAsQueued(t *testing.T) {
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 
-	s, err := of(ctx, b, j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{},
+	s := of(ctx, b, NewReads(Bound), j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{},
 		readAhead: map[string]int64{id: 2}}, false)
-	require.NoError(t, err)
 	require.EqualValues(t, 2+2, s.Queued, "two never delivered, two read ahead")
 	require.EqualValues(t, 1, s.InFlight)
 	require.EqualValues(t, 1, s.Waiting)
 
-	s, err = of(ctx, b, j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{id: 1},
+	s = of(ctx, b, NewReads(Bound), j, info, workerCounts{inFlight: map[string]int64{id: 1}, storing: map[string]int64{id: 1},
 		readAhead: map[string]int64{id: 2}}, false)
-	require.NoError(t, err)
 	require.EqualValues(t, 1, s.InFlight)
 	require.EqualValues(t, 1, s.Storing, "called, its result being stored")
 	require.Zero(t, s.Waiting)
 
-	s, err = of(ctx, b, j, info, workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{}}, false)
-	require.NoError(t, err)
+	s = of(ctx, b, NewReads(Bound), j, info, workerCounts{inFlight: map[string]int64{}, storing: map[string]int64{}, readAhead: map[string]int64{}}, false)
 	require.EqualValues(t, 2, s.Queued)
 	require.Zero(t, s.InFlight)
 	require.EqualValues(t, 4, s.Waiting, "no worker answered: all four wait for AckWait")
