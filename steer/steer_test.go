@@ -162,12 +162,13 @@ func TestPauseHoldsCallsAcrossRestart(t *testing.T) {
 	stopPool(t, first)
 	second := startPool(t, b, conc, h)
 	defer stopPool(t, second)
-	// The new worker serves the job, and asks for its records meanwhile.
+	// The new worker serves the job, sees it paused (it calls for none),
+	// and asks for its records meanwhile.
 	for range 3 {
 		testenv.Eventually(t, 20*time.Second, func() bool {
 			stats, _ := worker.Gather(b)
-			return len(stats) == 1 && len(stats[0].Calling) == 1
-		}, "the restarted worker serves the job")
+			return len(stats) == 1 && len(stats[0].Paused) == 1 && len(stats[0].Calling) == 0
+		}, "the restarted worker serves the job, paused")
 	}
 	p, err := b.JobPause(ctx, job)
 	require.NoError(t, err)

@@ -34,7 +34,9 @@ const (
 	// to the stream until delay has passed, spending no attempt and no
 	// delivery of the record's budget.
 	outcomePark
-	// outcomeHandBack: the worker is stopping: back to the stream at once.
+	// outcomeHandBack: the worker is stopping, or the job is paused: back
+	// to the stream at once (a paused consumer delivers it after the
+	// resume).
 	outcomeHandBack
 	// outcomeDeadLetter: dead-letter the record, store its failed result,
 	// ack; fail the job when the action says raise.
@@ -84,7 +86,8 @@ const parkJitterMax = 5 * time.Second
 //
 //   - a delivery fenced before a call (worker/lease.go) settles a result
 //     stored meanwhile, or yields to the delivery that holds the call now;
-//   - a worker stopping hands the record back, its attempts kept;
+//   - a worker stopping, or a paused job, hands the record back, its
+//     attempts kept;
 //   - a call that could not go (a wait) is not an attempt: the record is
 //     parked until the provider takes calls again, its delivery not spent
 //     — a session that had made calls in it is cut short, and the next
@@ -105,7 +108,7 @@ func decide(in decision) outcome {
 		}
 		return outcome{kind: outcomeYield}
 	}
-	if end.canceled {
+	if end.canceled || end.paused {
 		st := d.nextState(end.attempts)
 		keepSpend(st, end) // worker/ledger.go
 		st.HandBacks++

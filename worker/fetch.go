@@ -97,7 +97,11 @@ func (jr *jobRunner) pause(ctx context.Context, d time.Duration) {
 // call's delivery expire and be paid for twice.
 func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 	p := jr.p
+	gen := jr.pauseGen()
 	c, err := p.pulls.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
+	if err == nil {
+		jr.sawPause(gen, broker.PauseOf(c.CachedInfo())) // worker/pause.go
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Debug().Str("job", jr.id).Err(err).Msg("job consumer not ready")

@@ -64,6 +64,10 @@ type jobRunner struct {
 	// the job cancelled; quiet is set then (worker/steer.go).
 	steer sync.RWMutex
 	quiet atomic.Bool
+	// restating orders the changes of quiet (restate); paused is the
+	// job's consumer pause as this worker knows it (worker/pause.go).
+	restating sync.Mutex
+	paused    pauseState
 	// wants is set while the job's fetch loop waits for a slot: its
 	// weight counts in the division of the slots (worker/share.go).
 	wants    atomic.Bool
@@ -104,7 +108,7 @@ func (jr *jobRunner) setJob(j *broker.Job) {
 	jr.job = j
 	b := jr.costs
 	jr.mu.Unlock()
-	jr.sawState(j) // worker/steer.go: a cancel
+	jr.restate() // worker/steer.go: a cancel
 	if b != nil {
 		b.seen(j) // worker/budget.go: a change of the job's ledger
 	}

@@ -35,7 +35,8 @@ func TestJobSteeringCommands(t *testing.T) {
 	}
 	code, stdout, stderr := jetpool(t, "job", "pause", "steer")
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "job steer paused until resumed: 3 records queued")
+	assert.Contains(t, stdout, "job steer paused until resumed: no new calls")
+	assert.Contains(t, stdout, "3 records queued")
 	assert.True(t, status().Paused)
 	_, stdout, _ = jetpool(t, "status")
 	assert.Contains(t, stdout, "running (paused)")
