@@ -98,6 +98,7 @@ func TestCancelStopsNewCalls(t *testing.T) {
 		}
 		if r.Reason == "cancelled" {
 			require.Equal(t, broker.StatusCancelled, r.Status, r.ID)
+			require.True(t, r.Error.Retryable, "%s: replayable with retry --reason cancelled", r.ID)
 			require.Contains(t, r.Error.Message, "job cancelled: the job was cancelled before this record's call: wrong prompt")
 		}
 		return nil

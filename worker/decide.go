@@ -239,7 +239,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 	}
 	res := &broker.Result{
 		ID: d.env.ID, Status: failedStatus(reason), Reason: string(reason), Action: d.action.Name, Job: d.job,
-		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
+		Error:   &broker.ResultError{Class: string(final.Class), Retryable: retryable(reason, final.Class), Message: diag},
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: e.Model, Replays: d.replays,
 		Recovery: recovery(all, calls, d.delivery(), repairsOf(all, true)), Finished: e.FailedAt,
 	}
@@ -260,6 +260,19 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		o.raise = diag
 	}
 	return o
+}
+
+// retryable is a failed result's `retryable`: whether the record may
+// succeed if it runs again as it is (jetpool retry replays it). A transient
+// or unknown failure may; a permanent one (a bad request, a bad key, the
+// budget) fails again until the input, the key or the workflow changes. A
+// record a cancel stopped did not fail at all: `retry --reason cancelled`
+// runs it, so it is retryable whatever its last error's class.
+func retryable(reason retry.Reason, class retry.Class) bool {
+	if reason == retry.ReasonCancelled {
+		return true
+	}
+	return class.Transient() || class == retry.ClassUnknown
 }
 
 // failedStatus is the status of a record that ended for reason: cancelled,
