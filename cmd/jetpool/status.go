@@ -15,7 +15,7 @@ import (
 type jobStatus = jobstatus.Job
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "status", "[JOB] [--json]", "Show queued, in flight, waiting for redelivery, succeeded, failed and dead letters by reason.")
+	fs := newFlags(e, "status", "[JOB] [--json]", "Show queued, in flight, waiting for redelivery, succeeded, failed, cancelled and dead letters by reason.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -58,7 +58,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	tw := newTable(e)
-	fmt.Fprintln(tw, "JOB\tSTATUS\tTOTAL\tQUEUED\tIN FLIGHT\tWAITING\tSUCCEEDED\tFAILED\tREC/S")
+	fmt.Fprintln(tw, "JOB\tSTATUS\tTOTAL\tQUEUED\tIN FLIGHT\tWAITING\tSUCCEEDED\tFAILED\tCANCELLED\tREC/S")
 	for _, s := range out {
 		st := s.Status
 		switch {
@@ -69,7 +69,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		case s.Paused:
 			st += " (paused)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\n", s.Job, st, s.Total, s.Queued, s.InFlight, s.Waiting, s.Succeeded, s.Failed, s.Rate)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\n", s.Job, st, s.Total, s.Queued, s.InFlight, s.Waiting, s.Succeeded, s.Failed, s.Cancelled, s.Rate)
 	}
 	tw.Flush()
 	for _, s := range out {
