@@ -72,6 +72,9 @@ type jobRunner struct {
 	// weight counts in the division of the slots (worker/share.go).
 	wants    atomic.Bool
 	wantedAt atomic.Int64 // when its loop last asked for slots (unix ns)
+	// returning is the job's records back from a backoff waited off their
+	// slot that wait for one again (worker/slot.go reclaim).
+	returning atomic.Int64
 }
 
 func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {

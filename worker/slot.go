@@ -64,10 +64,16 @@ func (p *Pool) inFlightDone(t task) {
 	p.cfg.Metrics.InFlight(-1)
 }
 
-// reclaim takes a slot again for the record: one handed on by a record
-// that is done (handOn), or a free one. It fails only when ctx is done.
+// reclaim takes a slot again for the record, within its job's share of
+// the slots (worker/share.go): one handed on by a record that is done
+// (handOn), or a free one. It fails only when ctx is done.
 func (s *slot) reclaim(ctx context.Context) error {
-	p := s.p
+	p, jr := s.p, s.t.jr
+	jr.returning.Add(1)
+	defer jr.returning.Add(-1)
+	if err := jr.awaitReturn(ctx); err != nil {
+		return err
+	}
 	select {
 	case <-p.back:
 	case p.sem <- struct{}{}:
