@@ -8,7 +8,8 @@ import (
 // A pool divides its slots among the jobs that want them by weight (the
 // job's priority, broker.Job.Weight): while another job wants a slot, a
 // job holds at most its share, Concurrency × weight / the weights of the
-// jobs that hold or want slots, and at least one slot, so no job starves.
+// jobs that hold or want slots (rounded), and at least one slot, so no job
+// starves.
 // A job alone takes every slot (the division costs nothing then), and a
 // share left unused goes to the others. The read-ahead, one buffer for
 // every job, is not refilled while jobs share: its records would start in
@@ -64,7 +65,9 @@ func (jr *jobRunner) shareLeft() (room int, shared bool) {
 		return -1, total > 0
 	}
 	w := jr.current().Weight()
-	limit := max(p.cfg.Concurrency*w/(total+w), 1)
+	// Rounded, not cut: 64 slots at 10 and 1 are 58 and 6 (9.7 : 1), where
+	// cutting gave 58 and 5 (11.6 : 1) and left a slot to nobody.
+	limit := max((2*p.cfg.Concurrency*w+total+w)/(2*(total+w)), 1)
 	return max(limit-int(jr.inFlight.Load()), 0), true
 }
 
