@@ -66,6 +66,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		}
 		got, err := jr.pull(ctx, cons, pl, g, idle)
 		idle = got == 0
+		jr.hasWork.Store(got > 0) // worker/share.go
 		if err != nil && ctx.Err() == nil {
 			jr.p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
 			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
@@ -191,6 +192,15 @@ func (jr *jobRunner) grant(ctx context.Context, idle bool) (g grant, ok bool) {
 		}
 	}
 	jr.wants.Store(false)
+	// The room may have gone while the loop waited for the slot (the
+	// job's records back from their backoffs took it): then it waits again.
+	if room >= 0 {
+		if room, _ = jr.shareRoom(); room == 0 {
+			p.giveSlots(g.slots)
+			p.ahead.unreserve(g.ahead)
+			return grant{}, true
+		}
+	}
 	more := FetchBatchMax - g.slots - g.ahead
 	if room >= 0 {
 		more = min(more, room-g.slots)

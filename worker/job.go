@@ -73,8 +73,10 @@ type jobRunner struct {
 	wants    atomic.Bool
 	wantedAt atomic.Int64 // when its loop last asked for slots (unix ns)
 	// returning is the job's records back from a backoff waited off their
-	// slot that wait for one again (worker/slot.go reclaim).
+	// slot that wait for one again (worker/slot.go reclaim); hasWork is
+	// set while the job's last pull brought records (worker/share.go).
 	returning atomic.Int64
+	hasWork   atomic.Bool
 }
 
 func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {

@@ -29,9 +29,14 @@ const shareWait = 2 * time.Millisecond
 // waits for none right now.
 const shareRecent = 100 * time.Millisecond
 
-// wanting reports whether jr wants slots now.
+// wanting reports whether jr wants slots now: its loop waits for one, a
+// record of it back from a backoff does, or it holds slots and has work
+// left (its last pull brought records) or asked lately. Work left is no
+// matter of time: a loop that a busy CPU keeps from asking for a while
+// still has its share.
 func (jr *jobRunner) wanting(now int64) bool {
-	return jr.wants.Load() || jr.returning.Load() > 0 || (jr.inFlight.Load() > 0 && now-jr.wantedAt.Load() < int64(shareRecent))
+	return jr.wants.Load() || jr.returning.Load() > 0 ||
+		(jr.inFlight.Load() > 0 && (jr.hasWork.Load() || now-jr.wantedAt.Load() < int64(shareRecent)))
 }
 
 // shareRoom is how many more slots jr's new records may take now (-1: no

@@ -71,14 +71,21 @@ func (s *slot) reclaim(ctx context.Context) error {
 	p, jr := s.p, s.t.jr
 	jr.returning.Add(1)
 	defer jr.returning.Add(-1)
-	if err := jr.awaitReturn(ctx); err != nil {
-		return err
-	}
-	select {
-	case <-p.back:
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		if err := jr.awaitReturn(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-p.back:
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if room, _ := jr.shareLeft(); room != 0 {
+			break
+		}
+		// Its job's records took the room while it waited for the slot.
+		<-p.sem
 	}
 	s.held = true
 	p.inFlight.Add(1)
