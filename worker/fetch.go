@@ -27,6 +27,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	var cons jetstream.Consumer
 	var pl *puller
 	defer func() {
+		jr.hasWork.Store(false) // worker/share.go: its share goes to the others
 		if pl != nil {
 			pl.close()
 		}
@@ -149,6 +150,7 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 // they land: a full disk or a lost quorum must not burn calls).
 func (jr *jobRunner) mustWait(ctx context.Context) bool {
 	if until, open := jr.circuitOpen(); open {
+		jr.hasWork.Store(false) // its share goes to the others meanwhile
 		// Until the probe is due, not longer: a parked record that comes
 		// back then is the probe, and a cooldown can be shorter than a poll.
 		// (At least a few milliseconds: the limiter's clock may be another.)
@@ -157,6 +159,7 @@ func (jr *jobRunner) mustWait(ctx context.Context) bool {
 	}
 	switch {
 	case jr.p.done.heldCount() > 0:
+		jr.hasWork.Store(false)
 		jr.pause(ctx, heldRetryMin)
 		return true
 	}

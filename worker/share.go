@@ -30,13 +30,13 @@ const shareWait = 2 * time.Millisecond
 const shareRecent = 100 * time.Millisecond
 
 // wanting reports whether jr wants slots now: its loop waits for one, a
-// record of it back from a backoff does, or it holds slots and has work
-// left (its last pull brought records) or asked lately. Work left is no
-// matter of time: a loop that a busy CPU keeps from asking for a while
-// still has its share.
+// record of it back from a backoff does, it has work left (its last pull
+// brought records), or it holds slots and asked lately. Work left is no
+// matter of time: a loop that a busy CPU keeps from asking for a while,
+// its records all done meanwhile, still has its share.
 func (jr *jobRunner) wanting(now int64) bool {
-	return jr.wants.Load() || jr.returning.Load() > 0 ||
-		(jr.inFlight.Load() > 0 && (jr.hasWork.Load() || now-jr.wantedAt.Load() < int64(shareRecent)))
+	return jr.wants.Load() || jr.returning.Load() > 0 || jr.hasWork.Load() ||
+		(jr.inFlight.Load() > 0 && now-jr.wantedAt.Load() < int64(shareRecent))
 }
 
 // shareRoom is how many more slots jr's new records may take now (-1: no
@@ -61,7 +61,7 @@ func (jr *jobRunner) shareLeft() (room int, shared bool) {
 	total, others := 0, false
 	now := time.Now().UnixNano()
 	for _, o := range p.jobs {
-		if o != jr && (o.inFlight.Load() > 0 || o.wants.Load() || o.returning.Load() > 0) {
+		if o != jr && (o.inFlight.Load() > 0 || o.wants.Load() || o.returning.Load() > 0 || o.hasWork.Load()) {
 			total += o.current().Weight()
 			others = others || o.wanting(now)
 		}
