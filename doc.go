@@ -63,7 +63,10 @@
 // those after them, run it; the others keep their results); without one,
 // RetryResult.Warnings names context overflows that would fail again; on
 // an embedded store it checks that this process could work them. Work (or
-// Wait) then takes each of RetryResult.Jobs to its end.
+// Wait) then takes each of RetryResult.Jobs to its end; on a store another
+// process hosts, RetryResult.Unserved names the jobs no live worker serves,
+// which nobody runs until Work does. PurgeDeadLetters deletes dead letters
+// (Filter.Seq: one); their records stay counted failed.
 //
 // # Steering
 //

@@ -53,6 +53,11 @@ type RetryResult struct {
 	// Unfinished are earlier replays, found not finished, whose jobs are
 	// in Jobs too.
 	Unfinished []deadletter.UnfinishedReplay
+	// Unserved are the jobs of Jobs that no live worker serves, on a
+	// store this process does not host (Unserved): nobody runs their
+	// replayed records until Work (`jetpool retry` works them) or a
+	// worker does. Empty on an embedded store, whose caller works them.
+	Unserved []string
 }
 
 // Retry replays dead letters into the work stream as a new replay
@@ -62,7 +67,8 @@ type RetryResult struct {
 // it checks that this process could work them (Workable), so that a
 // refusal (ErrInvalid) comes before anything changed. The records are
 // then worked by whoever serves their jobs: Work or Wait on each of
-// RetryResult.Jobs.
+// RetryResult.Jobs; on a store another process hosts, Work on those of
+// RetryResult.Unserved, which no live worker serves.
 func (c *Client) Retry(ctx context.Context, p RetryParams) (*RetryResult, error) {
 	if err := p.Filter.Check(); err != nil {
 		return nil, invalid(err)
@@ -103,6 +109,11 @@ func (c *Client) Retry(ctx context.Context, p RetryParams) (*RetryResult, error)
 		return nil, err
 	}
 	res.ReplayResult, res.Unfinished = rr, unfinished
+	if !c.b.Embedded() && !p.DryRun && len(rr.Jobs) > 0 {
+		if res.Unserved, err = c.Unserved(ctx, slices.Sorted(maps.Keys(rr.Jobs))); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
 }
 

@@ -131,9 +131,17 @@ type Filter struct {
 	Class  string
 	Since  time.Duration // failed within this long ago
 	Limit  int           // 0: no limit
+	// Record selects one record's dead letters by its id.
+	Record string
+	// Seq selects one dead letter by its stream sequence (dlq list's
+	// SEQ): read directly, not by walking the stream.
+	Seq uint64
 }
 
 func (f Filter) match(e *Entry, now time.Time) bool {
+	if f.Record != "" && e.Record != f.Record {
+		return false
+	}
 	if f.Reason != "" && string(e.Reason) != f.Reason {
 		return false
 	}
@@ -150,6 +158,19 @@ func (f Filter) match(e *Entry, now time.Time) bool {
 // stream with an ordered consumer (constant memory).
 func Each(ctx context.Context, b *broker.Broker, f Filter, fn func(*Entry) error) error {
 	now := time.Now()
+	if f.Seq > 0 {
+		e, err := Get(ctx, b, f.Seq)
+		// Read directly, it was not selected by subject: job and action
+		// are checked here.
+		if errors.Is(err, ErrNotFound) || err == nil && (!f.match(e, now) ||
+			f.Job != "" && e.Job != f.Job || f.Action != "" && e.Action != f.Action) {
+			return nil // as a walk that matched nothing
+		}
+		if err != nil {
+			return err
+		}
+		return fn(e)
+	}
 	n := 0
 	return b.ReadStream(ctx, broker.StreamDLQ, []string{broker.DLQFilter(f.Job, f.Action)}, func(msg jetstream.Msg) (bool, error) {
 		meta, err := msg.Metadata()
@@ -194,7 +215,9 @@ func Get(ctx context.Context, b *broker.Broker, seq uint64) (*Entry, error) {
 	return FromMsg(m.Sequence, m.Subject, m.Header, m.Data), nil
 }
 
-// Purge deletes the dead letters matching f and returns how many.
+// Purge deletes the dead letters matching f and returns how many. The
+// records' failed results stay: a purged record still counts as failed
+// (it never succeeded), it is only no longer replayable.
 func Purge(ctx context.Context, b *broker.Broker, f Filter) (int, error) {
 	var seqs []uint64
 	if err := Each(ctx, b, f, func(e *Entry) error { seqs = append(seqs, e.Seq); return nil }); err != nil {

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jetpool/jetpool"
 	"github.com/jetpool/jetpool/broker"
 	"github.com/jetpool/jetpool/deadletter"
@@ -118,7 +116,13 @@ func (h *Handler) apiJobs(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, jobsView{Jobs: out, Workers: len(stats), Now: time.Now().UTC()})
+	now := time.Now()
+	for i := range out {
+		if h.hist.active(&out[i]) {
+			h.hist.add(&out[i], nil, now)
+		}
+	}
+	writeJSON(w, http.StatusOK, jobsView{Jobs: out, Workers: len(stats), Now: now.UTC()})
 }
 
 // jobView is a job's page.
@@ -164,6 +168,11 @@ func (h *Handler) apiJob(ctx context.Context, w http.ResponseWriter, r *http.Req
 		fail(w, err)
 		return
 	}
+	counted := dead.ByClass
+	if dead.AtLeast {
+		counted = nil // a count cut short is no reading of the rate
+	}
+	h.hist.add(&st[0], counted, time.Now())
 	entry := map[string]any{"id": j.ID, "actions": j.Actions, "input": j.Input, "total": j.Total, "dispatched": j.Dispatched,
 		"status": j.Status, "reason": j.Reason, "max_deliver": j.MaxDeliver, "created": j.Created, "updated": j.Updated}
 	writeJSON(w, http.StatusOK, jobView{Status: st[0], Actions: acts, Dead: dead, Job: entry, Now: time.Now().UTC()})
@@ -305,224 +314,6 @@ func (h *Handler) apiRecord(ctx context.Context, w http.ResponseWriter, r *http.
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
-}
-
-// filterOf reads a dead-letter filter from query or form values, as the
-// CLI's filter flags read it, and checks it as they do.
-func filterOf(get func(string) string) (deadletter.Filter, error) {
-	f := deadletter.Filter{Job: get("job"), Action: get("action"), Reason: get("reason"), Class: get("class")}
-	if s := get("since"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return f, badf("since %q: want a duration such as 30m or 2h", s)
-		}
-		f.Since = d
-	}
-	if s := get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return f, badf("limit %q: want a number (0: no limit)", s)
-		}
-		f.Limit = n
-	}
-	if err := f.Check(); err != nil {
-		return f, badRequest{err}
-	}
-	return f, nil
-}
-
-// dlqView is a listing of dead letters.
-type dlqView struct {
-	Entries []deadLetter `json:"entries"`
-	// Matched is how many match the filter (at least, with AtLeast).
-	Matched int  `json:"matched"`
-	AtLeast bool `json:"at_least,omitempty"`
-	Shown   int  `json:"shown"`
-}
-
-// apiDLQ lists dead letters, oldest first, with the filters of `dlq list`
-// (?job ?action ?reason ?class ?since ?limit); ?show= bounds how many come
-// with their bodies (ListDefault), the rest are counted (up to CountMax).
-func (h *Handler) apiDLQ(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := reqCtx(r)
-	defer cancel()
-	q := r.URL.Query()
-	f, err := filterOf(q.Get)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	_, show, err := paging("", q.Get("show"))
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	v := dlqView{Entries: []deadLetter{}}
-	err = deadletter.Each(ctx, h.cfg.B, f, func(e *deadletter.Entry) error {
-		if v.Matched >= CountMax {
-			v.AtLeast = true
-			return errEnough
-		}
-		v.Matched++
-		if len(v.Entries) < show {
-			v.Entries = append(v.Entries, newDeadLetter(e))
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) {
-		fail(w, err)
-		return
-	}
-	v.Shown = len(v.Entries)
-	writeJSON(w, http.StatusOK, v)
-}
-
-// apiDeadLetter is one dead letter with its headers exactly as stored.
-func (h *Handler) apiDeadLetter(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := reqCtx(r)
-	defer cancel()
-	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
-	if err != nil {
-		fail(w, badf("seq %q is not a number", r.PathValue("seq")))
-		return
-	}
-	s, err := h.cfg.B.Stream(ctx, broker.StreamDLQ)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	m, err := s.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		fail(w, fmt.Errorf("%w: %d (replayed or purged?)", deadletter.ErrNotFound, seq))
-		return
-	}
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	d := newDeadLetter(deadletter.FromMsg(m.Sequence, m.Subject, m.Header, m.Data))
-	d.Subject, d.Headers = m.Subject, m.Header
-	writeJSON(w, http.StatusOK, d)
-}
-
-// action is the body of a replay or purge: the filter, and for a replay
-// its options.
-type action struct {
-	Job    string `json:"job"`
-	Action string `json:"action"`
-	Reason string `json:"reason"`
-	Class  string `json:"class"`
-	Since  string `json:"since"`
-	Limit  int    `json:"limit"`
-	Mode   string `json:"mode"` // replay only: "online"
-}
-
-func readAction(r *http.Request) (action, deadletter.Filter, error) {
-	var a action
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a); err != nil {
-		return a, deadletter.Filter{}, badf("request body: %v", err)
-	}
-	vals := map[string]string{"job": a.Job, "action": a.Action, "reason": a.Reason, "class": a.Class, "since": a.Since,
-		"limit": strconv.Itoa(a.Limit)}
-	f, err := filterOf(func(k string) string { return vals[k] })
-	return a, f, err
-}
-
-// replayView is what a replay did.
-type replayView struct {
-	Matched  int      `json:"matched"`
-	Replayed int      `json:"replayed"`
-	Skipped  []string `json:"skipped,omitempty"` // why each skipped one was
-	Jobs     []string `json:"jobs"`
-	Note     string   `json:"note,omitempty"`
-	// Warnings name dead letters replayed to fail the same way (a context
-	// overflow under a workflow with no overflow: block).
-	Warnings []string `json:"warnings,omitempty"`
-}
-
-// apiReplay replays the dead letters matching the filter, as `jetpool
-// retry` does (jetpool.Client.Retry: its checks first, then the replay).
-func (h *Handler) apiReplay(w http.ResponseWriter, r *http.Request) {
-	a, f, err := readAction(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	if a.Mode != "" && a.Mode != "online" {
-		fail(w, badf("mode %q: only \"online\" is accepted", a.Mode))
-		return
-	}
-	// Not the request's context: a replay stopped half-way by a closed
-	// tab would leave some records replayed and the page not knowing.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Minute)
-	defer cancel()
-	v := replayView{Jobs: []string{}}
-	res, err := h.cfg.Client.Retry(ctx, jetpool.RetryParams{Filter: f, Mode: a.Mode,
-		Each: func(e *deadletter.Entry, replayed bool, why string) {
-			if !replayed {
-				v.Skipped = append(v.Skipped, fmt.Sprintf("%d %s/%s/%s: %s", e.Seq, e.Job, e.Action, e.Record, why))
-			}
-		}})
-	if res != nil {
-		for _, w := range res.Warnings {
-			v.Warnings = append(v.Warnings, w.String())
-		}
-		if res.ReplayResult != nil {
-			v.Matched, v.Replayed = res.Matched, res.Replayed
-			for j := range res.Jobs {
-				v.Jobs = append(v.Jobs, j)
-			}
-			sort.Strings(v.Jobs)
-		}
-	}
-	h.cfg.Log.Info().Str("remote", r.RemoteAddr).Interface("filter", f).Int("replayed", v.Replayed).Err(err).Msg("dashboard: replay")
-	if errors.Is(err, jetpool.ErrInvalid) {
-		// Refused before anything changed (this process could not work
-		// them, say): every dead letter is kept.
-		writeJSON(w, http.StatusConflict, map[string]any{"error": err.Error(), "replay": v})
-		return
-	}
-	if err != nil {
-		writeJSON(w, http.StatusBadGateway, map[string]any{"error": err.Error(), "replay": v})
-		return
-	}
-	if v.Replayed > 0 {
-		v.Note = h.afterReplay(v.Jobs)
-	}
-	writeJSON(w, http.StatusOK, v)
-}
-
-// afterReplay says who will work the replayed records.
-func (h *Handler) afterReplay(jobs []string) string {
-	if h.cfg.Replayed != nil {
-		return h.cfg.Replayed(jobs)
-	}
-	stats, _ := h.cfg.Client.Workers(context.Background())
-	if len(stats) == 0 {
-		return "no worker answered: start `jetpool worker` to work them"
-	}
-	return fmt.Sprintf("%d workers answered; they will work them", len(stats))
-}
-
-// apiPurge deletes the dead letters matching the filter for good, as
-// `jetpool dlq purge` does (deadletter.Purge).
-func (h *Handler) apiPurge(w http.ResponseWriter, r *http.Request) {
-	_, f, err := readAction(r)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 5*time.Minute)
-	defer cancel()
-	n, err := deadletter.Purge(ctx, h.cfg.B, f)
-	h.cfg.Log.Info().Str("remote", r.RemoteAddr).Interface("filter", f).Int("purged", n).Err(err).Msg("dashboard: purge")
-	if err != nil {
-		writeJSON(w, http.StatusBadGateway, map[string]any{"error": err.Error(), "purged": n})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
 }
 
 // limiterView is one provider+key's shared limiter state (JETPOOL_LIMITS),

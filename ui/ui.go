@@ -80,7 +80,8 @@ type Config struct {
 	// Replayed, when set, is told the jobs whose dead letters a replay from
 	// the page sent back to the work stream, and returns a note for the
 	// page. `jetpool ui` on the embedded server works them there, as
-	// `jetpool retry` does. Unset, the page says how many workers answered.
+	// `jetpool retry` does. Unset, the page names the jobs no live worker
+	// serves (jetpool.Client.Unserved).
 	Replayed func(jobs []string) string
 	// Log gets one line per mutating action.
 	Log zerolog.Logger
@@ -96,6 +97,7 @@ type Handler struct {
 	mux     *http.ServeMux
 	session string // the session cookie's value when a token is set
 	guard   http.Handler
+	hist    history // the rates the charts show
 }
 
 // New makes a Handler.
@@ -150,11 +152,14 @@ func (h *Handler) routes(files fs.FS) {
 	m.Handle("GET /api/jobs", h.authed(http.HandlerFunc(h.apiJobs)))
 	m.Handle("GET /api/jobs/{job}", h.authed(h.jobHandler(h.apiJob)))
 	m.Handle("GET /api/jobs/{job}/results", h.authed(h.jobHandler(h.apiResults)))
+	m.Handle("GET /api/jobs/{job}/history", h.authed(h.jobHandler(h.apiHistory)))
 	m.Handle("GET /api/jobs/{job}/records/{record}", h.authed(h.jobHandler(h.apiRecord)))
 	m.Handle("GET /api/dlq", h.authed(http.HandlerFunc(h.apiDLQ)))
 	m.Handle("GET /api/dlq/{seq}", h.authed(http.HandlerFunc(h.apiDeadLetter)))
 	m.Handle("POST /api/dlq/replay", h.authed(h.mutating(h.apiReplay)))
 	m.Handle("POST /api/dlq/purge", h.authed(h.mutating(h.apiPurge)))
+	m.Handle("POST /api/dlq/{seq}/replay", h.authed(h.mutating(h.apiReplayOne)))
+	m.Handle("POST /api/dlq/{seq}/purge", h.authed(h.mutating(h.apiPurgeOne)))
 	m.Handle("POST /api/jobs/{job}/{what}", h.authed(h.mutating(h.apiSteer))) // cancel, pause, resume, priority
 	m.Handle("GET /api/providers", h.authed(http.HandlerFunc(h.apiProviders)))
 }

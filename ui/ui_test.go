@@ -343,6 +343,13 @@ func TestMutationsNeedCSRF(t *testing.T) {
 	other := newClient(t, tb.srv.URL)
 	require.Equal(t, http.StatusForbidden, other.post("/api/dlq/purge", token, map[string]any{}, &e), "the token without its cookie")
 	require.Len(t, dlq(t, tb.b, deadletter.Filter{}), records+1, "nothing purged")
+	seq := dlq(t, tb.b, deadletter.Filter{Job: "other"})[0].Seq
+	for _, path := range []string{fmt.Sprintf("/api/dlq/%d/replay", seq), fmt.Sprintf("/api/dlq/%d/purge", seq)} {
+		require.Equal(t, http.StatusForbidden, other.post(path, token, map[string]any{}, &e), "the token without its cookie: %s", path)
+		require.Equal(t, http.StatusForbidden, tb.c.post(path, "", map[string]any{}, &e), "no header: %s", path)
+		require.Equal(t, ui.ErrCSRF.Error(), e.Error)
+	}
+	require.Len(t, dlq(t, tb.b, deadletter.Filter{}), records+1, "nothing replayed or purged")
 
 	// A cross-site form post is refused by the cross-origin check first.
 	req, err := http.NewRequest(http.MethodPost, tb.srv.URL+"/api/dlq/purge", strings.NewReader("{}"))
@@ -440,7 +447,8 @@ func TestReadOnly(t *testing.T) {
 	require.Equal(t, http.StatusOK, tb.c.get("/api/session", &s))
 	require.True(t, s.ReadOnly)
 	token := tb.c.csrf()
-	for _, path := range []string{"/api/dlq/replay", "/api/dlq/purge"} {
+	seq := dlq(t, tb.b, deadletter.Filter{Job: "other"})[0].Seq
+	for _, path := range []string{"/api/dlq/replay", "/api/dlq/purge", fmt.Sprintf("/api/dlq/%d/replay", seq), fmt.Sprintf("/api/dlq/%d/purge", seq)} {
 		var e apiError
 		require.Equal(t, http.StatusForbidden, tb.c.post(path, token, map[string]any{}, &e), path)
 		require.Equal(t, ui.ErrReadOnly.Error(), e.Error)
@@ -566,7 +574,7 @@ func TestPage(t *testing.T) {
 	require.NotNil(t, csrf)
 	require.True(t, csrf.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, csrf.SameSite)
-	for _, asset := range []string{"/static/app.js", "/static/app.css"} {
+	for _, asset := range []string{"/static/app.js", "/static/chart.js", "/static/dlq.js", "/static/app.css"} {
 		require.Equal(t, http.StatusOK, tb.c.get(asset, nil), asset)
 	}
 }

@@ -64,22 +64,15 @@ func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery, release func
 	jr.mu.Unlock()
 	later := func() {
 		// Back in a second, spending nothing of the record's budget.
-		jr.complete(ctx, d, outcome{kind: outcomePark, state: d.nextState(nil), delay: time.Second}, release)
+		jr.conclude(ctx, d, verdict{kind: verdictBatchLater}, release)
 	}
 	if bt == nil {
 		later()
 		return
 	}
-	fail := func(e *retry.Error) {
-		reason := retry.ReasonProgrammingError
-		if errors.Is(e, workflow.ErrBadInput) {
-			reason = retry.ReasonBadInput // an image the record names that cannot be sent
-		}
-		jr.complete(ctx, d, deadLetterOutcome(jr.decision(d), e, reason, retry.Diagnose(e, nil, d.delivery()), nil, nil), release)
-	}
 	req, rerr := batchRequest(d)
 	if rerr != nil {
-		fail(rerr)
+		jr.conclude(ctx, d, verdict{kind: verdictUnbatchable, final: rerr}, release)
 		return
 	}
 	// The record's worst case at the batch rates is set aside until its
@@ -87,7 +80,7 @@ func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery, release func
 	res, err := jr.reserveCall(ctx, d.action, req, true)
 	if err != nil {
 		if s := asBudgetStop(err); s != nil {
-			jr.complete(ctx, d, deadLetterOutcome(jr.decision(d), s.err, retry.ReasonBudget, retry.Diagnose(s.err, nil, d.delivery()), nil, nil), release)
+			jr.conclude(ctx, d, verdict{kind: verdictOverBudget, final: s.err}, release)
 			return
 		}
 		later() // stopping
@@ -110,8 +103,8 @@ func (jr *jobRunner) enqueueBatch(ctx context.Context, d *delivery, release func
 	switch {
 	case errors.Is(err, batch.ErrNoClient):
 		jr.p.beats.hold(d.msg, jr.heartbeatEvery(), time.Now())
-		fail(&retry.Error{Class: retry.ClassProgramming, TypeName: "BatchModeError", Message: err.Error(),
-			Provider: d.action.Provider, Model: d.action.Model})
+		jr.conclude(ctx, d, verdict{kind: verdictUnbatchable, final: &retry.Error{Class: retry.ClassProgramming, TypeName: "BatchModeError",
+			Message: err.Error(), Provider: d.action.Provider, Model: d.action.Model}}, release)
 	case err != nil:
 		jr.p.log.Warn().Str("job", d.job).Str("record", d.env.ID).Err(err).Msg("batcher refused the record; handing it back")
 		jr.p.beats.hold(d.msg, jr.heartbeatEvery(), time.Now())

@@ -540,13 +540,11 @@ func (c *completer) tooLarge(s *settling, st step, err error) {
 			Message: fmt.Sprintf("%s is larger than the server takes (%v): it cannot be stored; raise max_payload (deploy/README.md) and replay", what, err)}
 		c.log.Error().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Err(err).
 			Msg("a paid answer cannot be stored: the record is dead-lettered as too_large")
-		in := decision{d: d, now: c.now()}
 		calls := 0
 		if s.o.result != nil {
 			calls = s.o.result.Recovery.Attempts
 		}
-		o := deadLetterOutcome(in, final, retry.ReasonTooLarge, retry.Diagnose(final, nil, d.delivery()), d.prior(), &sessionEnd{calls: calls - len(d.prior())})
-		s.o = o
+		s.o = decide(decision{d: d, now: c.now(), check: verdict{kind: verdictTooLarge, final: final, calls: calls}})
 		s.steps = c.stepsOf(s)
 	}
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -15,8 +16,9 @@ import (
 )
 
 // outcomeKind is what happens to a delivery once its session is over, or
-// instead of one. Exactly one per delivery: chosen by decide and the steps
-// of handle, carried out by the completer (complete.go).
+// instead of one. Exactly one per delivery: chosen by decide, from how the
+// session ended or from what a check found instead of running it
+// (verdict), and carried out by the completer (complete.go).
 type outcomeKind int
 
 const (
@@ -65,11 +67,83 @@ type outcome struct {
 	raise  string              // deadLetter: the job fails with this diagnostic
 }
 
-// decision is what decide reads: the delivery, how its session ended, and
-// the moment.
+// verdict is what a check before the session found instead of running it
+// (handle.go, failed.go, poison.go, batch.go), or what the completer met
+// after it (complete.go): a fact, which decide maps to the record's
+// outcome. The zero verdict found nothing: the session runs.
+type verdict struct {
+	kind   verdictKind
+	result *broker.Result // stored: the outcome found; answered: the answer
+	job    *broker.Job    // jobStopped: the job as the worker knows it
+	final  *retry.Error   // poisoned, unbatchable, overBudget, tooLarge: why
+	cause  error          // unreadable: why
+	calls  int            // tooLarge: the calls its answer took, in all
+}
+
+type verdictKind int
+
+const (
+	// verdictRun: nothing found; the session runs (never decided).
+	verdictRun verdictKind = iota
+	// verdictYield: another delivery of the record is handled in this
+	// pool (worker/lease.go): that one settles it.
+	verdictYield
+	// verdictAbandon: the worker stopped while a check waited for the
+	// store, or Config.DieOn chose the record: no write, no ack, no nak —
+	// the record is redelivered after AckWait.
+	verdictAbandon
+	// verdictDropped: a late work message of a dispatch that lost the job
+	// to another (dispatcher/checking.go): acked, nothing stored.
+	verdictDropped
+	// verdictStored: the record's outcome is stored already (a worker
+	// stopped between storing it and acking): settled with it.
+	verdictStored
+	// verdictAnswered: an answer a delivery paid for and parked in the
+	// record's state, its worker stopping: stored now, not called again.
+	verdictAnswered
+	// verdictJobStopped: the job was cancelled or failed (a budget, a
+	// raise) before the record ran: dead-lettered, the reason and the
+	// diagnostic the job's (stopOutcome, worker/steer.go).
+	verdictJobStopped
+	// verdictPoisoned: too many of its deliveries ended with no word from
+	// a worker (poison.go): dead-lettered, max_deliveries.
+	verdictPoisoned
+	// verdictUnbatchable: a batch-mode record that cannot go in a batch
+	// (its request cannot be built, the provider has no batch client):
+	// dead-lettered bad_input (an image it names that cannot be sent) or
+	// programming_error. It made no call here: none is listed.
+	verdictUnbatchable
+	// verdictOverBudget: a batch-mode record the job's budget refuses a
+	// place in a batch: dead-lettered budget.
+	verdictOverBudget
+	// verdictUnreadable: a work message the worker cannot even read:
+	// dead-lettered programming_error, with no result, since it names no
+	// record to count.
+	verdictUnreadable
+	// verdictTooLarge: a paid answer the store can never take, as it is
+	// or with the record for the next action (the completer met it):
+	// dead-lettered too_large, its calls counted, its diagnostic the
+	// write's alone (the calls before it were not why it failed).
+	verdictTooLarge
+	// verdictTwin: a twin delivery may be about to call, or calling
+	// (worker/handle.go twin): parked once for twinWait and up to as much
+	// again, spending nothing, to look again.
+	verdictTwin
+	// verdictSuspect: a suspect, while another runs alone in this process
+	// (poison.go): parked for suspectPark and up to as much again.
+	verdictSuspect
+	// verdictBatchLater: a batch-mode record that cannot join a batch now
+	// (its batcher not running yet, or the worker stopping): back in a
+	// second, spending nothing.
+	verdictBatchLater
+)
+
+// decision is what decide reads: the delivery, how its session ended (or
+// what a check found instead), and the moment.
 type decision struct {
 	d      *delivery
-	end    *sessionEnd
+	end    *sessionEnd // nil: check says why the session did not run
+	check  verdict
 	now    time.Time
 	jitter float64  // [0,1): spreads parked records' return
 	worker string   // names the worker in a dead letter
@@ -99,7 +173,13 @@ const parkJitterMax = 5 * time.Second
 //     configuration error) dead-letters it with its reason;
 //   - otherwise the exec layer decides (retry.Policy.Decide) on the
 //     deliveries that made calls.
+//
+// A delivery that ran no session is decided on its check's verdict
+// (decideCheck).
 func decide(in decision) outcome {
+	if in.end == nil {
+		return decideCheck(in)
+	}
 	d, end := in.d, in.end
 	if f := end.fence; f != nil {
 		// Stopped before a call it may not make (worker/lease.go).
@@ -121,15 +201,15 @@ func decide(in decision) outcome {
 	if end.err == nil {
 		return outcome{kind: outcomeDone, result: okResult(d, end, in.now, in.carry)}
 	}
-	verdict := retry.Decision{Verdict: retry.VerdictDeadLetter, Reason: end.reason}
+	exec := retry.Decision{Verdict: retry.VerdictDeadLetter, Reason: end.reason}
 	if end.reason == "" {
-		verdict = d.action.Retry.Decide(retry.Outcome{Err: end.err, HandOver: end.handOver}, d.delivery())
+		exec = d.action.Retry.Decide(retry.Outcome{Err: end.err, HandOver: end.handOver}, d.delivery())
 	}
-	if verdict.Verdict == retry.VerdictRedeliver {
+	if exec.Verdict == retry.VerdictRedeliver {
 		st := d.nextState(end.attempts)
 		keepSpend(st, end)
 		spent(st)
-		return outcome{kind: outcomeRetry, state: st, delay: verdict.Delay}
+		return outcome{kind: outcomeRetry, state: st, delay: exec.Delay}
 	}
 	all := append(append([]retry.Attempt(nil), d.prior()...), end.attempts...)
 	diag := ""
@@ -139,7 +219,60 @@ func decide(in decision) outcome {
 	if diag == "" {
 		diag = retry.Diagnose(end.err, all, d.delivery())
 	}
-	return deadLetterOutcome(in, end.err, verdict.Reason, diag, all, end)
+	return deadLetterOutcome(in, end.err, exec.Reason, diag, all, end)
+}
+
+// decideCheck is the outcome of a delivery whose session did not run, or
+// whose outcome a write that cannot land changed, by what was found.
+func decideCheck(in decision) outcome {
+	d, v := in.d, in.check
+	switch v.kind {
+	case verdictYield:
+		return outcome{kind: outcomeYield}
+	case verdictAbandon:
+		return outcome{kind: outcomeAbandon}
+	case verdictDropped:
+		return outcome{kind: outcomeSettled}
+	case verdictStored:
+		return outcome{kind: outcomeSettled, result: v.result}
+	case verdictAnswered:
+		return outcome{kind: outcomeDone, result: v.result}
+	case verdictJobStopped:
+		final, reason, diag := stopOutcome(v.job) // worker/steer.go
+		return deadLetterOutcome(in, final, reason, diag, d.prior(), nil)
+	case verdictPoisoned:
+		return deadLetterOutcome(in, v.final, retry.ReasonMaxDeliveries, retry.Diagnose(v.final, d.prior(), d.delivery()), d.prior(), nil)
+	case verdictUnbatchable:
+		reason := retry.ReasonProgrammingError
+		if errors.Is(v.final, workflow.ErrBadInput) {
+			reason = retry.ReasonBadInput
+		}
+		return deadLetterOutcome(in, v.final, reason, retry.Diagnose(v.final, nil, d.delivery()), nil, nil)
+	case verdictOverBudget:
+		return deadLetterOutcome(in, v.final, retry.ReasonBudget, retry.Diagnose(v.final, nil, d.delivery()), nil, nil)
+	case verdictUnreadable:
+		e := &deadletter.Entry{Job: d.job, Record: d.env.ID, Action: d.action.Name, Reason: retry.ReasonProgrammingError,
+			Trace: tracing.Traceparent(d.span, d.msg.Headers()), Class: retry.ClassProgramming,
+			Error: "failed permanently: ProgrammingError: " + v.cause.Error(), Data: d.msg.Data(), FailedAt: in.now.UTC(), Worker: in.worker}
+		return outcome{kind: outcomeDeadLetter, entry: e}
+	case verdictTooLarge:
+		return deadLetterOutcome(in, v.final, retry.ReasonTooLarge, retry.Diagnose(v.final, nil, d.delivery()), d.prior(),
+			&sessionEnd{calls: v.calls - len(d.prior())})
+	case verdictTwin:
+		st := d.nextState(nil)
+		st.TwinWaited = true
+		return outcome{kind: outcomePark, state: st, delay: jittered(twinWait, in.jitter)}
+	case verdictSuspect:
+		return outcome{kind: outcomePark, state: d.nextState(nil), delay: jittered(suspectPark, in.jitter)}
+	case verdictBatchLater:
+		return outcome{kind: outcomePark, state: d.nextState(nil), delay: time.Second}
+	}
+	panic(fmt.Sprintf("worker: no outcome for verdict %d: a check that found nothing runs the session", v.kind))
+}
+
+// jittered is d and up to d more, by jitter ([0,1)).
+func jittered(d time.Duration, jitter float64) time.Duration {
+	return d + time.Duration(jitter*float64(d))
 }
 
 // decideWait parks a record whose call could not go, or dead-letters it

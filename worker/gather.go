@@ -10,10 +10,16 @@ import (
 )
 
 // Scatter-gather of Gather: answers come within GatherWait, and the gather
-// ends early once GatherQuiet passes with no new answer.
+// ends early once GatherQuiet passes with no new answer. A decision that a
+// worker's silence changes (nobody serves a job, every worker stopped
+// calling for it) waits longer, GatherPatient and GatherPatientQuiet: a
+// busy host answers late, and a worker taken for absent would be doubled
+// or taken for stopped.
 const (
-	GatherWait  = 300 * time.Millisecond
-	GatherQuiet = 50 * time.Millisecond
+	GatherWait         = 300 * time.Millisecond
+	GatherQuiet        = 50 * time.Millisecond
+	GatherPatient      = 2 * time.Second
+	GatherPatientQuiet = 400 * time.Millisecond
 )
 
 // Gather asks every live worker for its Stats (scatter-gather on
@@ -22,6 +28,12 @@ const (
 // ends GatherQuiet after the last answer, GatherWait at most. `jetpool
 // status` and the dashboard read the workers this way.
 func Gather(b *broker.Broker) ([]Stats, error) {
+	return GatherWithin(b, GatherWait, GatherQuiet)
+}
+
+// GatherWithin is Gather waiting at most wait, and quiet after the last
+// answer.
+func GatherWithin(b *broker.Broker, wait, quiet time.Duration) ([]Stats, error) {
 	inbox := nats.NewInbox()
 	ch := make(chan *nats.Msg, 256)
 	sub, err := b.NC.ChanSubscribe(inbox, ch)
@@ -33,10 +45,10 @@ func Gather(b *broker.Broker) ([]Stats, error) {
 		return nil, err
 	}
 	var out []Stats
-	deadline := time.NewTimer(GatherWait)
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	quiet := time.NewTimer(GatherWait)
-	defer quiet.Stop()
+	silence := time.NewTimer(wait)
+	defer silence.Stop()
 	for {
 		select {
 		case m := <-ch:
@@ -47,8 +59,8 @@ func Gather(b *broker.Broker) ([]Stats, error) {
 			if json.Unmarshal(m.Data, &s) == nil {
 				out = append(out, s)
 			}
-			quiet.Reset(GatherQuiet)
-		case <-quiet.C:
+			silence.Reset(quiet)
+		case <-silence.C:
 			return out, nil
 		case <-deadline.C:
 			return out, nil

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetpool/jetpool/broker"
-	"github.com/jetpool/jetpool/deadletter"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/tracing"
 	"github.com/jetpool/jetpool/workflow"
@@ -18,9 +17,10 @@ import (
 
 // handle works one delivery, a short sequence of steps: read it; find what
 // earlier deliveries left (an outcome already stored, the record's state);
-// check its budget; run its session; decide. Each step may settle the
-// record's outcome instead of passing it on; the completer carries the
-// outcome out. release hands the delivery's slot on to the next record (at
+// check its budget; run its session; decide. Each check may find what
+// ends the record instead of passing it on (a verdict); decide maps that or
+// the session's end to the outcome, which the completer carries out.
+// release hands the delivery's slot on to the next record (at
 // the latest when handle returns). handedOver: the completer owns the
 // record now and ends it (Pool.handleTask).
 //
@@ -37,8 +37,7 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		return false
 	}
 	if err != nil {
-		d, o := jr.broken(msg, err)
-		return jr.complete(ctx, d, o, release)
+		return jr.conclude(ctx, jr.broken(msg), verdict{kind: verdictUnreadable, cause: err}, release)
 	}
 	if tracing.Enabled() {
 		ctx, d.span = tracing.StartDelivery(ctx, msg.Headers(), tracing.Record{Job: d.job, Action: d.action.Name, ID: d.env.ID},
@@ -50,19 +49,19 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 		// here (worker/lease.go): that one settles it.
 		p.log.Debug().Str("job", d.job).Str("record", d.env.ID).Int("delivery", d.n).
 			Msg("delivered again while this worker still handles it (its AckWait ran out: the process was stopped, or its heartbeats were lost): left to the delivery under way")
-		return jr.complete(ctx, d, outcome{kind: outcomeYield}, release)
+		return jr.conclude(ctx, d, verdict{kind: verdictYield}, release)
 	}
-	if o, settled := jr.before(ctx, d); settled {
-		return jr.complete(ctx, d, o, release)
+	if v := jr.before(ctx, d); v.kind != verdictRun {
+		return jr.conclude(ctx, d, v, release)
 	}
-	if o, settled := jr.alone(ctx, d); settled { // poison.go: a suspect runs alone
-		return jr.complete(ctx, d, o, release)
+	if v := jr.alone(ctx, d); v.kind != verdictRun { // poison.go: a suspect runs alone
+		return jr.conclude(ctx, d, v, release)
 	}
 	if d.alone {
 		defer func() { <-p.suspect }()
 	}
 	if p.cfg.DieOn != nil && p.cfg.DieOn(d.job, d.action.Name, d.env.ID) {
-		return jr.complete(ctx, d, outcome{kind: outcomeAbandon}, release) // as if the process died running it: no ack, no nak
+		return jr.conclude(ctx, d, verdict{kind: verdictAbandon}, release) // as if the process died running it: no ack, no nak
 	}
 	if batched {
 		if d.span != nil {
@@ -86,13 +85,23 @@ func (jr *jobRunner) handle(ctx context.Context, msg jetstream.Msg, pauses time.
 	}
 	end := run(ctx, d)
 	d.run = end
-	o := decide(decision{d: d, end: end, now: p.cfg.Clock.Now(), jitter: rand.Float64(), worker: p.id, carry: jr.wf.Carry})
+	in := jr.decision(d)
+	in.end = end
+	o := decide(in)
 	if o.kind == outcomeSettled && o.result != nil {
 		// Found stored by its fence (worker/lease.go): its cost goes on
 		// with the record, as lookUp's.
 		d.run, d.account = paidRun(o.result), ownAccount(o.result)
 	}
 	return jr.complete(ctx, d, o, release)
+}
+
+// conclude hands the outcome decide chooses for what a check found (v)
+// to the completer.
+func (jr *jobRunner) conclude(ctx context.Context, d *delivery, v verdict, release func()) bool {
+	in := jr.decision(d)
+	in.check = v
+	return jr.complete(ctx, d, decide(in), release)
 }
 
 // complete hands d's outcome to the completer.
@@ -112,16 +121,16 @@ func (jr *jobRunner) finished() {
 	jr.p.pulled.Done()
 }
 
-// before is every step before the session: each returns settled with the
-// record's outcome when there is nothing to run.
-func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settled bool) {
+// before is every check before the session: each returns what it found
+// when there is nothing to run (a verdict decide maps to the outcome).
+func (jr *jobRunner) before(ctx context.Context, d *delivery) verdict {
 	p := jr.p
 	if n := jr.nonce.Load(); d.nonce != "" && n != nil && d.nonce != *n {
 		// A late write of a dispatch that lost the job to another, which
 		// published every record again (dispatcher/checking.go): dropped,
 		// nothing stored, nothing called.
 		p.log.Debug().Str("job", d.job).Str("record", d.env.ID).Str("nonce", d.nonce).Msg("dropped a work message of a dispatch that lost the job")
-		return outcome{kind: outcomeSettled}, true
+		return verdict{kind: verdictDropped}
 	}
 	j := jr.current()
 	if j.Stopped() && d.replays > 0 {
@@ -130,28 +139,27 @@ func (jr *jobRunner) before(ctx context.Context, d *delivery) (o outcome, settle
 		j = jr.reread(ctx, j)
 	}
 	if j.Stopped() {
-		if o, settled := jr.storedOutcome(ctx, d); settled { // worker/failed.go
-			return o, true
+		if v := jr.storedOutcome(ctx, d); v.kind != verdictRun { // worker/failed.go
+			return v
 		}
-		final, reason, diag := stopOutcome(j) // worker/steer.go
-		return deadLetterOutcome(jr.decision(d), final, reason, diag, d.prior(), nil), true
+		return verdict{kind: verdictJobStopped, job: j}
 	}
 	// The first delivery of a message whose publisher knew that no result
 	// can exist yet (broker.HeaderFirstRun) has nothing to look up.
 	if !d.unpaid() {
-		if o, settled := jr.lookUp(ctx, d); settled {
-			return o, true
+		if v := jr.lookUp(ctx, d); v.kind != verdictRun {
+			return v
 		}
 		if final := d.poisoned(); final != nil { // poison.go
-			return deadLetterOutcome(jr.decision(d), final, retry.ReasonMaxDeliveries, retry.Diagnose(final, d.prior(), d.delivery()), d.prior(), nil), true
+			return verdict{kind: verdictPoisoned, final: final}
 		}
 	}
-	return outcome{}, false
+	return verdict{}
 }
 
 // decision is the base of a decision about d now.
 func (jr *jobRunner) decision(d *delivery) decision {
-	return decision{d: d, now: jr.p.cfg.Clock.Now(), worker: jr.p.id, carry: jr.wf.Carry}
+	return decision{d: d, now: jr.p.cfg.Clock.Now(), jitter: rand.Float64(), worker: jr.p.id, carry: jr.wf.Carry}
 }
 
 // lookUp reads what earlier deliveries of the record left: an outcome
@@ -159,7 +167,7 @@ func (jr *jobRunner) decision(d *delivery) decision {
 // twice) and the record's state. A lookup the store does not answer is
 // tried again, the record held (and kept alive) meanwhile: handing it back
 // would spend a delivery on the store's fault.
-func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settled bool) {
+func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) verdict {
 	p := jr.p
 	var last *broker.Result
 	var seq uint64
@@ -168,18 +176,18 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 		return err
 	})
 	if err != nil {
-		return outcome{kind: outcomeAbandon}, true // stopping: the record is redelivered after AckWait
+		return verdict{kind: verdictAbandon} // stopping: the record is redelivered after AckWait
 	}
 	switch {
 	case last == nil:
 	case last.Status == broker.StatusOK:
 		d.run = paidRun(last)        // worker/cost.go: its cost goes on with the record
 		d.account = ownAccount(last) // forwarded again with the record
-		return outcome{kind: outcomeSettled, result: last}, true
+		return verdict{kind: verdictStored, result: last}
 	case last.Replays >= d.replays:
 		// Its outcome was decided and stored, and the worker stopped before
 		// the ack: the dead letter went first, so it is there too.
-		return outcome{kind: outcomeSettled, result: last}, true
+		return verdict{kind: verdictStored, result: last}
 	default:
 		d.stale = seq // a failure of an earlier generation, which this replay replaces
 	}
@@ -190,7 +198,7 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 			return err
 		})
 		if err != nil {
-			return outcome{kind: outcomeAbandon}, true
+			return verdict{kind: verdictAbandon}
 		}
 		d.state = st
 		if st != nil && st.Answer != nil {
@@ -198,15 +206,12 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 			// before it could store it: stored now, not called again.
 			r := *st.Answer
 			d.account = ownAccount(&r)
-			return outcome{kind: outcomeDone, result: &r}, true
+			return verdict{kind: verdictAnswered, result: &r}
 		}
 		held = held || heldState
 	}
 	suspect := held || p.done.faults.recent(p.cfg.Clock.Now(), twinWindow)
-	if o, wait := jr.twin(ctx, d, suspect && last == nil); wait {
-		return o, true
-	}
-	return outcome{}, false
+	return jr.twin(ctx, d, suspect && last == nil)
 }
 
 // twin decides whether a record that found no result waits for a twin
@@ -229,19 +234,15 @@ func (jr *jobRunner) lookUp(ctx context.Context, d *delivery) (o outcome, settle
 //   - a redelivery claims on a single server too: the delivery before it
 //     may be a worker stopped mid-call (worker/lease.go), whose claim,
 //     taken at its first heartbeat, stands while it is renewed.
-func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o outcome, wait bool) {
-	park := func(st *broker.RecordState) outcome {
-		st.TwinWaited = true
-		return outcome{kind: outcomePark, state: st, delay: twinWait + rand.N(twinWait)}
-	}
+func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) verdict {
 	waited := d.state != nil && d.state.TwinWaited
 	if suspect && !waited {
-		return park(d.nextState(nil)), true
+		return verdict{kind: verdictTwin}
 	}
 	// A redelivery claims everywhere: its last delivery may be a worker
 	// stopped or cut off mid-call (worker/lease.go).
 	if !suspect && !jr.replicated.Load() && d.n <= 1 {
-		return outcome{}, false
+		return verdict{}
 	}
 	p := jr.p
 	bid := jr.bid(d, 1)
@@ -261,12 +262,12 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 	})
 	switch {
 	case err != nil:
-		return outcome{kind: outcomeAbandon}, true // stopping: the record is redelivered after AckWait
+		return verdict{kind: verdictAbandon} // stopping: the record is redelivered after AckWait
 	case refused != nil:
 		p.warnClaim(refused)
-		return outcome{}, false
+		return verdict{}
 	case !ok:
-		return park(d.nextState(nil)), true
+		return verdict{kind: verdictTwin}
 	}
 	d.lease.mu.Lock()
 	d.lease.rev, d.lease.calls = c.Rev, 1
@@ -277,12 +278,12 @@ func (jr *jobRunner) twin(ctx context.Context, d *delivery, suspect bool) (o out
 		// record lets go and is parked, and its next delivery looks
 		// again (CI: a twin held 21 s took over a lapsed claim and paid
 		// again for a result stored 18 s before).
-		return park(d.nextState(nil)), true
+		return verdict{kind: verdictTwin}
 	}
 	if c.LapsedCalls > 0 {
 		jr.takeOver(d, c.LapsedCalls)
 	}
-	return outcome{}, false
+	return verdict{}
 }
 
 // warnClaim logs a claim the store refused, at most once a minute.
@@ -336,10 +337,9 @@ func (jr *jobRunner) untilAnswered(ctx context.Context, what, stream string, f f
 	}
 }
 
-// broken is the outcome of a work message the worker cannot even read: a
-// dead letter (reason programming_error), and no result, since it names no
-// record to count.
-func (jr *jobRunner) broken(msg jetstream.Msg, cause error) (*delivery, outcome) {
+// broken is the delivery of a work message the worker cannot even read:
+// what its subject and headers say of it.
+func (jr *jobRunner) broken(msg jetstream.Msg) *delivery {
 	parts := broker.SubjectParts(msg.Subject())
 	action := "unknown"
 	if len(parts) >= 2 {
@@ -349,9 +349,5 @@ func (jr *jobRunner) broken(msg jetstream.Msg, cause error) (*delivery, outcome)
 	if rec == "" {
 		rec = "unknown"
 	}
-	d := &delivery{msg: msg, job: jr.id, action: &workflow.Action{Name: action}, env: &broker.Envelope{ID: rec}}
-	e := &deadletter.Entry{Job: jr.id, Record: rec, Action: action, Reason: retry.ReasonProgrammingError, Trace: tracing.Traceparent(nil, msg.Headers()),
-		Class: retry.ClassProgramming, Error: "failed permanently: ProgrammingError: " + cause.Error(), Data: msg.Data(),
-		FailedAt: time.Now().UTC(), Worker: jr.p.id}
-	return d, outcome{kind: outcomeDeadLetter, entry: e}
+	return &delivery{msg: msg, job: jr.id, action: &workflow.Action{Name: action}, env: &broker.Envelope{ID: rec}}
 }

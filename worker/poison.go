@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jetpool/jetpool/broker"
@@ -105,15 +104,15 @@ func (d *delivery) aloneState() *broker.RecordState {
 // place for a suspect and writes that this delivery runs alone, or parks
 // the record while another suspect runs. d.alone is set while d holds the
 // place (handle gives it back when the delivery is done).
-func (jr *jobRunner) alone(ctx context.Context, d *delivery) (o outcome, settled bool) {
+func (jr *jobRunner) alone(ctx context.Context, d *delivery) verdict {
 	if !d.runsAlone() || d.lost() < AloneAfterLost {
-		return outcome{}, false
+		return verdict{}
 	}
 	p := jr.p
 	select {
 	case p.suspect <- struct{}{}:
 	default:
-		return outcome{kind: outcomePark, state: d.nextState(nil), delay: suspectPark + rand.N(suspectPark)}, true
+		return verdict{kind: verdictSuspect}
 	}
 	st := d.aloneState()
 	_, err := jr.untilAnswered(ctx, "state", "KV_"+broker.BucketAttempts, func(ctx context.Context) error {
@@ -121,10 +120,10 @@ func (jr *jobRunner) alone(ctx context.Context, d *delivery) (o outcome, settled
 	})
 	if err != nil {
 		<-p.suspect
-		return outcome{kind: outcomeAbandon}, true // stopping: the record is redelivered after AckWait
+		return verdict{kind: verdictAbandon} // stopping: the record is redelivered after AckWait
 	}
 	d.state, d.alone = st, true
 	p.log.Info().Str("job", d.job).Str("action", d.action.Name).Str("record", d.env.ID).Int("lost", d.lost()).Int("blamed", d.blamed()).
 		Msg("a record lost with its worker twice or more runs alone in this worker: if the worker dies now, the record is to blame")
-	return outcome{}, false
+	return verdict{}
 }

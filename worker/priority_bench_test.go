@@ -26,6 +26,8 @@ import (
 //     while a large job at 1 runs, against the same job alone: the time
 //     from its dispatch to its last result ("x_alone").
 //
+// Run it with
+//
 //	go test ./worker -run '^$' -bench BenchmarkPriorities -benchtime 1x -v
 //
 // JETPOOL_BENCH_BIG sets the large job's records (default 100000).

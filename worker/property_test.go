@@ -131,7 +131,7 @@ actions:
 				require.LessOrEqual(t, calls, bound, "%s: %d calls, validate's bound is %d (%s)", id, calls, bound, pol)
 				countsEveryCall(t, id, calls, r.Recovery)
 				if r.Status == broker.StatusFailed {
-					require.Positive(t, calls, "%s failed without a call", id)
+					require.Positive(t, r.Recovery.Attempts, "%s failed without a call", id)
 				}
 			}
 			t.Logf("%s: %d ok, %d failed, at most %d calls a record (bound %d)", pol, p.OK, p.Failed, most, bound)

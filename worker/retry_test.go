@@ -167,7 +167,9 @@ func TestRedeliveryDelays(t *testing.T) {
 	for i, want := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
 		got := at[i+1].Sub(at[i])
 		require.GreaterOrEqual(t, got, want-30*time.Millisecond, "delivery %d", i+2)
-		require.Less(t, got, want+400*time.Millisecond, "delivery %d", i+2)
+		// Far below AckWait: the delay is the backoff's, not a lapse's (a
+		// busy host adds to it, so the bound is loose).
+		require.Less(t, got, want+5*time.Second, "delivery %d", i+2)
 	}
 }
 

@@ -5,6 +5,7 @@ package worker
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 )
@@ -42,13 +43,27 @@ type Stats struct {
 	// records are handed back as they reach their next call: none is
 	// held once they all have.
 	Holding map[string]int64 `json:"holding,omitempty"`
+	// Only is the jobs this worker is limited to (Config.Jobs: `run`,
+	// `retry` and the dashboard work one job each); empty, it serves every
+	// running job it can.
+	Only []string `json:"only,omitempty"`
+}
+
+// Serves reports whether the worker that answered s serves job: it is not
+// limited to other jobs and has not refused this one.
+func (s *Stats) Serves(job string) bool {
+	if len(s.Only) > 0 && !slices.Contains(s.Only, job) {
+		return false
+	}
+	_, refused := s.Unservable[job]
+	return !refused
 }
 
 // Snapshot returns the pool's stats.
 func (p *Pool) Snapshot() Stats {
 	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
 		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Held: p.done.heldCount(), Elections: p.elections.Load(), Faults: p.done.faults.list(),
-		Unservable: p.serve.snapshot(), Holding: map[string]int64{}}
+		Unservable: p.serve.snapshot(), Holding: map[string]int64{}, Only: p.cfg.Jobs}
 	p.mu.Lock()
 	for id, jr := range p.jobs {
 		if n := jr.inFlight.Load(); n > 0 {

@@ -125,7 +125,7 @@ func AwaitStopped(ctx context.Context, b *broker.Broker, job string) (answered i
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		stats, err := Gather(b)
+		stats, err := GatherWithin(b, GatherPatient, GatherPatientQuiet)
 		if err != nil {
 			return 0, nil, err
 		}

@@ -211,7 +211,7 @@ func TestCompletion(t *testing.T) {
 		{"jetpool dl", "dlq"},
 		{"jetpool -", "--help --version"},
 		{"jetpool dlq ", "list show purge"},
-		{"jetpool dlq list --re", "--reason"},
+		{"jetpool dlq list --re", "--reason --record"},
 		{"jetpool dlq purge --job j --y", "--yes"},
 		{"jetpool run --in", "--input"},
 		{"jetpool run wf.yaml --no-p", "--no-preflight --no-progress"},
@@ -310,31 +310,4 @@ func shellWords(ws []string) string {
 		sb.WriteString(" '" + strings.ReplaceAll(w, "'", `'\''`) + "'")
 	}
 	return sb.String()
-}
-
-// `retry --wait` on a server no worker serves says so, and --timeout ends it.
-func TestRetryWaitWithoutWorkers(t *testing.T) {
-	dir := setEnv(t)
-	wf := filepath.Join(dir, "wf.yaml")
-	require.NoError(t, os.WriteFile(wf, []byte("providers:\n  sim: {kind: sim, sim: {fail_first: 100, fail_class: auth}}\n"+
-		"defaults: {provider: sim}\nactions:\n  - name: a\n    prompt: \"{{ .text }}\"\n"), 0o600))
-	code, _, stderr := jetpool(t, "run", wf, "--input", testenv.Records(t, 2), "--no-progress", "--no-preflight")
-	require.Equal(t, exitFailedRecords, code, stderr)
-
-	// The same store served by a server of the test's, where no worker runs.
-	cfg := testenv.Config(t, testenv.Options{DataDir: filepath.Join(dir, "data")})
-	srv, err := broker.StartEmbedded(context.Background(), cfg, testenv.Logger(t), broker.ServerOptions{Port: -1})
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
-	t.Setenv("JETPOOL_NATS_URL", srv.Server().ClientURL())
-	defer func(d time.Duration) { noWorkerAfter = d }(noWorkerAfter)
-	noWorkerAfter = 100 * time.Millisecond
-
-	begin := time.Now()
-	code, _, stderr = jetpool(t, "retry", "--wait", "--timeout", "1s", "--no-progress")
-	require.Equal(t, 1, code, stderr)
-	require.GreaterOrEqual(t, time.Since(begin), time.Second)
-	require.Contains(t, stderr, "2 dead letters replayed")
-	require.Contains(t, stderr, "no worker answered on jetpool.ctl.stats after 100ms")
-	require.Contains(t, stderr, "--timeout 1s passed before job")
 }

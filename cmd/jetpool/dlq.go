@@ -7,7 +7,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +28,8 @@ func filterFlags(fs *flag.FlagSet) *deadletter.Filter {
 	fs.StringVar(&f.Reason, "reason", "", "only this reason ("+reasonList()+")")
 	fs.StringVar(&f.Class, "class", "", "only this error class (rate_limit, server, network, auth, …)")
 	fs.DurationVar(&f.Since, "since", 0, "only dead letters younger than this (e.g. 2h)")
+	fs.StringVar(&f.Record, "record", "", "only this record's (its id)")
+	fs.Uint64Var(&f.Seq, "seq", 0, "only the dead letter with this SEQ (as 'dlq list' shows it)")
 	return f
 }
 
@@ -145,7 +149,8 @@ func dlqShow(ctx context.Context, e *env, args []string) error {
 }
 
 func dlqPurge(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "dlq purge", "[filters] [--yes]", "Delete matching dead letters for good.")
+	fs := newFlags(e, "dlq purge", "[filters] [--yes]", "Delete matching dead letters for good (--seq SEQ: one). Their records stay counted failed\n"+
+		"(their failed results are kept); they can no longer be replayed. 'jetpool status JOB' says how many were purged.")
 	f := filterFlags(fs)
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	pos, err := parse(fs, args)
@@ -246,6 +251,9 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	if err := rf.someoneWorks(ctx, e, c); err != nil {
+		return err
+	}
 	res, err := replay(ctx, e, c, rf)
 	if err != nil {
 		return err
@@ -259,16 +267,38 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, ", %d skipped", res.Skipped)
 	}
 	fmt.Fprintln(e.stderr)
-	if len(res.Jobs) == 0 {
-		return nil
-	}
-	if !b.Embedded() && !rf.wait {
-		fmt.Fprintln(e.stderr, "workers will run them; follow with 'jetpool status' (or pass --wait)")
-		return nil
-	}
-	for job := range res.Jobs {
+	for _, job := range slices.Sorted(maps.Keys(res.Jobs)) {
 		if err := rf.finish(ctx, e, c, job, start); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// someoneWorks refuses, before anything is replayed, a retry on a store
+// another process hosts whose records nobody could work: no live worker
+// serves their job, and this process, which works them then, could not
+// either (a key it lacks or may not send there).
+func (rf *retryFlags) someoneWorks(ctx context.Context, e *env, c *jp.Client) error {
+	if c.Embedded() || rf.dry {
+		return nil // on its own store Workable asked; a dry run changes nothing
+	}
+	jobs := map[string]bool{}
+	if err := deadletter.Each(ctx, c.Broker(), *rf.f, func(en *deadletter.Entry) error { jobs[en.Job] = true; return nil }); err != nil {
+		return err
+	}
+	unserved, err := c.Unserved(ctx, slices.Sorted(maps.Keys(jobs)))
+	if err != nil {
+		return err
+	}
+	for _, id := range unserved {
+		j, err := c.Job(ctx, id)
+		if err != nil {
+			continue // a dead letter of a job deleted since: the replay says so
+		}
+		if err := c.WorkableHere(j); err != nil {
+			return fmt.Errorf("%w; start a `jetpool worker` that can serve it (JETPOOL_NATS_URL=%s) and run this retry again: "+
+				"nothing was replayed, every dead letter is kept", err, c.Broker().NC.ConnectedUrlRedacted())
 		}
 	}
 	return nil
@@ -304,7 +334,10 @@ func revise(ctx context.Context, e *env, c *jp.Client, rf *retryFlags) error {
 func parseRetry(e *env, args []string) (*retryFlags, error) {
 	fs := newFlags(e, "retry", "[filters] [--workflow FIXED.yaml] [--limit N] [--dry-run] [--wait [--timeout DUR]]",
 		"Replay dead letters into the work stream as a new replay generation. With the embedded server, also work\n"+
-			"them to completion and print a summary; with an external server, return after republishing (--wait follows).\n"+
+			"them to completion and print a summary. On a store another process hosts (an external server, or `jetpool ui`\n"+
+			"or `server` on this data dir): when a live worker serves the job, return after republishing (--wait follows\n"+
+			"them); when none does, work them here as `jetpool worker` would (exit codes as run). If this process could not\n"+
+			"work them either (a key missing or not allowed here), it says why and exits 2 before anything is replayed.\n"+
 			"--workflow replays them under a new revision of the job's workflow (same actions, any definitions): the\n"+
 			"actions that failed and those after them run it; those that succeeded keep their results and are not paid again.\n"+
 			"Dead letters of a context overflow replayed under a workflow that gives their action no overflow: block would\n"+
@@ -317,7 +350,7 @@ func parseRetry(e *env, args []string) (*retryFlags, error) {
 	rf := &retryFlags{f: filterFlags(fs)}
 	limit := fs.Int("limit", 0, "replay at most this many")
 	fs.BoolVar(&rf.dry, "dry-run", false, "show what would be replayed; change nothing")
-	fs.BoolVar(&rf.wait, "wait", false, "with an external server, wait until the replayed jobs are done")
+	fs.BoolVar(&rf.wait, "wait", false, "when live workers elsewhere serve the job, wait until they are done with it")
 	fs.DurationVar(&rf.timeout, "timeout", 0, "with --wait, give up after this long (0: wait until they are done)")
 	fs.StringVar(&rf.mode, "mode", "", "\"online\": run replayed batch-mode records online")
 	fs.IntVar(&rf.conc, "concurrency", 0, "concurrent model calls when working the replay here")
@@ -371,7 +404,7 @@ func replay(ctx context.Context, e *env, c *jp.Client, rf *retryFlags) (*deadlet
 		if rf.dry {
 			verb = "a retry without --dry-run works them"
 		} else if !c.Embedded() {
-			verb = "workers will run them"
+			verb = "who works them is said below"
 		}
 		fmt.Fprintf(e.stderr, "job %s: a replay of %s at %s is not finished: %d records are still queued or waiting; %s\n",
 			u.Job, plural(int64(u.Records), "dead letter"), u.At.Local().Format(time.DateTime), u.Left, verb)
@@ -379,11 +412,26 @@ func replay(ctx context.Context, e *env, c *jp.Client, rf *retryFlags) (*deadlet
 	return res, nil
 }
 
-// finish works a replayed job to its end here (the embedded server), or
-// waits for the workers elsewhere to (--wait), and reports.
+// finish works a replayed job to its end here (the embedded server, or
+// a store no live worker serves the job on), or says which workers will
+// run it, waiting for them to (--wait), and reports.
 func (rf *retryFlags) finish(ctx context.Context, e *env, c *jp.Client, job string, start time.Time) error {
 	if c.Embedded() {
 		return exitOnFailed(workAndReport(ctx, e, c, job, rf.conc, rf.output, !rf.noProgress, start, nil), rf.allowFailed)
+	}
+	serving, err := c.Serving(ctx, job)
+	if err != nil {
+		return err
+	}
+	if len(serving) == 0 {
+		fmt.Fprintf(e.stderr, "no live worker serves job %s: working its replayed records here, as `jetpool worker` would "+
+			"(a worker started meanwhile shares them; Ctrl-C hands them back)\n", job)
+		return exitOnFailed(workAndReport(ctx, e, c, job, rf.conc, rf.output, !rf.noProgress, start, nil), rf.allowFailed)
+	}
+	if !rf.wait {
+		fmt.Fprintf(e.stderr, "%s serving job %s will run them; follow with 'jetpool status %s' (or pass --wait)\n",
+			plural(int64(len(serving)), "live worker"), job, job)
+		return nil
 	}
 	j, err := waitForWorkers(ctx, e, c, job, !rf.noProgress, rf.timeout)
 	if err != nil {

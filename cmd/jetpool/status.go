@@ -74,7 +74,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	tw.Flush()
 	for _, s := range out {
 		if len(s.DeadByReas) > 0 {
-			fmt.Fprintf(e.stdout, "%s dead letters by reason: %s\n", s.Job, kvList(s.DeadByReas))
+			fmt.Fprintf(e.stdout, "%s dead letters by reason: %s%s\n", s.Job, kvList(s.DeadByReas), purgedNote(s))
 		}
 		if s.Reason != "" {
 			fmt.Fprintf(e.stdout, "%s %s: %s\n", s.Job, s.Status, s.Reason)
@@ -122,4 +122,13 @@ func printBatches(e *env, out []jobStatus) {
 		}
 	}
 	tw.Flush()
+}
+
+// purgedNote says how many of a job's failed records are no longer in the
+// DLQ (purged): they stay failed, but `retry` cannot replay them.
+func purgedNote(s jobStatus) string {
+	if s.DeadLetters == nil || *s.DeadLetters >= s.Failed {
+		return ""
+	}
+	return fmt.Sprintf(" (%d in the DLQ; %d purged: failed, not replayable)", *s.DeadLetters, s.Failed-*s.DeadLetters)
 }

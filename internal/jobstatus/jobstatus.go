@@ -48,11 +48,16 @@ type Job struct {
 	Priority int `json:"priority"`
 	// Cancelled is the records a cancel ended (status cancelled: not
 	// counted in Failed; in the dead letters by reason, as cancelled).
-	Cancelled int64     `json:"cancelled"`
-	Rate      float64   `json:"records_per_second"`
-	Created   time.Time `json:"created"`
-	Workers   int       `json:"workers"`
-	Batches   []Batch   `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
+	Cancelled int64 `json:"cancelled"`
+	// DeadLetters is the job's dead letters in the DLQ now, read with the
+	// split by reason. Failed counts failed results: a dead letter purged
+	// (dlq purge, the dashboard) leaves its record failed and is no longer
+	// here; one replayed leaves both (its failed result goes with it).
+	DeadLetters *int64    `json:"dead_letters,omitempty"`
+	Rate        float64   `json:"records_per_second"`
+	Created     time.Time `json:"created"`
+	Workers     int       `json:"workers"`
+	Batches     []Batch   `json:"batches,omitempty"` // outstanding provider batches (mode: batch)
 	// Cost is what the job's calls have cost so far, in dollars, as the
 	// workers added it to the job's ledger (each at most a second behind):
 	// O(1), no walk over results. MaxCost is its budget; CostHeld what the
@@ -175,6 +180,14 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 		return s, err
 	}
 	s.Succeeded, s.Failed, s.Cancelled, s.DeadByReas = c.OK, c.Failed, c.Cancelled, c.ByReason
+	if byReason {
+		n, err := b.Count(ctx, broker.StreamDLQ, broker.DLQFilter(j.ID, ""))
+		if err != nil {
+			return s, err
+		}
+		dead := int64(n)
+		s.DeadLetters = &dead
+	}
 	s.StartAt = j.StartAt
 	s.Priority = j.Weight()
 	backlog := info != nil

@@ -278,10 +278,16 @@
     let refresh = () => {};
     steerBar(root, id, () => refresh());
     const put = slot(root);
+    const chart = el('div', { class: 'chart', id: 'history' });
+    root.append(el('h2', {}, 'Rate and errors, last 15 minutes'), chart);
     root.append(el('h2', {}, 'Records'));
     recordsPanel(root, id);
     return refresh = async () => {
       const v = await api('api/jobs/' + encodeURIComponent(id));
+      // After the job's read, which is the sample the history adds.
+      api('api/jobs/' + encodeURIComponent(id) + '/history').then(
+        (h) => chart.replaceChildren(...window.jetpoolHistoryChart(h, { el, num, rate, pollMs: S.session.poll_ms })),
+        (e) => chart.replaceChildren(el('p', { class: 'notice error' }, 'history: ' + e.message)));
       const st = v.status;
       const pi = document.getElementById('priority-value');
       if (pi && document.activeElement !== pi && st.priority) pi.value = st.priority;
@@ -319,7 +325,7 @@
     };
   }
   const knownStatus = ['job', 'status', 'reason', 'total', 'queued', 'in_flight', 'storing', 'waiting_for_redelivery', 'succeeded',
-    'failed', 'cancelled', 'dead_lettered_by_reason', 'paused', 'records_per_second', 'created', 'workers', 'batches', 'steps', 'steps_total'];
+    'failed', 'cancelled', 'dead_lettered_by_reason', 'dead_letters', 'paused', 'records_per_second', 'created', 'workers', 'batches', 'steps', 'steps_total'];
 
   // recordsPanel: find a record by id, or page through the job's results.
   function recordsPanel(root, job) {
@@ -477,17 +483,18 @@
     }
     const count = el('span', { class: 'muted', id: 'matched' });
     bar.append(count);
+    const one = S.session.read_only ? null : window.jetpoolOneButtons(msg, () => refresh(), { el, post });
     async function refresh() {
       const v = await api('api/dlq?' + q(f));
       matched = v.matched;
       count.textContent = `${num(v.matched)}${v.at_least ? '+' : ''} match` + (v.shown < v.matched ? ` (the first ${num(v.shown)} shown)` : '');
       bar.querySelectorAll('button').forEach((b) => { b.disabled = v.matched === 0; });
-      put(table(['Seq ', 'Job', 'Record', 'Action', 'Reason', 'Class', 'Attempts ', 'Deliveries ', 'Replays ', 'Failed', 'Error'],
-        v.entries.map((d) => el('tr', {},
+      put(table(['Seq ', 'Job', 'Record', 'Action', 'Reason', 'Class', 'Attempts ', 'Deliveries ', 'Replays ', 'Failed', 'Error', one ? '' : null],
+        v.entries.map((d) => el('tr', { id: 'dl-' + d.seq },
           ncell(el('a', { href: '#/dlq/' + d.seq }, String(d.seq))), cell(el('a', { href: '#/job/' + encodeURIComponent(d.job) }, d.job), 'mono'),
           cell(el('a', { href: '#/record/' + encodeURIComponent(d.job) + '/' + encodeURIComponent(d.record) }, d.record), 'mono'),
           cell(d.action, 'mono'), cell(badge(d.reason, 'failed')), cell(d.class || '-'), ncell(d.attempts), ncell(d.deliveries), ncell(d.replays),
-          cell(ago(d.failed_at), 'muted'), cell(short(d.error, 110), 'err'))),
+          cell(ago(d.failed_at), 'muted'), cell(short(d.error, 110), 'err'), one ? cell(one(d), 'actions') : null)),
         'No dead letters match.'));
     }
     return refresh;
@@ -495,9 +502,18 @@
 
   function deadLetterView(root, seq) {
     root.append(el('h1', {}, 'Dead letter ', seq));
+    const bar = el('div', { class: 'toolbar' });
+    const msg = el('div');
+    root.append(bar, msg);
     const put = slot(root);
+    let gone = false;
+    const one = S.session.read_only ? null : window.jetpoolOneButtons(msg, (ok) => {
+      if (ok) { gone = true; bar.replaceChildren(); put(); }
+    }, { el, post });
     return async () => {
+      if (gone) return; // replayed or purged: what it did stays said
       const d = await api('api/dlq/' + encodeURIComponent(seq));
+      if (one && !bar.firstChild) bar.append(...one(d));
       put(el('p', {}, 'record ', el('a', { class: 'mono', href: '#/record/' + encodeURIComponent(d.job) + '/' + encodeURIComponent(d.record) }, d.record),
         ' of job ', el('a', { class: 'mono', href: '#/job/' + encodeURIComponent(d.job) }, d.job), ' · ',
         el('a', { href: '#/dlq?' + q({ job: d.job, action: d.action, reason: d.reason }) }, 'its kind')), deadLetterBlock(d));
