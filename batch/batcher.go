@@ -60,12 +60,18 @@ type Config struct {
 	Job      string
 	Workflow *workflow.Workflow
 	Owner    string // this process; batches it owns are resumed at once on Start
-	// Client builds an action's batch client (NewClient of its provider by default).
-	Client    func(a *workflow.Action) (Client, error)
-	Handler   Handler
-	Log       zerolog.Logger
-	Heartbeat time.Duration // HeartbeatDefault
-	Lease     time.Duration // LeaseDefault (at least 3 polls of the action)
+	// Client builds the batch client of an action's provider, or of its
+	// deployment called deployment ("": the provider itself); NewClient
+	// of its configuration by default (deployments.go).
+	Client func(a *workflow.Action, deployment string) (Client, error)
+	// Deployment picks the deployment of the action's provider that a new
+	// batch goes to ("" for a provider without deployments); by default
+	// each in turn (deployments.go).
+	Deployment func(a *workflow.Action) string
+	Handler    Handler
+	Log        zerolog.Logger
+	Heartbeat  time.Duration // HeartbeatDefault
+	Lease      time.Duration // LeaseDefault (at least 3 polls of the action)
 }
 
 // Pending is a work message handed to the batcher.
@@ -90,7 +96,8 @@ type Batcher struct {
 	mu      sync.Mutex
 	started bool
 	stopped bool
-	clients map[string]Client
+	clients map[string]Client // by provider, or provider/deployment
+	turns   map[string]int    // the default Deployment's rotation, by provider
 	open    map[string]*group // by action: records being assembled
 	sealed  []*group          // full or due, to be recorded
 	writing []*group          // being recorded now (still heartbeated)
@@ -127,12 +134,15 @@ type tracked struct {
 func New(cfg Config) *Batcher {
 	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, HeartbeatDefault)
 	cfg.Lease = cmp.Or(cfg.Lease, LeaseDefault)
-	if cfg.Client == nil {
-		wf := cfg.Workflow
-		cfg.Client = func(a *workflow.Action) (Client, error) { return NewClient(wf.Providers[a.Provider]) }
+	b := &Batcher{cfg: cfg, log: cfg.Log.With().Str("job", cfg.Job).Logger(), clients: map[string]Client{},
+		turns: map[string]int{}, open: map[string]*group{}, owned: map[string]*tracked{}, kick: make(chan struct{}, 1)}
+	if b.cfg.Client == nil {
+		b.cfg.Client = b.endpointClient // deployments.go
 	}
-	return &Batcher{cfg: cfg, log: cfg.Log.With().Str("job", cfg.Job).Logger(), clients: map[string]Client{},
-		open: map[string]*group{}, owned: map[string]*tracked{}, kick: make(chan struct{}, 1)}
+	if b.cfg.Deployment == nil {
+		b.cfg.Deployment = b.inTurn
+	}
+	return b
 }
 
 // Start binds the bucket, claims the batches this owner left behind, and
@@ -191,20 +201,6 @@ func (b *Batcher) allGroups() []*group {
 	return gs
 }
 
-func (b *Batcher) client(a *workflow.Action) (Client, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c, ok := b.clients[a.Provider]; ok {
-		return c, nil
-	}
-	c, err := b.cfg.Client(a)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoClient, err)
-	}
-	b.clients[a.Provider] = c
-	return c, nil
-}
-
 // Add takes a work message for its action's next batch. The message stays
 // unacked (with InProgress heartbeats) until the batch is recorded in KV,
 // then it is acked. A record already recorded in a batch is acked at once.
@@ -212,7 +208,7 @@ func (b *Batcher) client(a *workflow.Action) (Client, error) {
 // leaves the message to the caller (nak it).
 func (b *Batcher) Add(ctx context.Context, p Pending) error {
 	a := p.Action
-	c, err := b.client(a)
+	c, err := b.client(a, "") // every deployment's lines are the provider's
 	if err != nil {
 		return err
 	}

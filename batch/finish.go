@@ -82,6 +82,7 @@ func (b *Batcher) finish(ctx context.Context, t *tracked, a *workflow.Action, en
 // with attempts left) the next round. An error leaves the record to a later
 // finish.
 func (b *Batcher) settle(ctx context.Context, h *Header, a *workflow.Action, it *Item, e Entry, rounds bool) (fate, error) {
+	it.Deployment = h.Deployment
 	if e.Err == nil && !e.NotReturned {
 		return fateOK, b.cfg.Handler.Succeed(ctx, a, it, e.Response)
 	}
@@ -124,7 +125,7 @@ func (b *Batcher) nextRound(ctx context.Context, h *Header, a *workflow.Action, 
 	for i, s := range next {
 		tokens[i] = s.token
 	}
-	nh := &Header{Key: nk, Job: h.Job, Action: h.Action, Provider: h.Provider, Kind: h.Kind, State: StateSubmitting,
+	nh := &Header{Key: nk, Job: h.Job, Action: h.Action, Provider: h.Provider, Deployment: b.cfg.Deployment(a), Kind: h.Kind, State: StateSubmitting,
 		Round: h.Round + 1, Prev: h.Key, Tokens: tokens, Owner: b.cfg.Owner, LeaseUntil: b.lease(a), Created: time.Now().UTC()}
 	data, _ := json.Marshal(nh)
 	rev, err := b.kv.Create(ctx, HeaderKey(h.Job, h.Action, nk), data)

@@ -35,7 +35,7 @@ func (b *Batcher) record(ctx context.Context, g *group) {
 			}
 		}
 	}
-	h := &Header{Key: key, Job: b.cfg.Job, Action: a.Name, Provider: a.Provider, Kind: g.limitsKind(b), State: StateSubmitting,
+	h := &Header{Key: key, Job: b.cfg.Job, Action: a.Name, Provider: a.Provider, Deployment: b.cfg.Deployment(a), Kind: g.limitsKind(b), State: StateSubmitting,
 		Round: 1, Owner: b.cfg.Owner, LeaseUntil: b.lease(a), Created: time.Now().UTC()}
 	for _, it := range items {
 		it.Batch, it.Round = key, 1
@@ -71,7 +71,7 @@ func (b *Batcher) record(ctx context.Context, g *group) {
 }
 
 func (g *group) limitsKind(b *Batcher) string {
-	if c, err := b.client(g.action); err == nil {
+	if c, err := b.client(g.action, ""); err == nil {
 		return c.Kind()
 	}
 	return ""
@@ -135,7 +135,7 @@ func (b *Batcher) step(ctx context.Context, t *tracked) bool {
 	if a == nil {
 		return false
 	}
-	c, err := b.client(a)
+	c, err := b.client(a, t.h.Deployment) // deployments.go
 	if err != nil {
 		b.log.Error().Err(err).Str("batch", t.h.Key).Msg("batch has no client")
 		return false

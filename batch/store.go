@@ -32,10 +32,13 @@ const (
 // Header is one batch, as kept in the JETPOOL_BATCHES bucket under
 // batch.<job>.<action>.<key>. It is what `jetpool status` shows.
 type Header struct {
-	Key        string `json:"key"` // jetpool's deterministic batch key
-	Job        string `json:"job"`
-	Action     string `json:"action"`
-	Provider   string `json:"provider"`
+	Key      string `json:"key"` // jetpool's deterministic batch key
+	Job      string `json:"job"`
+	Action   string `json:"action"`
+	Provider string `json:"provider"`
+	// Deployment is the provider's deployment the batch is submitted to,
+	// polled at and read from ("": a provider without deployments).
+	Deployment string `json:"deployment,omitempty"`
 	Kind       string `json:"kind"`
 	State      string `json:"state"` // StateSubmitting or StateSubmitted
 	ProviderID string `json:"provider_id,omitempty"`
@@ -68,6 +71,9 @@ type Item struct {
 	Deliveries int             `json:"deliveries"`
 	Round      int             `json:"round"`
 	Attempts   []retry.Attempt `json:"attempts,omitempty"` // failed rounds
+	// Deployment is its batch's (Header.Deployment), set when its outcome
+	// is handed to the Handler: the result names it.
+	Deployment string `json:"-"`
 }
 
 // FailRound records the item's current batch round as a failed call

@@ -150,7 +150,7 @@ type lineWriter struct {
 // each carried field, then input (the whole record) with --include-input.
 var csvColumns = []string{"id", "line", "action", "status", "reason", "output", "finish_reason", "finish_reason_raw",
 	"error_class", "error", "input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
-	"cost", "total_cost", "latency_ms", "attempts", "deliveries", "provider", "model", "job", "finished_at"}
+	"cost", "total_cost", "latency_ms", "attempts", "deliveries", "provider", "model", "deployment", "routes", "job", "finished_at"}
 
 func newLineWriter(w io.Writer, o Options) *lineWriter {
 	lw := &lineWriter{o: o}
@@ -201,7 +201,7 @@ func (lw *lineWriter) write(r *broker.Result, record json.RawMessage) error {
 		strconv.Itoa(r.Usage.InputTokens), strconv.Itoa(r.Usage.OutputTokens),
 		strconv.Itoa(r.Usage.CachedInputTokens), strconv.Itoa(r.Usage.ReasoningTokens),
 		money(r.Cost), money(r.TotalCost), strconv.FormatFloat(r.LatencyMS, 'f', -1, 64),
-		strconv.Itoa(r.Recovery.Attempts), strconv.Itoa(r.Recovery.Deliveries), r.Provider, r.Model, r.Job,
+		strconv.Itoa(r.Recovery.Attempts), strconv.Itoa(r.Recovery.Deliveries), r.Provider, r.Model, r.Deployment, routesText(r.Recovery.Routes), r.Job,
 		r.Finished.Format("2006-01-02T15:04:05.000Z07:00"))
 	for _, f := range lw.o.Carry {
 		lw.row = append(lw.row, cellText(r.Input[f]))
@@ -218,6 +218,15 @@ func (lw *lineWriter) flush() error {
 		return lw.csv.Error()
 	}
 	return nil
+}
+
+// routesText is a result's fallback moves as one CSV cell: their JSON,
+// as the JSONL result writes them, "" when there were none.
+func routesText(routes []broker.Route) string {
+	if len(routes) == 0 {
+		return ""
+	}
+	return cellText(routes)
 }
 
 // cellText is a value as one CSV cell: a string as itself, anything else

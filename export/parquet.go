@@ -377,6 +377,8 @@ func newParquetWriter(w io.Writer, o Options) *parquetWriter {
 	})
 	p.str("provider", func(r *broker.Result) string { return r.Provider })
 	p.str("model", func(r *broker.Result) string { return r.Model })
+	p.str("deployment", func(r *broker.Result) string { return r.Deployment })
+	p.add(routesCol(), func(r *broker.Result, _ json.RawMessage) any { return routesValue(r.Recovery.Routes) })
 	p.str("job", func(r *broker.Result) string { return r.Job })
 	p.num("revision", func(r *broker.Result) int { return cmp.Or(r.Revision, 1) })
 	p.add(&col{name: "finished_at", kind: kTime}, func(r *broker.Result, _ json.RawMessage) any {
@@ -429,6 +431,30 @@ func (p *parquetWriter) money(name string, get func(r *broker.Result) *float64) 
 		}
 		return nil // unpriced
 	})
+}
+
+// routesCol is the column of a result's fallback moves (recovery.routes):
+// a list of {after, from, to, on}, typed as the JSONL result's fields are.
+func routesCol() *col {
+	el := &col{name: "element", kind: kGroup, fields: []*col{
+		{name: "after", kind: kInt}, {name: "from", kind: kString}, {name: "to", kind: kString}, {name: "on", kind: kString}}}
+	return &col{name: "routes", kind: kList, elem: el}
+}
+
+// routesValue is routes as routesCol's value: null when there were none.
+func routesValue(routes []broker.Route) any {
+	if len(routes) == 0 {
+		return nil
+	}
+	out := make([]any, len(routes))
+	for i, rt := range routes {
+		m := map[string]any{"from": rt.From, "to": rt.To, "on": rt.On}
+		if rt.After > 0 {
+			m["after"] = rt.After // absent in JSONL: no call led to the move
+		}
+		out[i] = m
+	}
+	return out
 }
 
 // addInput adds the columns of the input records, when asked for: the

@@ -60,12 +60,14 @@ func setup(t *testing.T) (*broker.Broker, *broker.Job, export.Options) {
 			Output: map[string]any{"title": "Dune", "year": 1965, "score": 4.5, "ok": true, "tags": []any{"x", "y"},
 				"authors": []any{map[string]any{"name": "F. H."}}, "extra": map[string]any{"k": []any{1}}},
 			Usage: broker.Usage{InputTokens: 10, OutputTokens: 5}, Cost: ptr(0.25), TotalCost: ptr(0.5),
-			Totals: &broker.Totals{Calls: 3}, Recovery: broker.Recovery{Attempts: 2, Deliveries: 1},
-			Input: map[string]any{"text": "t1", "n": 1}},
+			Totals: &broker.Totals{Calls: 3}, Recovery: broker.Recovery{Attempts: 2, Deliveries: 1,
+				Routes: []broker.Route{{After: 1, From: "sim/m0", To: "sim/m", On: "content_filter"}}},
+			Deployment: "sim-2", Input: map[string]any{"text": "t1", "n": 1}},
 		{ID: "b", Line: 2, Action: "first", Status: broker.StatusFailed, Reason: "truncated", Output: "a partial",
 			Error: &broker.ResultError{Class: "truncated", Message: "failed permanently: TruncatedError"}, Finished: at},
 		{ID: "c", Line: 3, Action: "first", Status: broker.StatusOK, Output: "x"},
-		{ID: "c", Line: 3, Action: "last", Status: broker.StatusOK, Output: map[string]any{"title": "T", "tags": []any{}}, Finished: at},
+		{ID: "c", Line: 3, Action: "last", Status: broker.StatusOK, Output: map[string]any{"title": "T", "tags": []any{}}, Finished: at,
+			Recovery: broker.Recovery{Routes: []broker.Route{{From: "sim/m0", To: "sim/m", On: "outage"}, {After: 2, From: "sim/m", To: "sim/m2", On: "server"}}}},
 		{ID: "d", Line: 4, Action: "last", Status: broker.StatusFailed, Reason: "exhausted", Finished: at},
 	} {
 		r.Job = job.ID
@@ -107,19 +109,34 @@ func TestParquetExportReadByDuckDB(t *testing.T) {
 	require.Equal(t, []string{"id", "line", "action", "status", "reason", "output", "output_text", "finish_reason",
 		"finish_reason_raw", "error_class", "error", "input_tokens", "output_tokens", "cached_input_tokens",
 		"cache_write_tokens", "reasoning_tokens", "cost", "total_cost", "latency_ms", "attempts", "deliveries", "calls",
-		"provider", "model", "job", "revision", "finished_at", "input"}, order)
+		"provider", "model", "deployment", "routes", "job", "revision", "finished_at", "input"}, order)
 	require.Equal(t, `STRUCT(authors STRUCT("name" VARCHAR)[], extra JSON, ok BOOLEAN, score DOUBLE, tags VARCHAR[], title VARCHAR, "year" BIGINT)`, got["output"])
 	require.Equal(t, "BIGINT", got["line"])
 	require.Equal(t, "DOUBLE", got["cost"])
 	require.Equal(t, "BIGINT", got["calls"])
 	require.Equal(t, "TIMESTAMP WITH TIME ZONE", got["finished_at"])
 	require.Equal(t, `STRUCT("text" VARCHAR, n VARCHAR)`, got["input"])
+	require.Equal(t, "VARCHAR", got["deployment"])
+	require.Equal(t, `STRUCT("after" BIGINT, "from" VARCHAR, "to" VARCHAR, "on" VARCHAR)[]`, got["routes"])
+	routes := parquettest.DuckDB(t, "SELECT id, deployment, len(routes) AS n, routes[1].\"after\" AS after1,"+
+		" routes[1].\"to\" AS to1, routes[-1].\"on\" AS on_last FROM '"+path+"' ORDER BY id").Rows
+	want := []string{
+		`{"id":"a","deployment":"sim-2","n":"1","after1":"1","to1":"sim/m","on_last":"content_filter"}`,
+		`{"id":"b","deployment":null,"n":null,"after1":null,"to1":null,"on_last":null}`,
+		`{"id":"c","deployment":null,"n":"2","after1":null,"to1":"sim/m","on_last":"server"}`,
+		`{"id":"d","deployment":null,"n":null,"after1":null,"to1":null,"on_last":null}`,
+	}
+	for i, r := range routes {
+		j, err := json.Marshal(r)
+		require.NoError(t, err)
+		require.JSONEq(t, want[i], string(j), "row %d", i+1)
+	}
 
 	rows := parquettest.DuckDB(t, "SELECT id, line, status, output.title AS title, output.year AS year, output.tags AS tags,"+
 		" output.authors[1].name AS author, output.extra AS extra, output_text, error_class, cost, calls, input.text AS text,"+
 		" epoch_ms(finished_at) AS at FROM '"+path+"'").Rows
 	require.Len(t, rows, 4)
-	want := []string{
+	want = []string{
 		`{"id":"a","line":"1","status":"ok","title":"Dune","year":"1965","tags":["x","y"],"author":"F. H.","extra":"{\"k\":[1]}","output_text":null,"error_class":null,"cost":0.25,"calls":"3","text":"t1","at":"1796638272345"}`,
 		`{"id":"b","line":"2","status":"failed","title":null,"year":null,"tags":null,"author":null,"extra":null,"output_text":"a partial","error_class":"truncated","cost":null,"calls":null,"text":null,"at":"1796638272345"}`,
 		`{"id":"c","line":"3","status":"ok","title":"T","year":null,"tags":[],"author":null,"extra":null,"output_text":null,"error_class":null,"cost":null,"calls":null,"text":null,"at":"1796638272345"}`,

@@ -24,12 +24,13 @@ func DeploymentName(providerName string, i int) string {
 }
 
 // Deployment is the configuration of c's deployment i: c with the
-// deployment's name, endpoint, key and limits, and no deployments.
+// deployment's name, endpoint, key and limits, no deployments, and Of
+// naming c.
 func (c Config) Deployment(i int) Config {
 	d := c.Deployments[i]
 	out := c
 	out.Deployments = nil
-	out.Name = d.Name
+	out.Name, out.Of = d.Name, c.Name
 	if out.Name == "" {
 		out.Name = DeploymentName(c.Name, i)
 	}

@@ -216,6 +216,10 @@ type Config struct {
 	// Deployments, when set, are where the provider's calls go, spread
 	// across them (deployments.go); none: BaseURL with the key.
 	Deployments []Deployment `json:"deployments,omitempty"`
+	// Of is, in the configuration of a deployment (Config.Deployment),
+	// the name of its provider: limiters, metrics and the dashboard
+	// label the deployment with it. Not part of a workflow.
+	Of string `json:"-"`
 }
 
 // TimeoutDefault is the per-request timeout when a provider sets none.

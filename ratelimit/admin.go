@@ -30,9 +30,10 @@ func (c Cleared) String() string {
 	return c.Key + ": " + strings.Join(parts, ", ")
 }
 
-// OfProvider reports whether key's state belongs to the provider called name.
+// OfProvider reports whether key's state belongs to the provider called
+// name, or to one of its deployments.
 func OfProvider(key string, s State, name string) bool {
-	return s.Provider == name || ProviderOf(key) == token(name)
+	return s.Provider == name || ProviderOf(key) == token(name) || (s.Of != "" && s.Of == name)
 }
 
 // Reset clears the shared cooldown and the circuit of every key of the

@@ -54,7 +54,8 @@ func (l *Limiter) admitOnce(ctx context.Context, start time.Time, tokens int, pr
 			// on the provider now sees it and grows by slow start instead of
 			// ramping blind into this one's calls (For).
 			if st, err := l.r.store.Update(ctx, l.key, func(s *State) bool {
-				s.Provider, s.Limits, s.Updated = l.name, l.limits, now
+				l.own(s)
+				s.Updated = now
 				l.publish(s, now, w)
 				return true
 			}); err == nil {
@@ -165,7 +166,8 @@ func (l *Limiter) bookPace(ctx context.Context, start time.Time) (at time.Time, 
 			return false
 		}
 		s.PaceTAT = at.Add(time.Duration(float64(time.Second) / total))
-		s.Provider, s.Limits, s.Updated = l.name, l.limits, now
+		l.own(s)
+		s.Updated = now
 		return true
 	})
 	if err != nil {
@@ -211,7 +213,7 @@ func (l *Limiter) book(ctx context.Context, start time.Time, tokens int, probe b
 			return false
 		}
 		*s = next
-		s.Provider, s.Limits = l.name, l.limits
+		l.own(s)
 		if l.limits.Concurrency > 0 {
 			l.lease(s, now, +1)
 		}

@@ -70,7 +70,7 @@ func (l *Limiter) write(p *Permit, now time.Time, eff effect, actual int, correc
 	st, uerr := l.r.store.Update(l.r.ctx, l.key, func(s *State) bool {
 		now := l.now()
 		l.bound(s, now)
-		s.Provider, s.Limits = l.name, l.limits
+		l.own(s)
 		if p.lease {
 			l.lease(s, now, -1)
 		}

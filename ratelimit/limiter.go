@@ -17,6 +17,7 @@ type Limiter struct {
 	r       *Registry
 	key     string
 	name    string
+	of      string // the provider of a deployment (provider.Config.Of)
 	limits  provider.Limits
 	paces   Paces
 	breaker BreakerConfig
@@ -67,6 +68,13 @@ func (l *Limiter) others(now time.Time) bool {
 
 // Key is the limiter's KV key.
 func (l *Limiter) Key() string { return l.key }
+
+// Of is the provider whose deployment the limiter paces, "" for a
+// provider's own (provider.Config.Of).
+func (l *Limiter) Of() string { return l.of }
+
+// own marks s as the state of l's provider (its name, provider and limits).
+func (l *Limiter) own(s *State) { s.Provider, s.Of, s.Limits = l.name, l.of, l.limits }
 
 // Limited reports whether an rpm, tpm or concurrency budget is configured
 // (false: adaptive concurrency, or none with adaptive: false).

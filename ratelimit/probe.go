@@ -31,7 +31,8 @@ func (l *Limiter) tryProbe(ctx context.Context) (bool, error) {
 	st, err := l.r.store.Update(ctx, l.key, func(s *State) bool {
 		got = l.breaker.tryProbe(&s.Breaker, l.now(), l.r.cfg.Holder)
 		if got {
-			s.Provider, s.Limits, s.Updated = l.name, l.limits, l.now()
+			l.own(s)
+			s.Updated = l.now()
 		}
 		return got
 	})

@@ -194,7 +194,7 @@ func (r *Registry) For(cfg provider.Config) *Limiter {
 		return l
 	}
 	bc := r.cfg.Breaker.with(cfg.Limits.Breaker)
-	l := &Limiter{r: r, key: k, name: cfg.Name, limits: cfg.Limits, paces: PacesOf(cfg.Limits, r.cfg.Headroom),
+	l := &Limiter{r: r, key: k, name: cfg.Name, of: cfg.Of, limits: cfg.Limits, paces: PacesOf(cfg.Limits, r.cfg.Headroom),
 		breaker: bc, maxWait: cfg.RetryAfterCap(), changed: make(chan struct{}), fifo: make(chan struct{}, 1),
 		recent: newTally(CongestionWindowDefault), health: newTally(bc.Window)}
 	l.shared = r.seen[k]

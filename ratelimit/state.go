@@ -14,8 +14,11 @@ import (
 // budget are assumed to have synchronised clocks (NTP), as JetStream's own
 // TTLs assume.
 type State struct {
-	Provider string          `json:"provider"`
-	Limits   provider.Limits `json:"limits,omitzero"`
+	Provider string `json:"provider"`
+	// Of is the provider whose deployment Provider is ("": a provider's
+	// own limiter).
+	Of     string          `json:"of,omitempty"`
+	Limits provider.Limits `json:"limits,omitzero"`
 
 	// ReqTAT and TokTAT are the GCRA theoretical arrival times of the
 	// request and token budgets.

@@ -11,7 +11,9 @@ import (
 type Status struct {
 	Key      string `json:"key"`
 	Provider string `json:"provider"`
-	Mode     string `json:"mode"` // "limits", "adaptive", or "none" (adaptive: false)
+	// Of is the provider whose deployment Provider is ("": none).
+	Of   string `json:"of,omitempty"`
+	Mode string `json:"mode"` // "limits", "adaptive", or "none" (adaptive: false)
 	// Limit is the window: adaptive concurrency (this process), or
 	// limits.concurrency (0: none).
 	Limit         float64       `json:"limit"`
@@ -67,7 +69,7 @@ func (l *Limiter) Status() Status {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := Status{Key: l.key, Provider: l.name, Mode: "limits", Limit: float64(l.limits.Concurrency),
+	st := Status{Key: l.key, Provider: l.name, Of: l.of, Mode: "limits", Limit: float64(l.limits.Concurrency),
 		InFlight: l.shared.InFlight(now), Circuit: cmp.Or(l.shared.Breaker.State, CircuitClosed),
 		Calls: l.calls.Load(), Congested: l.congested.Load(), Faults: l.faults.Load(),
 		Cooldowns: l.cooldowns.Load(), Waited: l.waited.Load(), Reason: l.shared.Reason}
@@ -111,6 +113,71 @@ const (
 	servedSlice   = 100 * time.Millisecond
 	servedBuckets = int(servedWindow / servedSlice)
 )
+
+// Room is how much a limiter can take now, as a router choosing among a
+// provider's deployments reads it: from this process's view of the shared
+// state, with no store read.
+type Room struct {
+	// Resting: an open circuit or a shared cooldown (Resting).
+	Resting bool
+	// Wait is how long a call asked for now would wait for its slot in
+	// the schedule: the configured rpm and tpm, or the learned pace. 0:
+	// it would go at once.
+	Wait time.Duration
+	// Full: every place of limits.concurrency (all processes) or of the
+	// adaptive window (this process) is taken.
+	Full bool
+	// Failing: most of this process's answers of the last second were
+	// failures (5xx, overloads, dropped connections; two at least). A
+	// deployment that fails at once keeps its schedule free, and would
+	// look like the one with room until its circuit opens.
+	Failing bool
+	// Rate is the calls a second the limiter lets through when busy: the
+	// learned pace (this process's share), the configured rpm at the
+	// registry's headroom, the lower of both; 0 when neither is set.
+	Rate float64
+}
+
+// Free reports whether a call asked for now would go at once.
+func (r Room) Free() bool { return !r.Resting && !r.Full && !r.Failing && r.Wait <= 0 }
+
+// Room returns the limiter's room now.
+func (l *Limiter) Room() Room {
+	now := l.now()
+	_, open := l.CircuitOpenUntil()
+	s, _ := l.view()
+	r := Room{Resting: open || s.Cooling(now)}
+	at, _ := l.paces.Req.Reserve(s.ReqTAT, now, 1)
+	if l.paces.Tok.On() {
+		if t, _ := l.paces.Tok.Reserve(s.TokTAT, now, 1); t.After(at) {
+			at = t
+		}
+	}
+	if l.paces.Req.On() {
+		r.Rate = float64(time.Second) / float64(l.paces.Req.Interval)
+	}
+	l.mu.Lock()
+	if l.pace.on() {
+		if s.PaceTAT.After(at) {
+			at = s.PaceTAT
+		}
+		if r.Rate == 0 || l.pace.rate < r.Rate {
+			r.Rate = l.pace.rate
+		}
+	}
+	if l.aimd != nil {
+		r.Full = l.inflight >= max(int(l.aimd.Value()), 1)
+	}
+	c := l.recent.counts(now)
+	l.mu.Unlock()
+	failed := c[sigFault] + c[sigOverload]
+	r.Failing = failed >= 2 && 2*failed >= failed+c[sigOK]+c[sigRefused]+c[sigCongestion]
+	if c := l.limits.Concurrency; c > 0 && s.InFlight(now) >= c {
+		r.Full = true
+	}
+	r.Wait = max(at.Sub(now), 0)
+	return r
+}
 
 // Resting reports whether the provider takes no calls now: its circuit is
 // open or a shared cooldown is under way. A router spreading calls across

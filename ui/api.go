@@ -326,6 +326,9 @@ type limiterView struct {
 	Cooldown float64         `json:"cooldown_left_s,omitempty"`
 	InFlight int             `json:"in_flight"`
 	Mode     string          `json:"mode"` // "limits", "adaptive", or "none" (adaptive: false)
+	// Pace is the request rate the live workers learned (calls/s, their
+	// shares summed: one shared schedule; 0: none).
+	Pace float64 `json:"pace,omitempty"`
 }
 
 // providersView is the providers page: limiters and workers.
@@ -357,6 +360,9 @@ func (h *Handler) apiProviders(w http.ResponseWriter, r *http.Request) {
 		}
 		if lv.Cooling {
 			lv.Cooldown = s.CooldownUntil.Sub(now).Seconds()
+		}
+		for _, w := range s.LiveWindows(now) {
+			lv.Pace += w.Pace
 		}
 		if !s.Limits.Budgeted() {
 			lv.Mode = "adaptive"

@@ -24,6 +24,7 @@ import (
 	"github.com/jetpool/jetpool/dispatcher"
 	"github.com/jetpool/jetpool/internal/testenv"
 	"github.com/jetpool/jetpool/provider"
+	"github.com/jetpool/jetpool/ratelimit"
 	"github.com/jetpool/jetpool/retry"
 	"github.com/jetpool/jetpool/ui"
 	"github.com/jetpool/jetpool/worker"
@@ -607,6 +608,30 @@ func TestProviders(t *testing.T) {
 	require.Equal(t, 6000, l.State.Limits.RPM)
 	require.Equal(t, 8, l.State.Limits.Concurrency)
 	require.Empty(t, v.Workers)
+
+	// A deployment's limiter: named with its provider, its learned pace shown.
+	store, err := ratelimit.NewKVStore(context.Background(), tb.b)
+	require.NoError(t, err)
+	_, err = store.Update(context.Background(), ratelimit.Key("oa-eu", ""), func(s *ratelimit.State) bool {
+		*s = ratelimit.State{Provider: "oa-eu", Of: "oa", Windows: map[string]ratelimit.Window{
+			"w1": {N: 4, Pace: 3.5, Expires: time.Now().Add(time.Minute)}, "w2": {N: 4, Pace: 2, Expires: time.Now().Add(time.Minute)}}}
+		return true
+	})
+	require.NoError(t, err)
+	var raw struct {
+		Limiters []struct {
+			State struct{ Provider, Of string }
+			Mode  string
+			Pace  float64
+		}
+	}
+	require.Equal(t, http.StatusOK, tb.c.get("/api/providers", &raw))
+	require.Len(t, raw.Limiters, 2)
+	dep := raw.Limiters[0] // sorted by key: oa-eu before sim
+	require.Equal(t, "oa-eu", dep.State.Provider)
+	require.Equal(t, "oa", dep.State.Of, "the provider it is a deployment of")
+	require.Equal(t, "adaptive", dep.Mode)
+	require.InDelta(t, 5.5, dep.Pace, 1e-9, "the live workers' learned pace, summed")
 
 	testenv.Pool(t, tb.b, worker.Config{Concurrency: 2, Trust: tb.trust})
 	require.Equal(t, http.StatusOK, tb.c.get("/api/providers", &v))

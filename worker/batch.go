@@ -35,7 +35,7 @@ func (jr *jobRunner) startBatcher(ctx context.Context) {
 	}
 	p := jr.p
 	bt := batch.New(batch.Config{
-		Broker: p.b, Job: jr.id, Workflow: jr.wf, Owner: p.id, Handler: batchHandler{jr},
+		Broker: p.b, Job: jr.id, Workflow: jr.wf, Owner: p.id, Handler: batchHandler{jr}, Deployment: jr.batchDeployment,
 		Log: p.log, Heartbeat: p.cfg.Heartbeat,
 	})
 	if err := bt.Start(ctx); err != nil {
@@ -213,8 +213,8 @@ func (h batchHandler) succeed(ctx context.Context, a *workflow.Action, it *batch
 	jr := h.jr
 	res := &broker.Result{
 		ID: d.env.ID, Status: broker.StatusOK, Output: output, Action: a.Name, Job: d.job,
-		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model), Replays: d.replays,
-		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: time.Now().UTC(),
+		Outputs: d.env.Outputs, Provider: a.Provider, Model: cmp.Or(resp.Model, a.Model), Deployment: it.Deployment,
+		Replays: d.replays, Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: time.Now().UTC(),
 	}
 	answered(res, d, d.run, jr.wf.Carry) // worker/cost.go: this action's usage, cost, finish
 	account(res, d, it.Attempts, res.Finished)
@@ -261,7 +261,7 @@ func (h batchHandler) fail(ctx context.Context, a *workflow.Action, it *batch.It
 	res := &broker.Result{
 		ID: d.env.ID, Status: failedStatus(reason), Reason: string(reason), Action: a.Name, Job: d.job,
 		Error:   &broker.ResultError{Class: string(final.Class), Retryable: retryable(reason, final.Class), Message: diag},
-		Outputs: d.env.Outputs, Provider: a.Provider, Model: e.Model, Replays: d.replays,
+		Outputs: d.env.Outputs, Provider: a.Provider, Model: e.Model, Deployment: it.Deployment, Replays: d.replays,
 		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: e.FailedAt,
 	}
 	run := d.run

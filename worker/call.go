@@ -22,6 +22,13 @@ type LimitMetrics interface {
 	Limiter(st ratelimit.Status)
 }
 
+// DeploymentMetrics is implemented by a Metrics that labels a call to one
+// of a provider's deployments with both names: the pool calls CallAt
+// instead of Call for those (provider.Deployment).
+type DeploymentMetrics interface {
+	CallAt(provider, deployment, model string, class retry.Class, d time.Duration, usage provider.Usage)
+}
+
 // call makes one model call: the single place every provider request goes
 // through, so shared limits and circuit breaking wrap it. It makes exactly
 // one HTTP request per invocation, and every request that reached the
@@ -55,7 +62,7 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 		if err != nil {
 			return provider.Response{}, err
 		}
-		return jr.callOnce(ctx, providerName, pr, req, made)
+		return jr.callOnce(ctx, providerName, "", pr, req, made)
 	}
 	var span trace.Span
 	var asked time.Time
@@ -83,7 +90,7 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 		permit.Done(provider.Response{}, context.Canceled)
 		return provider.Response{}, err
 	}
-	resp, err := jr.callOnce(ctx, providerName, pr, req, made)
+	resp, err := jr.callOnce(ctx, providerName, lim.Of(), pr, req, made)
 	permit.Done(resp, err)
 	if lm, ok := jr.p.cfg.Metrics.(LimitMetrics); ok {
 		lm.Limiter(lim.Status())
@@ -95,19 +102,25 @@ func (jr *jobRunner) call(ctx context.Context, providerName string, pr provider.
 }
 
 // callOnce is one HTTP call, counted and measured; made runs once it is
-// counted, before the request goes.
-func (jr *jobRunner) callOnce(ctx context.Context, providerName string, pr provider.Provider, req provider.Request, made func()) (provider.Response, error) {
+// counted, before the request goes. of is the provider whose deployment
+// providerName is ("": none).
+func (jr *jobRunner) callOnce(ctx context.Context, providerName, of string, pr provider.Provider, req provider.Request, made func()) (provider.Response, error) {
 	start := jr.p.cfg.Clock.Now()
 	jr.p.calls.Add(1)
 	made()
 	resp, err := pr.Call(ctx, req)
+	var class retry.Class
 	if err != nil {
 		e := retry.AsError(err)
-		jr.p.cfg.Metrics.Call(providerName, req.Model, e.Class, jr.p.cfg.Clock.Now().Sub(start), provider.Usage{})
-		return provider.Response{}, e
+		err, class, resp = e, e.Class, provider.Response{}
 	}
-	jr.p.cfg.Metrics.Call(providerName, req.Model, "", jr.p.cfg.Clock.Now().Sub(start), resp.Usage)
-	return resp, nil
+	d := jr.p.cfg.Clock.Now().Sub(start)
+	if dm, ok := jr.p.cfg.Metrics.(DeploymentMetrics); ok && of != "" {
+		dm.CallAt(of, providerName, req.Model, class, d, resp.Usage)
+	} else {
+		jr.p.cfg.Metrics.Call(providerName, req.Model, class, d, resp.Usage)
+	}
+	return resp, err
 }
 
 // limiter is the limiter of the job's provider called name, nil without a
@@ -152,7 +165,7 @@ func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 			}
 		}
 		for _, name := range targets {
-			u, open := jr.circuitOpenUntil(name)
+			u, open := jr.circuitOpenUntil(1, name)
 			if !open {
 				return time.Time{}, false
 			}
@@ -164,19 +177,12 @@ func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 	return until, true
 }
 
-// circuitOpenUntil reports whether the provider called name takes no
-// calls for an open circuit, and until when: for a provider with
-// deployments, whether every deployment's circuit is open (until: the first
-// probe).
-func (jr *jobRunner) circuitOpenUntil(name string) (until time.Time, open bool) {
-	names := []string{name}
-	if cfg, ok := jr.providerConfig(name); ok && len(cfg.Deployments) > 0 {
-		names = names[:0]
-		for _, d := range cfg.Endpoints() {
-			names = append(names, d.Name)
-		}
-	}
-	for _, n := range names {
+// circuitOpenUntil reports whether the provider called name (as revision
+// rev defines it) takes no calls for an open circuit, and until when: for
+// a provider with deployments, whether every deployment's circuit is open
+// (until: the first probe).
+func (jr *jobRunner) circuitOpenUntil(rev int, name string) (until time.Time, open bool) {
+	for _, n := range jr.deploymentNames(rev, name) { // worker/deployments.go
 		l := jr.limiter(n)
 		if l == nil {
 			return time.Time{}, false

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetpool/jetpool/internal/jspull"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
@@ -245,9 +247,9 @@ func (jr *jobRunner) parse(msg jetstream.Msg) (*delivery, error) {
 // sequence, read from its ack subject without the metadata's allocation
 // where msg is the pool's own.
 func numDelivered(msg jetstream.Msg) (delivered, seq uint64, _ error) {
-	if m, ok := msg.(*pulledMsg); ok {
-		f, err := ackTokens(m.msg.Reply)
-		return f.delivered, f.sseq, err
+	if m, ok := msg.(*jspull.Msg); ok {
+		f, err := m.Fields()
+		return f.Delivered, f.Sseq, err
 	}
 	meta, err := msg.Metadata()
 	if err != nil {

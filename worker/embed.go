@@ -42,6 +42,7 @@ const embedSplitConcurrency = 8
 type embedBatcher struct {
 	jr   *jobRunner
 	a    *workflow.Action
+	rev  int // of the job's workflow: the revision's deployments
 	pr   provider.Provider
 	e    provider.Embedder
 	size int
@@ -64,12 +65,15 @@ type embedItem struct {
 
 // embedResult is what one record's attempt got.
 type embedResult struct {
-	vector  []float32
-	usage   provider.Usage // the record's share of its request's
-	model   string
-	latency time.Duration
-	calls   int // requests its input was sent in (0: none could go)
-	err     error
+	vector []float32
+	usage  provider.Usage // the record's share of its request's
+	model  string
+	// deployment is the provider's deployment that answered ("": a
+	// provider without deployments).
+	deployment string
+	latency    time.Duration
+	calls      int // requests its input was sent in (0: none could go)
+	err        error
 }
 
 // embedderFor is the batcher of an embed action, made on first use.
@@ -90,7 +94,7 @@ func (jr *jobRunner) embedderFor(a *workflow.Action, rev int) (*embedBatcher, er
 	if jr.embeds == nil {
 		jr.embeds = map[*workflow.Action]*embedBatcher{}
 	}
-	b := &embedBatcher{jr: jr, a: a, pr: pr, e: e, size: max(a.Embed.BatchSize, 1),
+	b := &embedBatcher{jr: jr, a: a, rev: rev, pr: pr, e: e, size: max(a.Embed.BatchSize, 1),
 		wait: cmp.Or(a.Embed.MaxWait, workflow.EmbedMaxWaitDefault)}
 	jr.embeds[a] = b
 	return b, nil
@@ -140,7 +144,7 @@ func (b *embedBatcher) do(ctx context.Context, input, record string) embedResult
 
 // send makes the request of items and gives each its result.
 func (b *embedBatcher) send(ctx context.Context, items []*embedItem) {
-	resp, err := b.request(ctx, items)
+	resp, dep, err := b.request(ctx, items)
 	if err != nil && len(items) > 1 && retry.AsNotCalled(err) == nil && retry.AsError(err).Class.Permanent() {
 		// One input may be at fault: each alone finds which.
 		sem := make(chan struct{}, embedSplitConcurrency)
@@ -151,8 +155,8 @@ func (b *embedBatcher) send(ctx context.Context, items []*embedItem) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				resp, err := b.request(ctx, []*embedItem{it})
-				r := b.results(resp, err, 1)[0]
+				resp, dep, err := b.request(ctx, []*embedItem{it})
+				r := b.results(resp, dep, err, 1)[0]
 				r.calls++ // the shared request, then its own
 				it.done <- r
 			}()
@@ -160,7 +164,7 @@ func (b *embedBatcher) send(ctx context.Context, items []*embedItem) {
 		wg.Wait()
 		return
 	}
-	for i, r := range b.results(resp, err, len(items)) {
+	for i, r := range b.results(resp, dep, err, len(items)) {
 		if err == nil {
 			r.usage = provider.Usage{InputTokens: share(resp.Usage.InputTokens, items, i)}
 		}
@@ -169,14 +173,15 @@ func (b *embedBatcher) send(ctx context.Context, items []*embedItem) {
 }
 
 // results are the items' results of one request's outcome.
-func (b *embedBatcher) results(resp provider.EmbedResponse, err error, n int) []embedResult {
+func (b *embedBatcher) results(resp provider.EmbedResponse, dep string, err error, n int) []embedResult {
 	calls := 1
 	if retry.AsNotCalled(err) != nil {
 		calls = 0
 	}
 	out := make([]embedResult, n)
 	for i := range out {
-		out[i] = embedResult{err: err, calls: calls, model: cmp.Or(resp.Model, b.a.Model), latency: resp.Latency, usage: resp.Usage}
+		out[i] = embedResult{err: err, calls: calls, model: cmp.Or(resp.Model, b.a.Model), deployment: dep,
+			latency: resp.Latency, usage: resp.Usage}
 		if err == nil {
 			out[i].vector = resp.Vectors[i]
 		}
@@ -185,8 +190,21 @@ func (b *embedBatcher) results(resp provider.EmbedResponse, err error, n int) []
 }
 
 // request is one embeddings call through jr.call, the one door of every
-// model call: the provider's shared limits and metrics see it.
-func (b *embedBatcher) request(ctx context.Context, items []*embedItem) (provider.EmbedResponse, error) {
+// model call: the provider's shared limits and metrics see it. A provider
+// with deployments spreads its requests as it does chat calls; dep names
+// the one this went to.
+func (b *embedBatcher) request(ctx context.Context, items []*embedItem) (_ provider.EmbedResponse, dep string, _ error) {
+	target, pr, e := b.a.Provider, b.pr, b.e
+	if d, dpr, ok, err := b.jr.deployment(b.a.Provider, "", b.rev); err != nil { // worker/deployments.go
+		return provider.EmbedResponse{}, "", retry.AsError(err)
+	} else if ok {
+		de, isEmbedder := dpr.(provider.Embedder)
+		if !isEmbedder {
+			return provider.EmbedResponse{}, "", &retry.Error{Class: retry.ClassProgramming, TypeName: "ProviderError",
+				Message: fmt.Sprintf("deployment %s (kind %s) has no embeddings API", d, dpr.Kind()), Provider: b.a.Provider}
+		}
+		target, pr, e, dep = d, dpr, de, d
+	}
 	req := provider.EmbedRequest{Model: b.a.Model, Params: b.a.Params}
 	msgs := make([]provider.Message, len(items))
 	for i, it := range items {
@@ -194,7 +212,7 @@ func (b *embedBatcher) request(ctx context.Context, items []*embedItem) (provide
 		req.RecordIDs = append(req.RecordIDs, it.record)
 		msgs[i] = provider.Message{Role: "user", Content: it.input}
 	}
-	call := &embedCall{Provider: b.pr, e: b.e, req: req}
+	call := &embedCall{Provider: pr, e: e, req: req}
 	// What the limiter estimates: the inputs, and one token out.
 	est := provider.Request{Model: b.a.Model, Messages: msgs, Params: map[string]any{"max_tokens": 1}, RecordID: items[0].record}
 	// The request's worst case is set aside in the job's budget before it
@@ -202,11 +220,11 @@ func (b *embedBatcher) request(ctx context.Context, items []*embedItem) (provide
 	// record's result carries its share (runEmbed).
 	res, err := b.jr.reserveCall(ctx, b.a, est, false)
 	if err != nil {
-		return provider.EmbedResponse{}, &retry.NotCalled{Err: err}
+		return provider.EmbedResponse{}, dep, &retry.NotCalled{Err: err}
 	}
-	if _, err := b.jr.call(ctx, b.a.Provider, call, est, nil); err != nil {
+	if _, err := b.jr.call(ctx, target, call, est, nil); err != nil {
 		res.settle(0)
-		return provider.EmbedResponse{}, err
+		return provider.EmbedResponse{}, dep, err
 	}
 	var c float64
 	if p := costOf(b.a, call.out.Usage, false); p != nil {
@@ -217,7 +235,7 @@ func (b *embedBatcher) request(ctx context.Context, items []*embedItem) (provide
 	} else {
 		res.settle(c)
 	}
-	return call.out, nil
+	return call.out, dep, nil
 }
 
 // embedCall is an embeddings request in the shape of a model call, for
@@ -283,6 +301,7 @@ func (jr *jobRunner) runEmbed(ctx context.Context, d *delivery) *sessionEnd {
 	o := s.Run(ctx, func(ctx context.Context, attempt int) error {
 		res = b.do(ctx, input, d.env.ID)
 		run.calls += res.calls
+		run.deployment = cmp.Or(res.deployment, run.deployment)
 		return res.err
 	})
 	run.attempts = o.Attempts

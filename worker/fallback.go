@@ -72,7 +72,7 @@ func (c *conversation) skipOpen() {
 		return
 	}
 	for {
-		if _, open := c.jr.circuitOpenUntil(c.a.Provider); !open || !c.fallBack(outage, 0) {
+		if _, open := c.jr.circuitOpenUntil(c.d.revision, c.a.Provider); !open || !c.fallBack(outage, 0) {
 			return
 		}
 	}

@@ -21,15 +21,18 @@ func (g grant) empty() bool { return g.slots == 0 && g.ahead == 0 }
 // fetchLoop pulls the job's records while the pool runs, one step at a
 // time: bind the job's consumer; wait while its work cannot go on (every
 // provider's circuit open, or records held after failed writes); take the
-// free slots and read-ahead room (grant); pull and hand each record to a
-// slot or the read-ahead (pull); give back what the pull did not fill.
+// free slots and read-ahead room (grant); send a pull request for them and
+// go back for the next without waiting (pull.go: each record is handed to
+// a slot or the read-ahead as it comes, what the requests do not bring is
+// given back). A job that ran dry is long-polled with one slot until a
+// record comes.
 func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	var cons jetstream.Consumer
-	var pl *puller
+	var jp *jobPulls
 	defer func() {
 		jr.hasWork.Store(false) // worker/share.go: its share goes to the others
-		if pl != nil {
-			pl.close()
+		if jp != nil {
+			jp.close()
 		}
 	}()
 	idle := false
@@ -48,6 +51,15 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		if jr.mustWait(ctx) {
 			continue
 		}
+		if jp != nil && !idle {
+			empty, err := jp.state()
+			idle = empty
+			jr.hasWork.Store(!empty) // worker/share.go
+			if jr.pullFailed(ctx, err) {
+				cons = nil
+				continue
+			}
+		}
 		g, ok := jr.grant(ctx, idle)
 		if !ok {
 			return
@@ -55,9 +67,9 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		if g.empty() {
 			continue
 		}
-		if pl == nil && !idle {
+		if jp == nil && !idle {
 			var err error
-			if pl, err = newPuller(jr, jr.p.pulls.NC); err != nil {
+			if jp, err = newJobPulls(jr, jr.p.pulls.NC); err != nil {
 				jr.p.giveSlots(g.slots)
 				jr.p.ahead.unreserve(g.ahead)
 				jr.p.log.Debug().Str("job", jr.id).Err(err).Msg("subscribe for pulls")
@@ -65,20 +77,37 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 				continue
 			}
 		}
-		got, err := jr.pull(ctx, cons, pl, g, idle)
+		if !idle {
+			jr.hasWork.Store(true) // worker/share.go: until a request runs dry
+			// The next request goes out while this one's records still
+			// come: once half of it came (the time that takes sizes the
+			// read-ahead).
+			began := time.Now()
+			jp.request(g)
+			jp.awaitLow(ctx.Done())
+			jr.p.ahead.observe(time.Now(), jr.p.finishedCount.Load(), time.Since(began))
+			continue
+		}
+		got, err := jr.longPollGrant(cons, g)
 		idle = got == 0
 		jr.hasWork.Store(got > 0) // worker/share.go
-		if err != nil && ctx.Err() == nil {
-			jr.p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-				cons = nil
-			}
-			if idle {
-				// A broken connection or a missing consumer: do not spin.
-				jr.pause(ctx, IdlePollMax)
-			}
+		if jr.pullFailed(ctx, err) {
+			cons = nil
+		} else if err != nil && idle && ctx.Err() == nil {
+			// A broken connection: do not spin.
+			jr.pause(ctx, IdlePollMax)
 		}
 	}
+}
+
+// pullFailed logs a pull's error and tells whether it lost the job's
+// consumer (to be bound again).
+func (jr *jobRunner) pullFailed(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	jr.p.log.Debug().Str("job", jr.id).Err(err).Msg("fetch")
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
 }
 
 // bindWaitMin is the first pause before a job's consumer is looked up
@@ -222,7 +251,7 @@ func (jr *jobRunner) grant(ctx context.Context, idle bool) (g grant, ok bool) {
 	if g.empty() {
 		return g, true
 	}
-	// Every pull is a request (and a subscription) of its own.
+	// Every pull is a request of its own.
 	want := min(p.cfg.Concurrency/8, FetchGather)
 	if room >= 0 {
 		want = min(want, room)
@@ -238,30 +267,17 @@ func (jr *jobRunner) grant(ctx context.Context, idle bool) (g grant, ok bool) {
 	return g, true
 }
 
-// pull fetches what g may fill and hands each record to a slot, then to
-// the read-ahead; the slots and room it did not fill are given back. A busy
-// job is pulled with the pool's own requests (pull.go). An idle job is
-// long-polled with a single slot, so a record (or a delayed redelivery) is
-// picked up the moment it is due while the other slots stay free for other
-// jobs.
-func (jr *jobRunner) pull(ctx context.Context, cons jetstream.Consumer, pl *puller, g grant, idle bool) (got int, err error) {
+// longPollGrant long-polls an idle job with a single slot of g, so a
+// record (or a delayed redelivery) is picked up the moment it is due while
+// the other slots stay free for other jobs; what it did not fill goes back.
+func (jr *jobRunner) longPollGrant(cons jetstream.Consumer, g grant) (got int, err error) {
 	p := jr.p
-	began := time.Now()
-	slotted := 0
-	if idle {
-		p.giveSlots(g.slots - 1)
-		g.slots = 1
-		got, slotted, err = jr.longPoll(cons, g)
-	} else {
-		got, slotted, err = pl.pull(g, ctx.Done())
-	}
+	p.giveSlots(g.slots - 1)
+	p.ahead.unreserve(g.ahead)
+	g = grant{slots: 1}
+	got, slotted, err := jr.longPoll(cons, g)
 	p.giveSlots(g.slots - slotted)
-	p.ahead.unreserve(g.ahead - (got - slotted))
-	rtt := time.Duration(0)
-	if !idle {
-		rtt = time.Since(began)
-	}
-	p.ahead.observe(time.Now(), p.finishedCount.Load(), rtt)
+	p.ahead.observe(time.Now(), p.finishedCount.Load(), 0)
 	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) {
 		err = nil // a pull that found nothing (more)
 	}
@@ -287,19 +303,32 @@ func (jr *jobRunner) longPoll(cons jetstream.Consumer, g grant) (got, slotted in
 	return got, slotted, batch.Error()
 }
 
-// take holds a pulled record and gives it a slot of g's while slotted is
-// short of them, else a place in the read-ahead.
+// take holds a record of a long poll and gives it a slot of g's while
+// slotted is short of them, else a place in the read-ahead.
 func (jr *jobRunner) take(msg jetstream.Msg, g grant, slotted *int, every time.Duration) {
+	slot := *slotted < g.slots
+	if slot {
+		*slotted++
+	}
+	jr.holdEvery(msg, slot, every, time.Now())
+}
+
+// pulledOne holds a pulled record: started on a slot taken for it, or put in
+// the read-ahead.
+func (jr *jobRunner) pulledOne(msg jetstream.Msg, slot bool, now time.Time) {
+	jr.holdEvery(msg, slot, jr.heartbeatEvery(), now)
+}
+
+func (jr *jobRunner) holdEvery(msg jetstream.Msg, slot bool, every time.Duration, now time.Time) {
 	p := jr.p
 	p.pulled.Add(1)
-	p.beats.hold(msg, every, time.Now())
+	p.beats.hold(msg, every, now)
 	t := task{jr: jr, msg: msg, pauses: p.pauses.Lost()}
-	if *slotted < g.slots {
-		*slotted++
+	if slot {
 		p.start(t)
 		return
 	}
-	if !p.ahead.put(t, time.Now()) {
+	if !p.ahead.put(t, now) {
 		// Stopping: never started, so back at once.
 		go p.handBackUnstarted(t)
 	}

@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -70,8 +72,9 @@ func (jr *jobRunner) workflowAt(rev int) (*workflow.Workflow, error) {
 	return wf, nil
 }
 
-// providerConfig is the configuration of the provider called name in the
-// job's first workflow or, for one a later revision brought, in that one.
+// providerConfig is the configuration of the provider (or deployment)
+// called name in the job's first workflow or, for one a later revision
+// brought, in that one.
 func (jr *jobRunner) providerConfig(name string) (provider.Config, bool) {
 	if cfg, ok := jr.wf.Providers[name]; ok {
 		return cfg, true
@@ -81,8 +84,12 @@ func (jr *jobRunner) providerConfig(name string) (provider.Config, bool) {
 	}
 	jr.revs.mu.Lock()
 	defer jr.revs.mu.Unlock()
-	for _, wf := range jr.revs.wfs {
+	for _, rev := range slices.Sorted(maps.Keys(jr.revs.wfs)) {
+		wf := jr.revs.wfs[rev]
 		if cfg, ok := wf.Providers[name]; ok {
+			return cfg, true
+		}
+		if cfg, ok := deploymentConfig(wf, name); ok {
 			return cfg, true
 		}
 	}
@@ -107,20 +114,39 @@ func deploymentConfig(wf *workflow.Workflow, name string) (provider.Config, bool
 
 // providerAt is the adapter of the provider called name as revision rev of
 // the job's workflow defines it: a revision may move a provider's endpoint,
-// change its timeout or headers, and its records call it so. An adapter is
-// kept under the provider's name while a revision defines it as the first
-// workflow does, and under name@rev where a revision changed it.
+// change its timeout or headers, and its records call it so.
 func (jr *jobRunner) providerAt(rev int, name string) (provider.Provider, error) {
 	if rev <= 1 {
 		return jr.provider(name)
 	}
-	wf, err := jr.workflowAt(rev)
+	cfg, key, err := jr.configAt(rev, name)
 	if err != nil {
 		return nil, err
 	}
+	if key == name {
+		return jr.provider(name)
+	}
+	return jr.providerAs(key, cfg)
+}
+
+// configAt is the configuration of the provider called name as revision
+// rev of the job's workflow defines it, and the key its adapter is kept
+// under: the provider's name while the revision defines it as the first
+// workflow does (or not at all), name@rev where the revision changed it.
+// A provider's deployments are the revision's too (worker/deployments.go).
+func (jr *jobRunner) configAt(rev int, name string) (provider.Config, string, error) {
+	if rev <= 1 {
+		cfg, _ := jr.providerConfig(name)
+		return cfg, name, nil
+	}
+	wf, err := jr.workflowAt(rev)
+	if err != nil {
+		return provider.Config{}, "", err
+	}
 	cfg, defined := wf.Providers[name]
 	if !defined {
-		return jr.provider(name) // says it is unknown
+		cfg, _ := jr.providerConfig(name)
+		return cfg, name, nil
 	}
 	k := strconv.Itoa(rev) + "/" + name
 	jr.revs.mu.Lock()
@@ -138,10 +164,7 @@ func (jr *jobRunner) providerAt(rev int, name string) (provider.Provider, error)
 		jr.revs.keys[k] = key
 		jr.revs.mu.Unlock()
 	}
-	if key == name {
-		return jr.provider(name)
-	}
-	return jr.providerAs(key, cfg)
+	return cfg, key, nil
 }
 
 // revisionOf is the revision a work message names (1 when none).

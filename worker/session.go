@@ -444,7 +444,7 @@ func (jr *jobRunner) ask(ctx context.Context, d *delivery, pr provider.Provider,
 	// a delivery paused meanwhile checks it still holds the record's call
 	// (worker/lease.go), once it may go.
 	target := a.Provider
-	if dep, dpr, ok, derr := jr.deployment(a.Provider, run.deployment); derr != nil { // worker/deployments.go
+	if dep, dpr, ok, derr := jr.deployment(a.Provider, run.deployment, d.revision); derr != nil { // worker/deployments.go
 		res.settle(0)
 		return provider.Response{}, retry.AsError(derr)
 	} else if ok {

@@ -75,6 +75,5 @@ actions:
 		`workflow.yaml:5: providers.oa.deployments[0].api_key_env: not an environment variable name (write the name of the variable that holds the key, never the key)`,
 		`workflow.yaml:6: providers.oa.deployments[1]: deployment oa-1 twice (first at line 5)`,
 		`workflow.yaml:7: providers.b.deployments: want a list of {base_url, api_key_env, limits}, got a mapping`,
-		`workflow.yaml:9: actions[0].provider: provider oa has deployments, which only online chat actions spread calls across (not kind: embed or mode: batch)`,
 	}, errs)
 }

@@ -50,7 +50,7 @@ func describeProvider(pr func(string, ...any), name string, c provider.Config) {
 	}
 	switch {
 	case len(c.Deployments) > 0:
-		parts = append(parts, fmt.Sprintf("calls spread over %d deployments by their rpm, none to one resting (open circuit, cooldown)", len(c.Deployments)))
+		parts = append(parts, fmt.Sprintf("calls spread over %d deployments: to one with room now, by learned rate or rpm; none to one resting (open circuit, cooldown)", len(c.Deployments)))
 	case c.APIKeyFile != "":
 		parts = append(parts, "key from file "+c.APIKeyFile)
 	case c.APIKeyEnv != "":

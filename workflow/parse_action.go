@@ -352,9 +352,6 @@ func (p *parser) resolve(s, d *spec, index int, w *Workflow) *Action {
 		}
 	}
 	p.resolveMore(s, d, a, cfg, known) // multimodal.go
-	if len(cfg.Deployments) > 0 && (a.IsEmbed() || a.Mode == ModeBatch) {
-		p.errorf(s.line, child(s.path, "provider"), "provider %s has deployments, which only online chat actions spread calls across (not kind: embed or mode: batch)", a.Provider)
-	}
 	if len(s.fallbacks) > 0 {
 		a.Fallbacks = p.resolveFallbacks(s.fallbacks, a, child(s.path, "fallbacks"), w) // fallbacks.go
 	}

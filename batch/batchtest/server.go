@@ -117,6 +117,9 @@ type Server struct {
 	// OnlineReply, when set, is the text of an online call's answer, given
 	// the call's last user message (default: "online: " + that message).
 	OnlineReply func(lastUser string) string
+	// Name, when set, is in every id the fake makes (batch_<name>0001):
+	// two fakes then never know each other's batches.
+	Name string
 	// Bill, when set, bills every answer the fake gives — a batch's at
 	// the batch rates, an online call's at the online ones — counting its
 	// tokens as providertest's billing server does, and answers with
@@ -188,7 +191,7 @@ func (s *Server) Requests() []Request {
 
 func (s *Server) nextID(prefix string) string {
 	s.seq++
-	return fmt.Sprintf("%s%04d", prefix, s.seq)
+	return fmt.Sprintf("%s%s%04d", prefix, s.Name, s.seq)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -194,7 +194,7 @@ func cmdWorker(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	defer tuneGC(ctx, b)()
+	defer tuneGC(ctx, b, n)()
 	if err := serveLocal(b); err != nil {
 		return err
 	}

@@ -16,24 +16,53 @@ import (
 // the job (the results stream's subject index, about 150 bytes a record),
 // so a higher target multiplies a growing base: `jetpool run` of 1M records
 // peaked far higher at 200 than at 100, for no measurable speed-up at that
-// size (docs/performance.md). Such a process also gets a soft
-// memory limit that follows its live heap (followLiveHeap) unless
-// $GOMEMLIMIT or $GOGC is set. The returned func ends the limit's watch;
-// the limit and the GC target stay (the embedded server's shutdown, after
-// it, writes its state under the same limit).
-func tuneGC(ctx context.Context, b *broker.Broker) (stop func()) {
+// size (docs/performance.md). Either process also gets a soft memory limit
+// that follows its live heap (followLiveHeap) unless $GOMEMLIMIT or $GOGC
+// is set: a worker's, sized by its concurrency (workerMemory), keeps
+// WorkerGOGC's few collections while its heap is small and caps the five
+// times its live heap that WorkerGOGC would let it grow to. The returned
+// func ends the limit's watch; the limit and the GC target stay (the
+// embedded server's shutdown, after it, writes its state under the same
+// limit).
+func tuneGC(ctx context.Context, b *broker.Broker, concurrency int) (stop func()) {
 	_, gogc := os.LookupEnv("GOGC")
+	_, limit := os.LookupEnv("GOMEMLIMIT")
+	if b.Server() == nil && !gogc {
+		debug.SetGCPercent(WorkerGOGC)
+	}
+	if gogc || limit {
+		return func() {}
+	}
 	if b.Server() == nil {
-		if !gogc {
-			debug.SetGCPercent(WorkerGOGC)
-		}
-		return func() {}
+		return followLiveHeap(ctx, workerMemory(concurrency))
 	}
-	if _, limit := os.LookupEnv("GOMEMLIMIT"); gogc || limit {
-		return func() {}
-	}
-	return followLiveHeap(ctx, embeddedMemoryFloor)
+	return followLiveHeap(ctx, memoryTarget{floor: embeddedMemoryFloor, headroom: liveHeapHeadroom, every: 500 * time.Millisecond})
 }
+
+// memoryTarget is how a soft memory limit follows the live heap: at least
+// floor, else headroom times the live heap plus what the runtime holds
+// beside the heap (goroutine stacks above all), looked at every so often.
+type memoryTarget struct {
+	floor    int64
+	headroom float64
+	every    time.Duration
+}
+
+// workerMemory is a worker process's limit: a floor for the process and
+// workerSlotMemory for each call slot (a handler's stack and its record
+// grow the live heap by about that much a slot, which the floor
+// anticipates so that a pool filling its slots does not collect without
+// pause before the next look), and twice the live heap past it, looked at
+// often since a pool's heap grows as fast as its slots fill.
+func workerMemory(concurrency int) memoryTarget {
+	return memoryTarget{floor: workerMemoryFloor + int64(max(concurrency, 1))*workerSlotMemory, headroom: 2,
+		every: 100 * time.Millisecond}
+}
+
+const (
+	workerMemoryFloor = 32 << 20
+	workerSlotMemory  = 12 << 10
+)
 
 // embeddedMemoryFloor is the soft memory limit of a process hosting the
 // embedded server while its live heap is small: the runtime collects more
@@ -49,19 +78,21 @@ const embeddedMemoryFloor = 256 << 20
 const liveHeapHeadroom = 1.5
 
 // followLiveHeap keeps the soft memory limit (debug.SetMemoryLimit) at
-// floor, or at liveHeapHeadroom times the live heap once that is more,
-// looking every half second, until ctx ends or stop is called. The limit
-// it last set stays.
-func followLiveHeap(ctx context.Context, floor int64) (stop func()) {
-	debug.SetMemoryLimit(floor)
+// t.floor, or at t.headroom times the live heap plus the runtime's memory
+// beside the heap once that is more, looking every t.every, until ctx
+// ends or stop is called. The limit it last set stays.
+func followLiveHeap(ctx context.Context, t memoryTarget) (stop func()) {
+	debug.SetMemoryLimit(t.floor)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		sample := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}}
-		tick := time.NewTicker(500 * time.Millisecond)
+		sample := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/total:bytes"},
+			{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"},
+			{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+		tick := time.NewTicker(t.every)
 		defer tick.Stop()
-		limit := floor
+		limit := t.floor
 		for {
 			select {
 			case <-ctx.Done():
@@ -69,10 +100,15 @@ func followLiveHeap(ctx context.Context, floor int64) (stop func()) {
 			case <-tick.C:
 			}
 			rtmetrics.Read(sample)
-			if sample[0].Value.Kind() != rtmetrics.KindUint64 {
-				return // a runtime without the metric: the floor stays
+			var v [6]uint64
+			for i, s := range sample {
+				if s.Value.Kind() != rtmetrics.KindUint64 {
+					return // a runtime without the metric: the floor stays
+				}
+				v[i] = s.Value.Uint64()
 			}
-			want := max(floor, int64(float64(sample[0].Value.Uint64())*liveHeapHeadroom))
+			beside := int64(v[1]) - int64(v[2]+v[3]+v[4]+v[5]) // stacks, metadata, buffers
+			want := max(t.floor, int64(float64(v[0])*t.headroom)+max(beside, 0))
 			if want > limit+limit/20 || want < limit-limit/20 {
 				limit = want
 				debug.SetMemoryLimit(limit)

@@ -15,7 +15,8 @@ import (
 )
 
 // The GC target: Go's default in a process hosting the server, WorkerGOGC
-// in one connected to a server elsewhere, and $GOGC, when set, wins. (Not
+// in one connected to a server elsewhere, each with a soft memory limit
+// (a worker's sized by its concurrency), and $GOGC, when set, wins. (Not
 // parallel: it sets the process's GC target.)
 func TestTuneGC(t *testing.T) {
 	if v, set := os.LookupEnv("GOGC"); set {
@@ -32,19 +33,21 @@ func TestTuneGC(t *testing.T) {
 	t.Cleanup(func() { debug.SetMemoryLimit(math.MaxInt64) })
 	ctx := t.Context()
 	embedded := testenv.Broker(t)
-	stop := tuneGC(ctx, embedded)
+	stop := tuneGC(ctx, embedded, 64)
 	require.Equal(t, 100, gcPercent(), "hosting the server: Go's default")
 	require.EqualValues(t, embeddedMemoryFloor, debug.SetMemoryLimit(-1), "and a soft memory limit")
 	stop()
 	debug.SetMemoryLimit(math.MaxInt64)
 
-	tuneGC(ctx, testenv.Connect(t, embedded))()
+	tuneGC(ctx, testenv.Connect(t, embedded), 1000)()
 	require.Equal(t, WorkerGOGC, gcPercent())
-	require.EqualValues(t, math.MaxInt64, debug.SetMemoryLimit(-1), "no limit in a worker of a server elsewhere")
+	require.EqualValues(t, workerMemoryFloor+1000*workerSlotMemory, debug.SetMemoryLimit(-1),
+		"a worker of a server elsewhere: a floor and so much a slot")
+	debug.SetMemoryLimit(math.MaxInt64)
 
 	debug.SetGCPercent(100)
 	t.Setenv("GOGC", "150") // read by tuneGC only: the runtime read it at start
-	tuneGC(ctx, embedded)()
+	tuneGC(ctx, embedded, 64)()
 	require.Equal(t, 100, gcPercent(), "$GOGC set: left to the runtime")
 	require.EqualValues(t, math.MaxInt64, debug.SetMemoryLimit(-1))
 }
@@ -54,7 +57,7 @@ func TestTuneGC(t *testing.T) {
 func TestFollowLiveHeap(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	const floor = 8 << 20
-	stop := followLiveHeap(t.Context(), floor)
+	stop := followLiveHeap(t.Context(), memoryTarget{floor: floor, headroom: 1.5, every: 50 * time.Millisecond})
 	defer stop()
 	keep := make([][]byte, 0, 64)
 	for range 64 {
@@ -62,7 +65,7 @@ func TestFollowLiveHeap(t *testing.T) {
 	}
 	runtime.GC()
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return debug.SetMemoryLimit(-1) >= 90<<20 // about 1.5 × 64 MiB
+		return debug.SetMemoryLimit(-1) >= 90<<20 // about 1.5 × 64 MiB, and the stacks beside
 	}, "the limit follows a live heap of 64 MiB")
 	runtime.KeepAlive(keep)
 	keep = nil

@@ -14,12 +14,15 @@ import (
 )
 
 const limitsHelp = `Show every provider's shared rate-limit state (JETPOOL_LIMITS), one entry
-per provider (each deployment is one, under its own name) and API key: its limits, the adaptive windows of the workers
-calling it, the calls in flight under limits.concurrency, the shared cooldown
-and its cause, the circuit, and the last change and why.
+per provider and API key (each deployment is one, under its own name, with the
+provider it belongs to): its limits, the adaptive windows of the workers calling
+it and their learned pace, the calls in flight under limits.concurrency, the
+shared cooldown and its cause, the circuit, and the last change and why.
 
   jetpool limits [--json]          list
-  jetpool limits reset PROVIDER    clear PROVIDER's cooldown and circuit, for every key
+  jetpool limits reset PROVIDER    clear PROVIDER's cooldown and circuit, for every
+                                   key and every deployment of it (or one deployment,
+                                   by its name)
 
 A cooldown always ends by itself (within the provider's max_retry_after) and an
 open circuit probes again after its cooldown; reset is for when you know better
@@ -95,7 +98,11 @@ func printLimitStates(w io.Writer, states map[string]ratelimit.State, now time.T
 		row := func(label, format string, args ...any) {
 			fmt.Fprintf(w, "  %-10s %s\n", label+":", fmt.Sprintf(format, args...))
 		}
-		fmt.Fprintf(w, "%s (key %s)\n", cmpStr(s.Provider, ratelimit.ProviderOf(k)), k)
+		of := ""
+		if s.Of != "" {
+			of = ", deployment of " + s.Of
+		}
+		fmt.Fprintf(w, "%s (key %s%s)\n", cmpStr(s.Provider, ratelimit.ProviderOf(k)), k, of)
 		row("limits", "%s", limitsText(s))
 		if ws := windowsText(s, now); ws != "" {
 			row("window", "%s", ws)

@@ -37,10 +37,14 @@ func TestLimitsCommand(t *testing.T) {
 		Breaker: ratelimit.Breaker{State: ratelimit.CircuitOpen, Until: now.Add(time.Hour), Trips: 3, LastError: "ServerError: 500 boom"}})
 	put(ratelimit.Key("groq", ""), ratelimit.State{Provider: "groq", Limits: provider.Limits{RPM: 600},
 		CooldownUntil: now.Add(time.Hour), CooldownCause: "RateLimitError: groq"})
+	// A deployment of openai: its own entry, reset with its provider.
+	put(ratelimit.Key("oa-eu", "sk-c"), ratelimit.State{Provider: "oa-eu", Of: "openai",
+		CooldownUntil: now.Add(time.Hour), CooldownCause: "RateLimitError: eu"})
 
 	code, stdout, stderr := jetpool(t, "limits")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "openai (key "+ratelimit.Key("openai", "sk-a")+")")
+	require.Contains(t, stdout, "oa-eu (key "+ratelimit.Key("oa-eu", "sk-c")+", deployment of openai)")
 	require.Contains(t, stdout, "  window:    8 (last change 32 → 8 at ")
 	require.Contains(t, stdout, ": 429s from openai) [host-1-ab]")
 	require.Contains(t, stdout, "left: RateLimitError: slow down")
@@ -53,7 +57,7 @@ func TestLimitsCommand(t *testing.T) {
 	require.Equal(t, 0, code)
 	var states map[string]ratelimit.State
 	require.NoError(t, json.Unmarshal([]byte(stdout), &states))
-	require.Len(t, states, 3)
+	require.Len(t, states, 4)
 
 	code, stdout, stderr = jetpool(t, "limits", "reset", "openai")
 	require.Equal(t, 0, code, stderr)
@@ -61,7 +65,8 @@ func TestLimitsCommand(t *testing.T) {
 	require.Contains(t, stdout, ratelimit.Key("openai", "sk-b")+": circuit closed (was open)")
 	after, err := store.List(ctx)
 	require.NoError(t, err)
-	for _, k := range []string{ratelimit.Key("openai", "sk-a"), ratelimit.Key("openai", "sk-b")} {
+	require.Contains(t, stdout, ratelimit.Key("oa-eu", "sk-c")+": cooldown cleared (", "its deployment too")
+	for _, k := range []string{ratelimit.Key("openai", "sk-a"), ratelimit.Key("openai", "sk-b"), ratelimit.Key("oa-eu", "sk-c")} {
 		s := after[k]
 		require.False(t, s.Cooling(time.Now()), k)
 		require.True(t, s.Breaker.Closed(), k)

@@ -50,11 +50,13 @@ func newMetrics() *metrics {
 	m.records = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetpool_records_total",
 		Help: "Records finished, by action, outcome (ok or dead-letter reason) and error class."}, []string{"action", "outcome", "class"})
 	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetpool_calls_total",
-		Help: "Model calls (attempts), by provider, model and error class (empty: success)."}, []string{"provider", "model", "class"})
+		Help: "Model calls (attempts), by provider, deployment (empty: none), model and error class (empty: success)."},
+		[]string{"provider", "deployment", "model", "class"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "jetpool_call_duration_seconds",
-		Help: "Model call latency, by provider and model.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}, []string{"provider", "model"})
+		Help: "Model call latency, by provider, deployment and model.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)},
+		[]string{"provider", "deployment", "model"})
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "jetpool_tokens_total",
-		Help: "Tokens, by provider, model and direction."}, []string{"provider", "model", "direction"})
+		Help: "Tokens, by provider, deployment, model and direction."}, []string{"provider", "deployment", "model", "direction"})
 	m.deliveries = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetpool_deliveries_total",
 		Help: "JetStream deliveries of work messages handled (redeliveries included)."})
 	m.inflight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetpool_in_flight", Help: "Records being worked now."})
@@ -75,15 +77,24 @@ func (m *metrics) Record(_, action, outcome string, class retry.Class) {
 }
 
 func (m *metrics) Call(p, model string, class retry.Class, d time.Duration, u provider.Usage) {
-	m.calls.WithLabelValues(p, model, string(class)).Inc()
-	m.latency.WithLabelValues(p, model).Observe(d.Seconds())
-	if u.InputTokens > 0 {
-		m.tokens.WithLabelValues(p, model, "input").Add(float64(u.InputTokens))
+	m.CallAt(p, "", model, class, d, u)
+}
+
+// CallAt implements worker.DeploymentMetrics: a call to deployment dep of
+// provider p.
+func (m *metrics) CallAt(p, dep, model string, class retry.Class, d time.Duration, u provider.Usage) {
+	m.calls.WithLabelValues(p, dep, model, string(class)).Inc()
+	m.latency.WithLabelValues(p, dep, model).Observe(d.Seconds())
+	for _, t := range []struct {
+		direction string
+		n         int
+	}{{"input", u.InputTokens}, {"output", u.OutputTokens}, {"cached_input", u.CachedInputTokens}, {"reasoning", u.ReasoningTokens}} {
+		// cached_input and reasoning are parts of input and output, not
+		// added to them.
+		if t.n > 0 {
+			m.tokens.WithLabelValues(p, dep, model, t.direction).Add(float64(t.n))
+		}
 	}
-	if u.OutputTokens > 0 {
-		m.tokens.WithLabelValues(p, model, "output").Add(float64(u.OutputTokens))
-	}
-	addTokenParts(m.tokens, p, u) // metrics_cost.go
 }
 
 func (m *metrics) Delivery(string) { m.deliveries.Inc() }

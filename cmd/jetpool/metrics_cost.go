@@ -2,8 +2,6 @@ package main
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/jetpool/jetpool/provider"
 )
 
 // newCostCounter is jetpool_cost_dollars_total: what answered calls cost at
@@ -17,16 +15,4 @@ func newCostCounter() *prometheus.CounterVec {
 // Cost implements worker.CostMetrics.
 func (m *metrics) Cost(p, model string, dollars float64) {
 	m.cost.WithLabelValues(p, model).Add(dollars)
-}
-
-// addTokenParts counts the cached and reasoning parts of a call's tokens
-// (directions cached_input and reasoning; they are parts of input and
-// output, not added to them).
-func addTokenParts(tokens *prometheus.CounterVec, p string, u provider.Usage) {
-	if u.CachedInputTokens > 0 {
-		tokens.WithLabelValues(p, "cached_input").Add(float64(u.CachedInputTokens))
-	}
-	if u.ReasoningTokens > 0 {
-		tokens.WithLabelValues(p, "reasoning").Add(float64(u.ReasoningTokens))
-	}
 }

@@ -27,7 +27,7 @@ var limitMetrics limitGauges
 func (m *metrics) Limiter(st ratelimit.Status) {
 	g := &limitMetrics
 	g.once.Do(func() {
-		labels := []string{"provider", "key"}
+		labels := []string{"provider", "deployment", "key"}
 		g.circuit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "jetpool_circuit_open",
 			Help: "1 when the provider's circuit is open or half-open (shared across workers), else 0."}, labels)
 		g.limit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "jetpool_limiter_concurrency",
@@ -49,9 +49,14 @@ func (m *metrics) Limiter(st ratelimit.Status) {
 	if st.Circuit != ratelimit.CircuitClosed {
 		open = 1
 	}
-	g.circuit.WithLabelValues(st.Provider, st.Key).Set(open)
-	g.limit.WithLabelValues(st.Provider, st.Key).Set(st.Limit)
-	g.cooldown.WithLabelValues(st.Provider, st.Key).Set(st.Cooldown.Seconds())
+	// A deployment's limiter: its provider, and its own name as deployment.
+	prov, dep := st.Provider, ""
+	if st.Of != "" {
+		prov, dep = st.Of, st.Provider
+	}
+	g.circuit.WithLabelValues(prov, dep, st.Key).Set(open)
+	g.limit.WithLabelValues(prov, dep, st.Key).Set(st.Limit)
+	g.cooldown.WithLabelValues(prov, dep, st.Key).Set(st.Cooldown.Seconds())
 	// Statuses of concurrent calls may come in any order: each count only
 	// adds what it grew past the highest seen.
 	g.mu.Lock()
@@ -62,7 +67,7 @@ func (m *metrics) Limiter(st ratelimit.Status) {
 		now, seen *int64
 	}{{"congested", &st.Congested, &prev.Congested}, {"faults", &st.Faults, &prev.Faults}, {"cooldowns", &st.Cooldowns, &prev.Cooldowns}} {
 		if d := *c.now - *c.seen; d > 0 {
-			g.counted[c.name].WithLabelValues(st.Provider, st.Key).Add(float64(d))
+			g.counted[c.name].WithLabelValues(prov, dep, st.Key).Add(float64(d))
 			*c.seen = *c.now
 		}
 	}

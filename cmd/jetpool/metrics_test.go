@@ -43,6 +43,9 @@ func TestMetricsScrape(t *testing.T) {
 	m.Delivery("scraped")
 	m.InFlight(1)
 	m.Limiter(ratelimit.Status{Provider: "sim", Key: "k1", Limit: 8})
+	// A provider's deployment: labelled with the provider and its own name.
+	m.CallAt("oa", "oa-east", "gpt-4.1-mini", "", 50*time.Millisecond, provider.Usage{InputTokens: 9, CachedInputTokens: 4, ReasoningTokens: 2, OutputTokens: 3})
+	m.Limiter(ratelimit.Status{Provider: "oa-east", Of: "oa", Key: "k2", Limit: 4, Congested: 2})
 	srv := httptest.NewServer(metricsMux(&env{log: testenv.Logger(t)}, m, b))
 	defer srv.Close()
 	get := func(path string) (int, string) {
@@ -66,13 +69,18 @@ func TestMetricsScrape(t *testing.T) {
 		`jetpool_dead_letters{jetpool_job="scraped"} 2`,
 		`jetpool_dlq_messages 3`,
 		`jetpool_records_total{action="a",class="auth",outcome="permanent"} 1`,
-		`jetpool_calls_total{class="",model="sim-1",provider="sim"} 1`,
-		`jetpool_calls_total{class="auth",model="sim-1",provider="sim"} 1`,
-		`jetpool_call_duration_seconds_count{model="sim-1",provider="sim"} 2`,
-		`jetpool_tokens_total{direction="output",model="sim-1",provider="sim"} 5`,
+		`jetpool_calls_total{class="",deployment="",model="sim-1",provider="sim"} 1`,
+		`jetpool_calls_total{class="auth",deployment="",model="sim-1",provider="sim"} 1`,
+		`jetpool_call_duration_seconds_count{deployment="",model="sim-1",provider="sim"} 2`,
+		`jetpool_tokens_total{deployment="",direction="output",model="sim-1",provider="sim"} 5`,
+		`jetpool_calls_total{class="",deployment="oa-east",model="gpt-4.1-mini",provider="oa"} 1`,
+		`jetpool_tokens_total{deployment="oa-east",direction="cached_input",model="gpt-4.1-mini",provider="oa"} 4`,
+		`jetpool_tokens_total{deployment="oa-east",direction="reasoning",model="gpt-4.1-mini",provider="oa"} 2`,
+		`jetpool_limiter_concurrency{deployment="oa-east",key="k2",provider="oa"} 4`,
+		`jetpool_limiter_congested_total{deployment="oa-east",key="k2",provider="oa"} 2`,
 		`jetpool_deliveries_total 1`,
 		`jetpool_in_flight 1`,
-		`jetpool_limiter_concurrency{key="k1",provider="sim"} 8`,
+		`jetpool_limiter_concurrency{deployment="",key="k1",provider="sim"} 8`,
 	} {
 		assert.Contains(t, body, want)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -82,7 +83,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	defer tuneGC(ctx, b)()
+	defer tuneGC(ctx, b, cmp.Or(f.concurrency, e.cfg.Concurrency))()
 	if err := serveLocal(b); err != nil {
 		return err
 	}

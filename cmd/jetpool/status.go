@@ -117,6 +117,9 @@ func printBatches(e *env, out []jobStatus) {
 			if id == "" {
 				id = "(" + b.Key + ")"
 			}
+			if b.Deployment != "" {
+				id = b.Deployment + ": " + id // where it is polled
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Job, b.Action, id, b.State, b.Round,
 				b.Counts.Total, b.Counts.Succeeded, b.Counts.Failed, b.Age)
 		}

@@ -106,9 +106,12 @@ func Faults(stats []worker.Stats) []WorkerFault {
 
 // Batch is one outstanding provider batch (JETPOOL_BATCHES).
 type Batch struct {
-	Action     string       `json:"action"`
-	Key        string       `json:"key"`
-	ProviderID string       `json:"provider_batch_id,omitempty"`
+	Action     string `json:"action"`
+	Key        string `json:"key"`
+	ProviderID string `json:"provider_batch_id,omitempty"`
+	// Deployment is the provider's deployment the batch went to ("": a
+	// provider without deployments).
+	Deployment string       `json:"deployment,omitempty"`
 	State      string       `json:"state"` // submitting, or the provider's word
 	Round      int          `json:"round"`
 	Counts     batch.Counts `json:"counts"`
@@ -216,7 +219,7 @@ func of(ctx context.Context, b *broker.Broker, j *broker.Job, info *jetstream.Co
 			if h.ProviderState != "" {
 				st = h.ProviderState
 			}
-			s.Batches = append(s.Batches, Batch{Action: h.Action, Key: h.Key, ProviderID: h.ProviderID, State: st,
+			s.Batches = append(s.Batches, Batch{Action: h.Action, Key: h.Key, ProviderID: h.ProviderID, Deployment: h.Deployment, State: st,
 				Round: h.Round, Counts: h.Counts, Age: time.Since(h.Created).Round(time.Second).String(), LastError: h.LastError})
 		}
 	}

@@ -532,14 +532,15 @@
         : '';
       const sum = (m) => Object.values(m || {}).reduce((a, b) => a + b, 0);
       const byJob = (m) => Object.entries(m || {}).map(([j, n]) => `${j}: ${n}`).join(', ');
-      const knownState = ['provider', 'limits', 'req_tat', 'tok_tat', 'leases', 'cooldown_until', 'cooldown_cause', 'cooldown_set', 'cooldowns', 'breaker', 'updated'];
+      const knownState = ['provider', 'of', 'limits', 'req_tat', 'tok_tat', 'leases', 'cooldown_until', 'cooldown_cause', 'cooldown_set', 'cooldowns', 'breaker', 'updated'];
       put(
         el('h2', {}, 'Shared limiter state (JETPOOL_LIMITS)'),
         table(['Provider', 'Key', 'Mode', 'Limits', 'In flight ', 'Cooldown', 'Circuit', 'Cooldowns ', 'Updated', 'More'], v.limiters.map((l) => {
           const s = l.state;
           const br = s.breaker || {};
           return el('tr', {},
-            cell(s.provider, 'mono'), cell(l.key, 'mono muted'), cell(l.mode), cell(lim(s) || '-'), ncell(l.in_flight),
+            cell(s.of ? [s.provider, el('div', { class: 'muted' }, 'deployment of ' + s.of)] : s.provider, 'mono'), cell(l.key, 'mono muted'),
+            cell(l.pace ? `${l.mode}, paced at ${l.pace.toFixed(1)}/s` : l.mode), cell(lim(s) || '-'), ncell(l.in_flight),
             cell(l.cooling ? [badge('cooling'), ` ${dur(l.cooldown_left_s)} left`, s.cooldown_cause ? el('div', { class: 'err' }, short(s.cooldown_cause, 80)) : null] : '-'),
             cell([badge(l.circuit.replace('_', '-'), l.circuit), br.until && l.circuit !== 'closed' ? ` until ${new Date(br.until).toLocaleTimeString()}` : '',
               br.last_error ? el('div', { class: 'err' }, short(br.last_error, 80)) : null]),
