@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/retry"
 )
 
 // StoredMsg is one message of a stream as a browser shows it: its sequence
@@ -81,6 +83,8 @@ type ActionCounts struct {
 	Action string `json:"action"`
 	OK     uint64 `json:"ok"`     // results ok at this action
 	Failed uint64 `json:"failed"` // records that failed at this action
+	// Cancelled is the records a cancel ended at this action.
+	Cancelled uint64 `json:"cancelled,omitempty"`
 	// Queued is the action's messages in the work stream: not yet
 	// delivered, in flight or waiting for redelivery.
 	Queued uint64 `json:"queued"`
@@ -98,11 +102,16 @@ func (b *Broker) JobActionCounts(ctx context.Context, j *Job) ([]ActionCounts, e
 		if c.OK, err = b.Count(ctx, StreamResults, ResultFilter(j.ID, a, OutcomeOK)); err != nil {
 			return nil, err
 		}
-		failed := make([]string, len(failureOutcomes))
-		for i, r := range failureOutcomes {
-			failed[i] = ResultFilter(j.ID, a, r)
+		var failed []string
+		for _, r := range failureOutcomes {
+			if r != string(retry.ReasonCancelled) {
+				failed = append(failed, ResultFilter(j.ID, a, r))
+			}
 		}
 		if c.Failed, err = b.countFiltered(ctx, StreamResults, failed...); err != nil {
+			return nil, err
+		}
+		if c.Cancelled, err = b.Count(ctx, StreamResults, ResultFilter(j.ID, a, string(retry.ReasonCancelled))); err != nil {
 			return nil, err
 		}
 		if c.Queued, err = b.Count(ctx, StreamWork, WorkSubject(j.ID, a)); err != nil {

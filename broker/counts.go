@@ -14,10 +14,15 @@ import (
 
 // Counts are a job's exact result counts, computed by the server.
 type Counts struct {
-	Total    int64            `json:"total"`     // records dispatched
-	Done     int64            `json:"done"`      // records with a final result (ok at the last action, or failed)
-	OK       int64            `json:"succeeded"` // records ok at the last action
-	Failed   int64            `json:"failed"`    // records failed at some action
+	Total int64 `json:"total"`     // records dispatched
+	Done  int64 `json:"done"`      // records with a final result (ok at the last action, failed or cancelled)
+	OK    int64 `json:"succeeded"` // records ok at the last action
+	// Failed is the records failed at some action; Cancelled those a
+	// cancel ended (status cancelled), counted apart: they did not fail,
+	// and retry --reason cancelled runs them.
+	Failed    int64 `json:"failed"`
+	Cancelled int64 `json:"cancelled,omitempty"`
+	// ByReason splits Failed and Cancelled by reason (the dead letters').
 	ByReason map[string]int64 `json:"failed_by_reason,omitempty"`
 }
 
@@ -29,23 +34,24 @@ type Counts struct {
 // "all results − ok results" from two counts taken at different moments,
 // which undercounted (or went negative) while results arrived, and then
 // disagreed with ByReason. Failed is now counted directly over every failure
-// outcome at once, or is the sum of ByReason when that is asked for, so the
-// split always adds up to it.
+// outcome but cancelled at once, or is the sum of ByReason (but cancelled)
+// when that is asked for, so the split always adds up to Failed and
+// Cancelled.
 //
-// OK and Failed are read from the job's two counting consumers (see
-// EnsureCounters): O(1) whatever the size of the job.
+// OK, Failed and Cancelled are read from the job's three counting
+// consumers (see EnsureCounters): O(1) whatever the size of the job.
 func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, error) {
 	c := Counts{Total: j.Total}
 	if len(j.Actions) == 0 {
 		return c, nil
 	}
-	ok, failed, err := b.counters(ctx, j)
+	n, err := b.counters(ctx, j)
 	if err != nil {
 		return c, err
 	}
-	c.OK, c.Failed = int64(ok), int64(failed)
-	if byReason && failed > 0 {
-		c.Failed = 0
+	c.OK, c.Failed, c.Cancelled = int64(n[0]), int64(n[1]), int64(n[2])
+	if byReason && c.Failed+c.Cancelled > 0 {
+		c.Failed, c.Cancelled = 0, 0
 		for _, r := range failureOutcomes {
 			n, err := b.Count(ctx, StreamResults, ResultFilter(j.ID, "", r))
 			if err != nil {
@@ -56,11 +62,15 @@ func (b *Broker) JobCounts(ctx context.Context, j *Job, byReason bool) (Counts, 
 					c.ByReason = map[string]int64{}
 				}
 				c.ByReason[r] = int64(n)
-				c.Failed += int64(n)
+				if r == string(retry.ReasonCancelled) {
+					c.Cancelled = int64(n)
+				} else {
+					c.Failed += int64(n)
+				}
 			}
 		}
 	}
-	c.Done = c.OK + c.Failed
+	c.Done = c.OK + c.Failed + c.Cancelled
 	return c, nil
 }
 
@@ -72,14 +82,19 @@ const CounterIdle = 24 * time.Hour
 
 // CounterName is the name of a job's counting consumer on the results
 // stream: "ok" counts the records ok at the last action, "failed" the
-// records failed at any action.
+// records failed at any action, "cancelled" those a cancel ended.
 func CounterName(job, what string) string { return "jetpool-count-" + job + "-" + what }
+
+// Counters are the kinds of a job's counting consumers (CounterName).
+var Counters = []string{"ok", "failed", "cancelled"}
 
 func counterConfigs(j *Job) []jetstream.ConsumerConfig {
 	last := j.Actions[len(j.Actions)-1]
-	failed := make([]string, len(failureOutcomes))
-	for i, r := range failureOutcomes {
-		failed[i] = ResultFilter(j.ID, "", r)
+	var failed []string
+	for _, r := range failureOutcomes {
+		if r != string(retry.ReasonCancelled) {
+			failed = append(failed, ResultFilter(j.ID, "", r))
+		}
 	}
 	mk := func(what string, filters ...string) jetstream.ConsumerConfig {
 		return jetstream.ConsumerConfig{Durable: CounterName(j.ID, what), FilterSubjects: filters,
@@ -88,43 +103,44 @@ func counterConfigs(j *Job) []jetstream.ConsumerConfig {
 			DeliverPolicy:     jetstream.DeliverAllPolicy,
 			InactiveThreshold: CounterIdle}
 	}
-	return []jetstream.ConsumerConfig{mk("ok", ResultFilter(j.ID, last, OutcomeOK)), mk("failed", failed...)}
+	return []jetstream.ConsumerConfig{mk("ok", ResultFilter(j.ID, last, OutcomeOK)), mk("failed", failed...),
+		mk("cancelled", ResultFilter(j.ID, "", string(retry.ReasonCancelled)))}
 }
 
-// EnsureCounters makes the job's two counting consumers on the results
+// EnsureCounters makes the job's counting consumers on the results
 // stream, if missing. They are durable and never consumed: the server keeps
 // their pending count up to date as results are stored and replaced (O(1)
 // per result), so reading a job's counts is one consumer-info request each,
 // not a walk over the job's result subjects. Made by the dispatcher before
 // any result exists; made on first use (one walk) for an older job.
 func (b *Broker) EnsureCounters(ctx context.Context, j *Job) error {
-	_, _, err := b.counters(ctx, j)
+	_, err := b.counters(ctx, j)
 	return err
 }
 
-func (b *Broker) counters(ctx context.Context, j *Job) (ok, failed uint64, err error) {
-	var n [2]uint64
+func (b *Broker) counters(ctx context.Context, j *Job) (n [3]uint64, err error) {
 	leader := b.leaderView(StreamResults)
 	for i, cc := range counterConfigs(j) {
 		c, err := b.JS.Consumer(ctx, StreamResults, cc.Durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) || (err == nil && !sameFilters(c.CachedInfo().Config, cc)) {
-			// Missing, or made by a version that knew fewer failure
-			// reasons (a cancelled record would go uncounted).
+			// Missing, or made by a version that knew other failure
+			// reasons (a cancelled record would go uncounted, or be
+			// counted as failed).
 			c, err = b.JS.CreateOrUpdateConsumer(ctx, StreamResults, cc)
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("count results of job %s: %w", j.ID, err)
+			return n, fmt.Errorf("count results of job %s: %w", j.ID, err)
 		}
 		n[i] = c.CachedInfo().NumPending
 		if !leader.onCurrentMember(ctx, c.CachedInfo()) {
 			// Its leader's copy is behind (a node catching up): counted
 			// afresh on the stream's leader instead.
 			if n[i], err = b.countOnLeader(ctx, leader, cc.FilterSubjects...); err != nil {
-				return 0, 0, err
+				return n, err
 			}
 		}
 	}
-	return n[0], n[1], nil
+	return n, nil
 }
 
 // sameFilters reports whether a consumer's filters are the ones cc sets

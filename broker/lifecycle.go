@@ -168,7 +168,7 @@ type DeleteReport struct {
 	DeadLetter uint64 `json:"dead_letters"` // dead letters
 	Attempts   uint64 `json:"attempts"`     // JETPOOL_ATTEMPTS entries
 	Batches    uint64 `json:"batches"`      // JETPOOL_BATCHES entries (batches and their records)
-	Consumers  int    `json:"consumers"`    // the work consumer and the two counting consumers
+	Consumers  int    `json:"consumers"`    // the work consumer and the counting consumers
 	Entry      bool   `json:"entry"`        // the job's JETPOOL_JOBS entry
 }
 
@@ -200,11 +200,11 @@ func (b *Broker) DeleteJob(ctx context.Context, id string) (*DeleteReport, error
 	case !errors.Is(err, ErrJobNotFound):
 		return nil, err
 	}
-	for _, c := range []struct{ stream, name string }{
-		{StreamWork, ConsumerName(id)},
-		{StreamResults, CounterName(id, "ok")},
-		{StreamResults, CounterName(id, "failed")},
-	} {
+	consumers := []struct{ stream, name string }{{StreamWork, ConsumerName(id)}}
+	for _, what := range Counters {
+		consumers = append(consumers, struct{ stream, name string }{StreamResults, CounterName(id, what)})
+	}
+	for _, c := range consumers {
 		err := b.JS.DeleteConsumer(ctx, c.stream, c.name)
 		switch {
 		case err == nil:

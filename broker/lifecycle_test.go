@@ -112,7 +112,7 @@ func TestDeleteJob(t *testing.T) {
 	rep, err := b.DeleteJob(ctx, "gone")
 	require.NoError(t, err)
 	assert.Equal(t, &broker.DeleteReport{Job: "gone", Work: 1, Results: uint64(gone.Total), DeadLetter: rep.DeadLetter,
-		Attempts: 1, Batches: 1, Consumers: 3, Entry: true}, rep)
+		Attempts: 1, Batches: 1, Consumers: 4, Entry: true}, rep)
 	assert.Positive(t, rep.DeadLetter)
 
 	_, _, err = b.GetJob(ctx, "gone")
@@ -121,7 +121,8 @@ func TestDeleteJob(t *testing.T) {
 	assert.Zero(t, count(t, b, broker.StreamDLQ, broker.DLQFilter("gone", "")))
 	assert.Zero(t, count(t, b, broker.StreamWork, broker.WorkFilter("gone")))
 	for _, c := range []struct{ stream, name string }{{broker.StreamWork, broker.ConsumerName("gone")},
-		{broker.StreamResults, broker.CounterName("gone", "ok")}, {broker.StreamResults, broker.CounterName("gone", "failed")}} {
+		{broker.StreamResults, broker.CounterName("gone", "ok")}, {broker.StreamResults, broker.CounterName("gone", "failed")},
+		{broker.StreamResults, broker.CounterName("gone", "cancelled")}} {
 		assert.False(t, hasConsumer(t, b, c.stream, c.name), c.name)
 	}
 	for bucket, key := range map[string]string{broker.BucketAttempts: "gone.a.r1", broker.BucketBatches: "rec.gone.a.r1"} {

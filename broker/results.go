@@ -19,7 +19,10 @@ const (
 
 // ResultError is a result's error (docs/design.md §5).
 type ResultError struct {
-	Class     string `json:"class"`
+	Class string `json:"class"`
+	// Retryable: the record may succeed if it runs again as it is (a
+	// transient or unknown failure, or a cancelled record); false for a
+	// permanent failure (docs/results.md).
 	Retryable bool   `json:"retryable"`
 	Message   string `json:"message"` // the diagnostic: "failed permanently: …" or "failed after …"
 }

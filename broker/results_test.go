@@ -15,7 +15,7 @@ import (
 	"github.com/jetpool/jetpool/internal/testenv"
 )
 
-// A job's counts come from its two counting consumers: made on first use
+// A job's counts come from its three counting consumers: made on first use
 // for results already stored (an older job), kept exact as results are
 // stored, replaced and split by reason.
 func TestJobCountsFromCounters(t *testing.T) {
@@ -31,16 +31,18 @@ func TestJobCountsFromCounters(t *testing.T) {
 	write("r2", "a1", broker.StatusOK, "") // not final: a1 is not the last action
 	write("r3", "a1", broker.StatusFailed, "permanent")
 
+	cancelled := int64(0)
 	want := func(ok, failed int64, byReason map[string]int64) {
 		t.Helper()
 		testenv.Eventually(t, 5*time.Second, func() bool {
 			c, err := b.JobCounts(ctx, j, byReason != nil)
 			require.NoError(t, err)
-			return c.OK == ok && c.Failed == failed && c.Done == ok+failed && (byReason == nil || maps.Equal(c.ByReason, byReason))
-		}, "counts ok=%d failed=%d %v", ok, failed, byReason)
+			return c.OK == ok && c.Failed == failed && c.Cancelled == cancelled && c.Done == ok+failed+cancelled &&
+				(byReason == nil || maps.Equal(c.ByReason, byReason))
+		}, "counts ok=%d failed=%d cancelled=%d %v", ok, failed, cancelled, byReason)
 	}
 	want(1, 1, nil) // counters made now, over what is stored
-	for _, name := range []string{broker.CounterName(j.ID, "ok"), broker.CounterName(j.ID, "failed")} {
+	for _, name := range []string{broker.CounterName(j.ID, "ok"), broker.CounterName(j.ID, "failed"), broker.CounterName(j.ID, "cancelled")} {
 		_, err := b.JS.Consumer(ctx, broker.StreamResults, name)
 		require.NoError(t, err, name)
 	}
@@ -49,6 +51,11 @@ func TestJobCountsFromCounters(t *testing.T) {
 	write("r4", "a2", broker.StatusFailed, "schema_violation")
 	want(2, 2, nil)
 	want(2, 2, map[string]int64{"permanent": 1, "schema_violation": 1})
+	// A cancelled record is counted apart: it did not fail.
+	write("r5", "a1", broker.StatusCancelled, "cancelled")
+	cancelled = 1
+	want(2, 2, nil)
+	want(2, 2, map[string]int64{"permanent": 1, "schema_violation": 1, "cancelled": 1})
 
 	// They lapse after CounterIdle (never pulled); the next count makes
 	// them again, exact.

@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -146,4 +149,43 @@ func PauseOf(info *jetstream.ConsumerInfo) Pause {
 		p.Until = info.Config.PauseUntil.UTC()
 	}
 	return p
+}
+
+// pauseAdvisory is the prefix of the server's advisories of a work
+// consumer paused or resumed (by `jetpool job pause`, `nats consumer
+// pause`, or its deadline passing); the consumer's name follows.
+const pauseAdvisory = "$JS.EVENT.ADVISORY.CONSUMER.PAUSE." + StreamWork + "."
+
+// PauseSubject is where the server says that a job's work consumer was
+// paused or resumed: workers listen, so that a record already delivered
+// makes no call while its job is paused.
+const PauseSubject = pauseAdvisory + ">"
+
+// WatchPauses calls fn, on the subscription's goroutine (one at a time,
+// in order), for every pause or resume of a job's work consumer the server
+// announces, until the returned stop is called.
+func (b *Broker) WatchPauses(fn func(job string, p Pause)) (stop func(), err error) {
+	s, err := b.NC.Subscribe(PauseSubject, func(m *nats.Msg) {
+		consumer, _ := strings.CutPrefix(m.Subject, pauseAdvisory)
+		job, ok := strings.CutPrefix(consumer, ConsumerName(""))
+		if !ok || job == "" {
+			return
+		}
+		var a struct {
+			Paused     bool      `json:"paused"`
+			PauseUntil time.Time `json:"pause_until"`
+		}
+		if json.Unmarshal(m.Data, &a) != nil {
+			return
+		}
+		p := Pause{Paused: a.Paused}
+		if a.Paused {
+			p.Until = a.PauseUntil.UTC()
+		}
+		fn(job, p)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = s.Unsubscribe() }, nil
 }

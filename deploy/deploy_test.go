@@ -613,6 +613,24 @@ func TestPermissions(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, `{"in_flight":0}`, string(reply.Data))
 
+		// the pause advisories of the work consumers (broker.PauseSubject):
+		// an operator's nats consumer pause and resume reach the worker
+		pauses, err := w.nc.SubscribeSync("$JS.EVENT.ADVISORY.CONSUMER.PAUSE.JETPOOL_WORK.>")
+		require.NoError(t, err)
+		defer func() { _ = pauses.Unsubscribe() }()
+		require.NoError(t, w.nc.Flush())
+		_, err = op.js.PauseConsumer(ctx, "JETPOOL_WORK", "jetpool-job1", time.Now().Add(time.Hour))
+		require.NoError(t, err)
+		adv, err := pauses.NextMsg(waitFor)
+		require.NoError(t, err, "the worker hears the pause")
+		assert.Equal(t, "$JS.EVENT.ADVISORY.CONSUMER.PAUSE.JETPOOL_WORK.jetpool-job1", adv.Subject)
+		assert.Contains(t, string(adv.Data), `"paused":true`)
+		_, err = op.js.ResumeConsumer(ctx, "JETPOOL_WORK", "jetpool-job1")
+		require.NoError(t, err)
+		adv, err = pauses.NextMsg(waitFor)
+		require.NoError(t, err, "the worker hears the resume")
+		assert.Contains(t, string(adv.Data), `"paused":false`)
+
 		w.noViolations(t)
 
 		// It purges the work its pool acked (batched writes: the work

@@ -31,6 +31,7 @@ type status struct {
 	Waiting    int64            `json:"waiting_for_redelivery"`
 	Succeeded  int64            `json:"succeeded"`
 	Failed     int64            `json:"failed"`
+	Cancelled  int64            `json:"cancelled"`
 	DeadLetter map[string]int64 `json:"dead_lettered_by_reason"`
 	Paused     bool             `json:"paused"`
 	Workers    int              `json:"workers"`

@@ -87,8 +87,9 @@ func TestSteeringWithNatsCLI(t *testing.T) {
 	assert.Contains(t, c.stdout, "job later cancelled: no new calls (1 worker confirmed)")
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		fin = jobStatus(t, env, "later")
-		return fin.Queued == 0 && fin.Failed == n
+		return fin.Queued == 0 && fin.Cancelled == n
 	}, "job later's records ended: %+v", &fin)
+	assert.Zero(t, fin.Failed, "cancelled, not failed")
 	assert.Equal(t, "cancelled", fin.Status)
 	assert.EqualValues(t, map[string]int64{"cancelled": n}, fin.DeadLetter)
 	res := jetpool(t, env, "results", "later")

@@ -216,16 +216,27 @@ func TestDashboardSteeringInChromium(t *testing.T) {
 		waitContains(`#steered`, "Cancelled: no new calls"),
 		waitContains(`#card-status .v`, "cancelled"),
 	))
+	// A worker takes the queued records: they end cancelled, counted
+	// apart from the failed ones.
+	w := start(t, env, "worker", "--concurrency", "4")
+	require.NoError(t, chromedp.Do(ctx,
+		waitContains(`#card-cancelled .v`, "200"),
+	))
+	w.signal(t, syscall.SIGTERM)
+	require.Zero(t, w.wait(t, 30*time.Second), w.stderr.String())
 	require.NoError(t, chromedp.Cancel(bctx))
 
 	st := jetpool(t, env, "status", "steered", "--json")
 	require.Zero(t, st.code, st.stderr)
 	var s struct {
-		Status, Reason string
-		Priority       int
+		Status, Reason    string
+		Priority          int
+		Cancelled, Failed int64
 	}
 	require.NoError(t, json.Unmarshal([]byte(st.stdout), &s), st.stdout)
 	require.Equal(t, 9, s.Priority)
+	require.EqualValues(t, 200, s.Cancelled)
+	require.Zero(t, s.Failed, "cancelled, not failed")
 	require.Equal(t, "cancelled", s.Status)
 	require.Equal(t, "cancelled from the dashboard", s.Reason)
 	ui.signal(t, syscall.SIGTERM)

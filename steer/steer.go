@@ -48,9 +48,10 @@ type CancelReport struct {
 	InFlight int    `json:"in_flight"`
 }
 
-// ErrStillCalling is returned by Cancel (with its report) when some live
-// workers did not confirm the cancel within the wait.
-var ErrStillCalling = errors.New("some workers did not confirm the cancel")
+// ErrStillCalling is returned by Cancel and Pause (with their report) when
+// some live workers did not confirm, within the wait, that they start no
+// more calls for the job.
+var ErrStillCalling = errors.New("some workers did not confirm that they make no more calls")
 
 // Cancel cancels job: its state becomes cancelled (broker.CancelJob), then
 // it waits until every live worker says it will start no new call for it.
@@ -94,12 +95,22 @@ type PauseReport struct {
 	// pause holds back).
 	InFlight int    `json:"in_flight"`
 	Queued   uint64 `json:"queued"`
+	// Workers is the live workers that answered a pause; Calling those of
+	// them that had not said, by the end of the wait, that they make no
+	// more calls for the job.
+	Workers int      `json:"workers,omitempty"`
+	Calling []string `json:"still_calling,omitempty"`
 }
 
 // Pause pauses job until until (zero: until Resume): the server delivers
-// none of its records meanwhile, so it makes no new call; records already
-// delivered finish. The pause is the work consumer's, kept by the server
-// across restarts of every process.
+// none of its records meanwhile, and the workers, told by the server's
+// pause advisory, start no call for it: a record delivered before hands its
+// delivery back before its next call, its attempts kept. It waits until
+// every live worker says so (StopWaitDefault; ErrStillCalling, with the
+// report, when some did not), so that from the moment it returns nil no
+// call starts for the job until the pause ends; calls in flight finish and
+// are stored. The pause is the work consumer's, kept by the server across
+// restarts of every process; `nats consumer pause` has the same effect.
 func Pause(ctx context.Context, b *broker.Broker, job string, until time.Time) (PauseReport, error) {
 	rep := PauseReport{Job: job}
 	if err := live(ctx, b, job); err != nil {
@@ -110,8 +121,19 @@ func Pause(ctx context.Context, b *broker.Broker, job string, until time.Time) (
 		return rep, err
 	}
 	rep.Pause = p
+	if p.Paused {
+		wctx, stop := context.WithTimeout(ctx, StopWaitDefault)
+		defer stop()
+		if rep.Workers, rep.Calling, err = worker.AwaitStopped(wctx, b, job); err != nil {
+			return rep, fmt.Errorf("job %s is paused; asking the workers: %w", job, err)
+		}
+	}
 	if bl, err := b.Backlog(ctx, job); err == nil {
 		rep.Queued, rep.InFlight = bl.Queued, bl.AckPending
+	}
+	if len(rep.Calling) > 0 {
+		return rep, fmt.Errorf("job %s is paused, but %d of %d workers did not confirm within %s: %w",
+			job, len(rep.Calling), rep.Workers, StopWaitDefault, ErrStillCalling)
 	}
 	return rep, nil
 }

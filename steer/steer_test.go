@@ -98,6 +98,7 @@ func TestCancelStopsNewCalls(t *testing.T) {
 		}
 		if r.Reason == "cancelled" {
 			require.Equal(t, broker.StatusCancelled, r.Status, r.ID)
+			require.True(t, r.Error.Retryable, "%s: replayable with retry --reason cancelled", r.ID)
 			require.Contains(t, r.Error.Message, "job cancelled: the job was cancelled before this record's call: wrong prompt")
 		}
 		return nil
@@ -162,12 +163,13 @@ func TestPauseHoldsCallsAcrossRestart(t *testing.T) {
 	stopPool(t, first)
 	second := startPool(t, b, conc, h)
 	defer stopPool(t, second)
-	// The new worker serves the job, and asks for its records meanwhile.
+	// The new worker serves the job, sees it paused (it calls for none),
+	// and asks for its records meanwhile.
 	for range 3 {
 		testenv.Eventually(t, 20*time.Second, func() bool {
 			stats, _ := worker.Gather(b)
-			return len(stats) == 1 && len(stats[0].Calling) == 1
-		}, "the restarted worker serves the job")
+			return len(stats) == 1 && len(stats[0].Paused) == 1 && len(stats[0].Calling) == 0
+		}, "the restarted worker serves the job, paused")
 	}
 	p, err := b.JobPause(ctx, job)
 	require.NoError(t, err)

@@ -260,7 +260,7 @@ func (h batchHandler) fail(ctx context.Context, a *workflow.Action, it *batch.It
 	}
 	res := &broker.Result{
 		ID: d.env.ID, Status: failedStatus(reason), Reason: string(reason), Action: a.Name, Job: d.job,
-		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
+		Error:   &broker.ResultError{Class: string(final.Class), Retryable: retryable(reason, final.Class), Message: diag},
 		Outputs: d.env.Outputs, Provider: a.Provider, Model: e.Model, Deployment: it.Deployment, Replays: d.replays,
 		Recovery: recovery(it.Attempts, max(it.Round, 1), d.n, 0), Finished: e.FailedAt,
 	}

@@ -36,7 +36,9 @@ const (
 	// to the stream until delay has passed, spending no attempt and no
 	// delivery of the record's budget.
 	outcomePark
-	// outcomeHandBack: the worker is stopping: back to the stream at once.
+	// outcomeHandBack: the worker is stopping, or the job is paused: back
+	// to the stream at once (a paused consumer delivers it after the
+	// resume).
 	outcomeHandBack
 	// outcomeDeadLetter: dead-letter the record, store its failed result,
 	// ack; fail the job when the action says raise.
@@ -158,7 +160,8 @@ const parkJitterMax = 5 * time.Second
 //
 //   - a delivery fenced before a call (worker/lease.go) settles a result
 //     stored meanwhile, or yields to the delivery that holds the call now;
-//   - a worker stopping hands the record back, its attempts kept;
+//   - a worker stopping, or a paused job, hands the record back, its
+//     attempts kept;
 //   - a call that could not go (a wait) is not an attempt: the record is
 //     parked until the provider takes calls again, its delivery not spent
 //     — a session that had made calls in it is cut short, and the next
@@ -185,7 +188,7 @@ func decide(in decision) outcome {
 		}
 		return outcome{kind: outcomeYield}
 	}
-	if end.canceled {
+	if end.canceled || end.paused {
 		st := d.nextState(end.attempts)
 		keepSpend(st, end) // worker/ledger.go
 		st.HandBacks++
@@ -369,7 +372,7 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 	}
 	res := &broker.Result{
 		ID: d.env.ID, Status: failedStatus(reason), Reason: string(reason), Action: d.action.Name, Job: d.job,
-		Error:   &broker.ResultError{Class: string(final.Class), Retryable: final.Class.Transient() || final.Class == retry.ClassUnknown, Message: diag},
+		Error:   &broker.ResultError{Class: string(final.Class), Retryable: retryable(reason, final.Class), Message: diag},
 		Outputs: d.env.Outputs, Provider: d.action.Provider, Model: e.Model, Replays: d.replays,
 		Recovery: recovery(all, calls, d.delivery(), repairsOf(all, true)), Finished: e.FailedAt,
 	}
@@ -390,6 +393,19 @@ func deadLetterOutcome(in decision, final *retry.Error, reason retry.Reason, dia
 		o.raise = diag
 	}
 	return o
+}
+
+// retryable is a failed result's `retryable`: whether the record may
+// succeed if it runs again as it is (jetpool retry replays it). A transient
+// or unknown failure may; a permanent one (a bad request, a bad key, the
+// budget) fails again until the input, the key or the workflow changes. A
+// record a cancel stopped did not fail at all: `retry --reason cancelled`
+// runs it, so it is retryable whatever its last error's class.
+func retryable(reason retry.Reason, class retry.Class) bool {
+	if reason == retry.ReasonCancelled {
+		return true
+	}
+	return class.Transient() || class == retry.ClassUnknown
 }
 
 // failedStatus is the status of a record that ended for reason: cancelled,

@@ -53,6 +53,26 @@ func TestDecide(t *testing.T) {
 				require.Equal(t, 1, o.state.Handled)
 				require.Zero(t, o.state.Deliveries, "a hand-back spends no delivery")
 			}},
+		{name: "a paused job hands the record back, attempts and open round kept", pol: on, n: 2,
+			state: &broker.RecordState{Handled: 1, HandBacks: 1, Attempts: []retry.Attempt{failedCall(1)}, OpenCalls: 1, OpenRound: 1},
+			end:   sessionEnd{paused: true, calls: 1, cutRound: 1, cutFirst: true, attempts: []retry.Attempt{failedCall(2)}, err: transient},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomeHandBack, o.kind)
+				require.Len(t, o.state.Attempts, 2, "the attempts of both deliveries")
+				require.Equal(t, 2, o.state.HandBacks)
+				require.Equal(t, 2, o.state.OpenCalls, "the next delivery continues the round")
+				require.Equal(t, 2, o.state.OpenRound)
+				require.Zero(t, o.state.Deliveries, "a hand-back spends no delivery")
+			}},
+		{name: "a cancelled record is dead-lettered cancelled, retryable", pol: on, n: 1,
+			end: sessionEnd{err: &retry.Error{Class: retry.ClassUnknown, TypeName: "JobCancelled", Message: "cancelled"}, reason: retry.ReasonCancelled,
+				calls: 1, attempts: []retry.Attempt{failedCall(1)}},
+			check: func(t *testing.T, o outcome) {
+				require.Equal(t, outcomeDeadLetter, o.kind)
+				require.Equal(t, broker.StatusCancelled, o.result.Status)
+				require.True(t, o.result.Error.Retryable, "retry --reason cancelled runs it")
+				require.Empty(t, o.raise, "a cancel fails no job")
+			}},
 		{name: "a transient failure is redelivered: a delivery spent", pol: on, n: 1,
 			end: sessionEnd{err: transient, calls: 3, attempts: []retry.Attempt{failedCall(1), failedCall(2), failedCall(3)}},
 			check: func(t *testing.T, o outcome) {
@@ -226,5 +246,27 @@ func TestDecide(t *testing.T) {
 			end := tc.end
 			tc.check(t, decide(decision{d: d, end: &end, now: now, jitter: 0.5}))
 		})
+	}
+}
+
+// A failed result's retryable says whether running the record again as it
+// is may succeed: a transient or unknown failure, or a cancel, which is
+// no failure of the record's.
+func TestResultRetryable(t *testing.T) {
+	for _, tc := range []struct {
+		reason retry.Reason
+		class  retry.Class
+		want   bool
+	}{
+		{retry.ReasonExhausted, retry.ClassServer, true},
+		{retry.ReasonExhausted, retry.ClassRateLimit, true},
+		{retry.ReasonExhausted, retry.ClassUnknown, true},
+		{retry.ReasonPermanent, retry.ClassInvalidRequest, false},
+		{retry.ReasonPermanent, retry.ClassAuth, false},
+		{retry.ReasonBudget, retry.ClassBudget, false},
+		{retry.ReasonCancelled, retry.ClassUnknown, true},
+		{retry.ReasonCancelled, retry.ClassServer, true},
+	} {
+		require.Equal(t, tc.want, retryable(tc.reason, tc.class), "%s, %s", tc.reason, tc.class)
 	}
 }

@@ -306,7 +306,7 @@ func (jr *jobRunner) runEmbed(ctx context.Context, d *delivery) *sessionEnd {
 	})
 	run.attempts = o.Attempts
 	if o.NotCalled != nil {
-		if budgetEnded(run, o) || cancelEnded(run, o) { // worker/budget.go, worker/steer.go
+		if budgetEnded(run, o) || cancelEnded(run, o) || pauseEnded(run, o) { // worker/budget.go, worker/steer.go
 			return run
 		}
 		run.wait = asWait(o.NotCalled, a.Provider)

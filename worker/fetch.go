@@ -30,6 +30,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 	var cons jetstream.Consumer
 	var jp *jobPulls
 	defer func() {
+		jr.hasWork.Store(false) // worker/share.go: its share goes to the others
 		if jp != nil {
 			jp.close()
 		}
@@ -53,6 +54,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		if jp != nil && !idle {
 			empty, err := jp.state()
 			idle = empty
+			jr.hasWork.Store(!empty) // worker/share.go
 			if jr.pullFailed(ctx, err) {
 				cons = nil
 				continue
@@ -76,6 +78,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			}
 		}
 		if !idle {
+			jr.hasWork.Store(true) // worker/share.go: until a request runs dry
 			// The next request goes out while this one's records still
 			// come: once half of it came (the time that takes sizes the
 			// read-ahead).
@@ -87,6 +90,7 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		}
 		got, err := jr.longPollGrant(cons, g)
 		idle = got == 0
+		jr.hasWork.Store(got > 0) // worker/share.go
 		if jr.pullFailed(ctx, err) {
 			cons = nil
 		} else if err != nil && idle && ctx.Err() == nil {
@@ -124,7 +128,11 @@ func (jr *jobRunner) pause(ctx context.Context, d time.Duration) {
 // call's delivery expire and be paid for twice.
 func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 	p := jr.p
+	gen := jr.pauseGen()
 	c, err := p.pulls.JS.Consumer(ctx, broker.StreamWork, broker.ConsumerName(jr.id))
+	if err == nil {
+		jr.sawPause(gen, broker.PauseOf(c.CachedInfo())) // worker/pause.go
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Debug().Str("job", jr.id).Err(err).Msg("job consumer not ready")
@@ -171,6 +179,7 @@ func (jr *jobRunner) bind(ctx context.Context) jetstream.Consumer {
 // they land: a full disk or a lost quorum must not burn calls).
 func (jr *jobRunner) mustWait(ctx context.Context) bool {
 	if until, open := jr.circuitOpen(); open {
+		jr.hasWork.Store(false) // its share goes to the others meanwhile
 		// Until the probe is due, not longer: a parked record that comes
 		// back then is the probe, and a cooldown can be shorter than a poll.
 		// (At least a few milliseconds: the limiter's clock may be another.)
@@ -179,6 +188,7 @@ func (jr *jobRunner) mustWait(ctx context.Context) bool {
 	}
 	switch {
 	case jr.p.done.heldCount() > 0:
+		jr.hasWork.Store(false)
 		jr.pause(ctx, heldRetryMin)
 		return true
 	}
@@ -214,6 +224,15 @@ func (jr *jobRunner) grant(ctx context.Context, idle bool) (g grant, ok bool) {
 		}
 	}
 	jr.wants.Store(false)
+	// The room may have gone while the loop waited for the slot (the
+	// job's records back from their backoffs took it): then it waits again.
+	if room >= 0 {
+		if room, _ = jr.shareRoom(); room == 0 {
+			p.giveSlots(g.slots)
+			p.ahead.unreserve(g.ahead)
+			return grant{}, true
+		}
+	}
 	more := FetchBatchMax - g.slots - g.ahead
 	if room >= 0 {
 		more = min(more, room-g.slots)

@@ -64,10 +64,19 @@ type jobRunner struct {
 	// the job cancelled; quiet is set then (worker/steer.go).
 	steer sync.RWMutex
 	quiet atomic.Bool
+	// restating orders the changes of quiet (restate); paused is the
+	// job's consumer pause as this worker knows it (worker/pause.go).
+	restating sync.Mutex
+	paused    pauseState
 	// wants is set while the job's fetch loop waits for a slot: its
 	// weight counts in the division of the slots (worker/share.go).
 	wants    atomic.Bool
 	wantedAt atomic.Int64 // when its loop last asked for slots (unix ns)
+	// returning is the job's records back from a backoff waited off their
+	// slot that wait for one again (worker/slot.go reclaim); hasWork is
+	// set while the job's last pull brought records (worker/share.go).
+	returning atomic.Int64
+	hasWork   atomic.Bool
 }
 
 func newJobRunner(p *Pool, j *broker.Job, wf *workflow.Workflow) *jobRunner {
@@ -104,7 +113,7 @@ func (jr *jobRunner) setJob(j *broker.Job) {
 	jr.job = j
 	b := jr.costs
 	jr.mu.Unlock()
-	jr.sawState(j) // worker/steer.go: a cancel
+	jr.restate() // worker/steer.go: a cancel
 	if b != nil {
 		b.seen(j) // worker/budget.go: a change of the job's ledger
 	}

@@ -363,6 +363,13 @@ func (jr *jobRunner) hold(d *delivery) bool {
 	return true
 }
 
+// size is how many messages are held.
+func (h *heldSet) size() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
 // unhold ends d's hold on its message (jobRunner.hold).
 func (d *delivery) unhold() {
 	h := d.heldIn

@@ -140,9 +140,13 @@ type Pool struct {
 	// unwatchElections ends the watch of the work stream's leader
 	// elections (worker/faults.go elected).
 	unwatchElections func()
-	elections        atomic.Int64 // Stats.Elections
-	claimWarned      atomic.Int64 // when a refused claim was last logged (unix ns): warnClaim
-	purgeWarned      atomic.Int64 // when a failed purge was last logged (unix ns): purge.go
+	// unwatchPauses ends the watch of the jobs' pause advisories;
+	// pauseKick asks pauseLoop to read the pauses asked for (pause.go).
+	unwatchPauses func()
+	pauseKick     chan struct{}
+	elections     atomic.Int64 // Stats.Elections
+	claimWarned   atomic.Int64 // when a refused claim was last logged (unix ns): warnClaim
+	purgeWarned   atomic.Int64 // when a failed purge was last logged (unix ns): purge.go
 
 	// pauses sees the process stopped (lease.go), held while the pool
 	// runs (unpause lets go of it); pauseLogged is the pause watch's
@@ -216,7 +220,7 @@ func New(b *broker.Broker, cfg Config) *Pool {
 		back: make(chan struct{}), resting: make(chan struct{}, RestingPerSlot*cfg.Concurrency), suspect: make(chan struct{}, 1),
 		jobs: map[string]*jobRunner{}, id: cmp.Or(b.Cfg.WorkerName, fmt.Sprintf("%s-%d", host, os.Getpid())),
 		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
-		pauses: cfg.Pauses, unpause: func() {},
+		pauses: cfg.Pauses, unpause: func() {}, pauseKick: make(chan struct{}, 1),
 	}
 	p.beats.renew, p.beats.frozen = p.renewLease, cfg.Frozen
 	p.done = newCompleter(brokerStore{p}, p.beats, cfg.Log, cfg.Metrics, p.commitRoom())
@@ -363,7 +367,8 @@ func (p *Pool) Start(ctx context.Context) error {
 	if p.b.Cfg.Batched() {
 		p.results = p.b.NewResultBatcher(p.commitRoom() + 1)
 	}
-	p.handlers.Add(5)
+	p.handlers.Add(6)
+	go func() { defer p.handlers.Done(); p.pauseLoop(p.hctx) }()
 	go func() { defer p.handlers.Done(); p.retireIdle(handlerIdle) }()
 	go func() { defer p.handlers.Done(); p.purgeLoop(p.hctx) }()
 	go func() { defer p.handlers.Done(); p.done.commitLoop(p.quit) }()
@@ -377,6 +382,9 @@ func (p *Pool) Start(ctx context.Context) error {
 		p.log.Warn().Err(err).Msg("not watching the work stream's leader elections")
 	}
 	p.loadTenant(ctx)
+	if p.unwatchPauses, err = p.b.WatchPauses(p.onPause); err != nil {
+		p.log.Warn().Err(err).Msg("not watching the jobs' pauses: a pause is seen within " + pauseRecheck.String())
+	}
 	p.loops.Add(2)
 	go func() { defer p.loops.Done(); p.watchTenant(p.runCtx) }()
 	go func() {
@@ -490,6 +498,9 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Unlock()
 	if p.unwatchElections != nil {
 		p.unwatchElections()
+	}
+	if p.unwatchPauses != nil {
+		p.unwatchPauses()
 	}
 	if p.ctlSub != nil {
 		_ = p.ctlSub.Unsubscribe()

@@ -36,6 +36,9 @@ type sessionEnd struct {
 	repairs  int // repair calls made for the record, earlier deliveries included
 	handOver bool
 	canceled bool
+	// paused: the job was paused before a call: the delivery is handed
+	// back as at a stop (worker/pause.go).
+	paused bool
 	// cutRound is the calls of the last round, cutFirst whether it was the
 	// delivery's first: what a delivery cut short leaves (worker/resume.go).
 	cutRound int
@@ -253,7 +256,7 @@ func (c *conversation) round(ctx context.Context) bool {
 		return false
 	}
 	if o.NotCalled != nil {
-		if budgetEnded(run, o) || cancelEnded(run, o) { // worker/budget.go, worker/steer.go
+		if budgetEnded(run, o) || cancelEnded(run, o) || pauseEnded(run, o) { // worker/budget.go, worker/steer.go
 			return false
 		}
 		if c.fallBack(outage, c.lastAttempt(before)) { // worker/fallback.go
@@ -398,6 +401,11 @@ func (jr *jobRunner) beforeCalls(d *delivery, run *sessionEnd) *sessionEnd {
 	}
 	if j := jr.current(); j.Status == broker.JobCancelled {
 		run.err, run.reason = cancelError(j), retry.ReasonCancelled
+		return run
+	}
+	if jr.pausedNow() { // worker/pause.go: handed back before any call
+		jr.verifyPause()
+		run.paused = true
 		return run
 	}
 	return nil

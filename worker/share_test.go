@@ -102,3 +102,58 @@ func testShares(t *testing.T, hiFirst int, change func(*broker.Broker)) {
 	_, p := testenv.WaitFinished(t, b, "lo", 60*time.Second)
 	require.EqualValues(t, 200, p.OK)
 }
+
+// Records back from a backoff they waited off their slot take slots within
+// their job's share: a job at priority 1 whose every record fails 3 times
+// (each failure a backoff off the slot) holds no more than its one slot in
+// eleven while a job at 10 has work — its returning records no longer fill
+// the pool — and still finishes every record.
+func TestReturningRecordsKeepTheirShare(t *testing.T) {
+	t.Parallel()
+	// warm: the calls of the fast job before the count starts (a job that
+	// found the pool alone took every slot). The count ends halfway through
+	// the fast job: near its end its loop has nothing left to pull, and
+	// the pool gives its slots away before its last records call.
+	const fast, slow, warm = 400, 40, 30
+	b := testenv.Broker(t)
+	job := func(name string, n, priority int, sim, retry string) {
+		wf := testenv.Workflow(t, "providers:\n  sim: {kind: sim, sim: "+sim+"}\ndefaults: {provider: sim}\nactions:\n  - name: a\n    prompt: \""+name+" {{ .text }}\"\n"+retry)
+		testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{JobID: name, Priority: priority})
+	}
+	job("fast", fast, 10, "{latency: 20ms}", "")
+	job("slow", slow, 1, "{latency: 60ms, fail_first: 3, fail_class: server}", "    retry: {max_attempts: 4, backoff: 30ms}\n")
+	var mu sync.Mutex
+	calling := map[string]int{}
+	fastCalls, slowMost, slowCalls := 0, 0, 0
+	counter := testenv.NewCounter()
+	counter.Wrap = func(req provider.Request, next func() (provider.Response, error)) (provider.Response, error) {
+		name, _, _ := strings.Cut(req.Messages[0].Content, " ")
+		mu.Lock()
+		calling[name]++
+		if name == "fast" {
+			fastCalls++
+		} else if fastCalls >= warm && fastCalls < fast/2 { // while the fast job surely has work queued, once both ran
+			slowCalls++
+			slowMost = max(slowMost, calling[name])
+		}
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			calling[name]--
+			mu.Unlock()
+		}()
+		return next()
+	}
+	testenv.Pool(t, b, worker.Config{Concurrency: 11, NewProvider: counter.New})
+	_, p := testenv.WaitFinished(t, b, "fast", 60*time.Second)
+	require.EqualValues(t, fast, p.OK)
+	_, p = testenv.WaitFinished(t, b, "slow", 60*time.Second)
+	require.EqualValues(t, slow, p.OK, "the slow job is not starved: %+v", p)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("while the fast job had work queued: %d calls of the slow one, at most %d at once", slowCalls, slowMost)
+	require.Positive(t, slowCalls, "served while the fast job runs")
+	// Its share is one slot; a record that checks its room as another
+	// takes one may go with it.
+	require.LessOrEqual(t, slowMost, 2, "the slow job's calls at once while the fast one had work")
+}

@@ -64,15 +64,28 @@ func (p *Pool) inFlightDone(t task) {
 	p.cfg.Metrics.InFlight(-1)
 }
 
-// reclaim takes a slot again for the record: one handed on by a record
-// that is done (handOn), or a free one. It fails only when ctx is done.
+// reclaim takes a slot again for the record, within its job's share of
+// the slots (worker/share.go): one handed on by a record that is done
+// (handOn), or a free one. It fails only when ctx is done.
 func (s *slot) reclaim(ctx context.Context) error {
-	p := s.p
-	select {
-	case <-p.back:
-	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	p, jr := s.p, s.t.jr
+	jr.returning.Add(1)
+	defer jr.returning.Add(-1)
+	for {
+		if err := jr.awaitReturn(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-p.back:
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if room, _ := jr.shareLeft(); room != 0 {
+			break
+		}
+		// Its job's records took the room while it waited for the slot.
+		<-p.sem
 	}
 	s.held = true
 	p.inFlight.Add(1)

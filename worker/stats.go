@@ -34,8 +34,15 @@ type Stats struct {
 	// (worker/serve.go).
 	Unservable map[string]string `json:"unservable,omitempty"`
 	// Calling is the jobs this worker serves and may start calls for: a
-	// job it has seen cancelled is not listed (worker/steer.go).
+	// job it has seen cancelled or paused is not listed (worker/steer.go).
 	Calling []string `json:"calling,omitempty"`
+	// Paused is the jobs this worker serves and sees paused (worker/pause.go).
+	Paused []string `json:"paused,omitempty"`
+	// Holding is the deliveries this worker holds, by job: in a slot,
+	// resting off it between retries, or being stored. A paused job's
+	// records are handed back as they reach their next call: none is
+	// held once they all have.
+	Holding map[string]int64 `json:"holding,omitempty"`
 	// Only is the jobs this worker is limited to (Config.Jobs: `run`,
 	// `retry` and the dashboard work one job each); empty, it serves every
 	// running job it can.
@@ -56,7 +63,7 @@ func (s *Stats) Serves(job string) bool {
 func (p *Pool) Snapshot() Stats {
 	s := Stats{Worker: p.id, InFlight: map[string]int64{}, Calls: p.calls.Load(), Handled: p.handled.Load(),
 		Storing: map[string]int64{}, ReadAhead: p.ahead.counts(), Held: p.done.heldCount(), Elections: p.elections.Load(), Faults: p.done.faults.list(),
-		Unservable: p.serve.snapshot(), Only: p.cfg.Jobs}
+		Unservable: p.serve.snapshot(), Holding: map[string]int64{}, Only: p.cfg.Jobs}
 	p.mu.Lock()
 	for id, jr := range p.jobs {
 		if n := jr.inFlight.Load(); n > 0 {
@@ -65,8 +72,14 @@ func (p *Pool) Snapshot() Stats {
 		if n := jr.storing.Load(); n > 0 {
 			s.Storing[id] = n
 		}
-		if !jr.quiet.Load() {
+		if !jr.quiet.Load() || !jr.stopped() {
 			s.Calling = append(s.Calling, id)
+		}
+		if n := jr.held.size(); n > 0 {
+			s.Holding[id] = int64(n)
+		}
+		if jr.pausedNow() {
+			s.Paused = append(s.Paused, id)
 		}
 	}
 	p.mu.Unlock()

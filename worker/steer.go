@@ -10,13 +10,13 @@ import (
 	"github.com/jetpool/jetpool/retry"
 )
 
-// A cancelled job makes no new call from the moment a worker sees its
-// state: each call checks it under the job's steer lock just before it
-// goes, and a worker that sees the cancel takes that lock once, so every
-// call that checked before it has gone by then (a call in flight, which
-// finishes and is stored). Only after that does the worker stop listing
-// the job among those it may call for (Stats.Calling), which is what
-// AwaitStopped waits for.
+// A cancelled or paused job makes no new call from the moment a worker
+// sees its state: each call checks it under the job's steer lock just
+// before it goes, and a worker that sees the cancel or the pause takes that
+// lock once, so every call that checked before it has gone by then (a call
+// in flight, which finishes and is stored). Only after that does the worker
+// stop listing the job among those it may call for (Stats.Calling), which
+// is what AwaitStopped waits for.
 
 // cancelStop is the *retry.NotCalled cause of a call a cancel stopped.
 type cancelStop struct{ err *retry.Error }
@@ -46,24 +46,42 @@ func stopOutcome(j *broker.Job) (*retry.Error, retry.Reason, string) {
 	return final, retry.ReasonJobFailed, "job failed: " + j.Reason
 }
 
+// errPaused is the *retry.NotCalled cause of a call a pause stopped: the
+// record hands its delivery back (pauseEnded).
+var errPaused = errors.New("the job is paused")
+
 // enterCall checks, just before a call, that the job may still call; it
 // returns the function to run once the call is counted as made (it ends the
 // check's hold on the steer lock), or a *retry.NotCalled when the job was
-// cancelled.
+// cancelled or is paused.
 func (jr *jobRunner) enterCall() (func(), error) {
 	jr.steer.RLock()
 	if j := jr.current(); j != nil && j.Status == broker.JobCancelled {
 		jr.steer.RUnlock()
 		return nil, &retry.NotCalled{Err: &cancelStop{err: cancelError(j)}}
 	}
+	if jr.pausedNow() {
+		jr.steer.RUnlock()
+		jr.verifyPause() // worker/pause.go: a resume this worker missed
+		return nil, &retry.NotCalled{Err: errPaused}
+	}
 	return jr.steer.RUnlock, nil
 }
 
-// sawState follows a change of the job's state (setJob): once it is
-// cancelled, the calls that checked before are let through to the
-// provider before the worker says it calls no more for the job.
-func (jr *jobRunner) sawState(j *broker.Job) {
-	if j.Status != broker.JobCancelled {
+// stopped reports whether the job may start no call: cancelled, or paused.
+func (jr *jobRunner) stopped() bool {
+	j := jr.current()
+	return (j != nil && j.Status == broker.JobCancelled) || jr.pausedNow()
+}
+
+// restate follows a change of the job's state (setJob) or of its pause
+// (worker/pause.go): once it is cancelled or paused, the calls that
+// checked before are let through to the provider before the worker says it
+// calls no more for the job.
+func (jr *jobRunner) restate() {
+	jr.restating.Lock()
+	defer jr.restating.Unlock()
+	if !jr.stopped() {
 		jr.quiet.Store(false)
 		return
 	}
@@ -85,6 +103,17 @@ func cancelEnded(run *sessionEnd, o retry.Outcome) bool {
 		return false
 	}
 	run.err, run.reason = s.err, retry.ReasonCancelled
+	return true
+}
+
+// pauseEnded reads a session that a pause stopped before a call: the
+// delivery is handed back, its attempts kept, to continue after the
+// resume. It reports whether o was one.
+func pauseEnded(run *sessionEnd, o retry.Outcome) bool {
+	if !errors.Is(o.NotCalled, errPaused) {
+		return false
+	}
+	run.paused = true
 	return true
 }
 

@@ -98,6 +98,9 @@ func describeJob(ctx context.Context, b *broker.Broker, id string) string {
 	s := fmt.Sprintf("job %s (%s, %s", id, j.Status, plural(j.Total, "record"))
 	if p, err := b.JobProgress(ctx, j, false); err == nil {
 		s += fmt.Sprintf(": %d succeeded, %d failed", p.OK, p.Failed)
+		if p.Cancelled > 0 {
+			s += fmt.Sprintf(", %d cancelled", p.Cancelled)
+		}
 		if p.Queued > 0 || p.AckPending > 0 {
 			s += fmt.Sprintf(", %d queued, %d in flight or waiting — it is still running", p.Queued, p.AckPending)
 		}

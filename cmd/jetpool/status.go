@@ -23,7 +23,7 @@ import (
 type jobStatus = jobstatus.Job
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "status", "[JOB] [--json]", "Show queued, in flight, waiting for redelivery, succeeded, failed and dead letters by reason.")
+	fs := newFlags(e, "status", "[JOB] [--json]", "Show queued, in flight, waiting for redelivery, succeeded, failed, cancelled and dead letters by reason.")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -72,7 +72,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	tw := newTable(e)
-	fmt.Fprintln(tw, "JOB\tSTATUS\tTOTAL\tQUEUED\tIN FLIGHT\tWAITING\tSUCCEEDED\tFAILED\tREC/S")
+	fmt.Fprintln(tw, "JOB\tSTATUS\tTOTAL\tQUEUED\tIN FLIGHT\tWAITING\tSUCCEEDED\tFAILED\tCANCELLED\tREC/S")
 	for _, s := range out {
 		st := s.Status
 		switch {
@@ -197,9 +197,9 @@ func statusCounts(s jobStatus) string {
 	if s.Answered(jobstatus.PartBacklog) {
 		backlog = []string{fmt.Sprint(s.Queued), fmt.Sprint(s.InFlight), fmt.Sprint(s.Waiting)}
 	}
-	results := []string{"?", "?", "?"}
+	results := []string{"?", "?", "?", "?"}
 	if s.Answered(jobstatus.PartResults) {
-		results = []string{fmt.Sprint(s.Succeeded), fmt.Sprint(s.Failed), fmt.Sprintf("%.1f", s.Rate)}
+		results = []string{fmt.Sprint(s.Succeeded), fmt.Sprint(s.Failed), fmt.Sprint(s.Cancelled), fmt.Sprintf("%.1f", s.Rate)}
 	}
 	return strings.Join(append(backlog, results...), "\t")
 }

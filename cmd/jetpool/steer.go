@@ -142,11 +142,14 @@ func jobCancel(ctx context.Context, e *env, args []string) error {
 
 func jobPause(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "job pause", "JOB [--for DUR | --until TIME] [--json]",
-		"Pause a job: the server delivers none of its records until 'jetpool job resume' (or the end of\n"+
-			"--for/--until), so it makes no new calls; records already delivered finish. It is the pause of\n"+
-			"the job's work consumer: kept across restarts, shown by 'jetpool status' and\n"+
-			"'nats consumer info JETPOOL_WORK jetpool-JOB'. Exit 0: paused; 1: the job has ended or has\n"+
-			"no work consumer; 2: bad arguments; 3: NATS unreachable.")
+		"Pause a job: from the moment this returns no worker starts a call for it until 'jetpool job\n"+
+			"resume' (or the end of --for/--until). Calls in flight finish; a record delivered before the\n"+
+			"pause hands its delivery back before its next call, its attempts kept, and continues after\n"+
+			"the resume. It is the pause of the job's work consumer ('nats consumer pause' does the same):\n"+
+			"kept across restarts, shown by 'jetpool status' and 'nats consumer info JETPOOL_WORK\n"+
+			"jetpool-JOB'. It waits for every live worker to confirm. Exit 0: paused; 1: the job has ended\n"+
+			"or has no work consumer, or a worker did not confirm within 10s (the pause stands; that\n"+
+			"worker sees it within a moment); 2: bad arguments; 3: NATS unreachable.")
 	forDur := fs.Duration("for", 0, "resume by itself after this long")
 	until := fs.String("until", "", "resume by itself at this time (RFC 3339, or 15:04 today)")
 	asJSON := fs.Bool("json", false, "print the pause as JSON")
@@ -168,10 +171,13 @@ func jobPause(ctx context.Context, e *env, args []string) error {
 	}
 	defer b.Close()
 	rep, err := e.client(b).Pause(ctx, id, at)
-	if err != nil {
+	if err != nil && !errors.Is(err, steer.ErrStillCalling) {
 		return err
 	}
-	return printPause(e, rep, *asJSON)
+	if perr := printPause(e, rep, *asJSON); perr != nil {
+		return perr
+	}
+	return err
 }
 
 func jobResume(ctx context.Context, e *env, args []string) error {
@@ -199,7 +205,8 @@ func printPause(e *env, rep steer.PauseReport, asJSON bool) error {
 		fmt.Fprintf(e.stdout, "job %s is running: %s queued\n", rep.Job, plural(int64(rep.Queued), "record"))
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "job %s paused %s: %s queued, %s in flight finish\n", rep.Job, pausedUntil(rep.Pause),
+	fmt.Fprintf(e.stdout, "job %s paused %s: no new calls (%s confirmed); %s queued, %s delivered before the pause\n",
+		rep.Job, pausedUntil(rep.Pause), plural(int64(rep.Workers-len(rep.Calling)), "worker"),
 		plural(int64(rep.Queued), "record"), plural(int64(rep.InFlight), "record"))
 	return nil
 }

@@ -35,7 +35,8 @@ func TestJobSteeringCommands(t *testing.T) {
 	}
 	code, stdout, stderr := jetpool(t, "job", "pause", "steer")
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "job steer paused until resumed: 3 records queued")
+	assert.Contains(t, stdout, "job steer paused until resumed: no new calls")
+	assert.Contains(t, stdout, "3 records queued")
 	assert.True(t, status().Paused)
 	_, stdout, _ = jetpool(t, "status")
 	assert.Contains(t, stdout, "running (paused)")
@@ -65,6 +66,11 @@ func TestJobSteeringCommands(t *testing.T) {
 	s := status()
 	assert.Equal(t, "cancelled", s.Status)
 	assert.EqualValues(t, 3, s.Cancelled)
+	assert.Zero(t, s.Failed, "a cancelled record is not counted as failed")
+	code, stdout, _ = jetpool(t, "status")
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `SUCCEEDED\s+FAILED\s+CANCELLED\s+REC/S`, stdout)
+	assert.Regexp(t, `steer\s+cancelled\s+3\s+0\s+0\s+0\s+0\s+0\s+3\s`, stdout)
 
 	code, _, stderr = jetpool(t, "job", "pause", "steer")
 	assert.Equal(t, exitJobFailed, code)

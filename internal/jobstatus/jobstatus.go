@@ -28,7 +28,7 @@ type Job struct {
 	Storing    int64            `json:"storing"`
 	Waiting    int64            `json:"waiting_for_redelivery"`
 	Succeeded  int64            `json:"succeeded"`
-	Failed     int64            `json:"failed"`
+	Failed     int64            `json:"failed"` // records failed at some action; cancelled ones are Cancelled
 	DeadByReas map[string]int64 `json:"dead_lettered_by_reason,omitempty"`
 	Paused     bool             `json:"paused,omitempty"`
 	// PausedUntil is when the server resumes a paused job by itself (zero:
@@ -47,9 +47,9 @@ type Job struct {
 	// Priority is the job's weight when workers divide their slots among
 	// the jobs that have work (jetpool job priority changes it).
 	Priority int `json:"priority"`
-	// Cancelled is the records that ended cancelled (counted in Failed,
-	// and in the dead letters by reason), read with the split by reason.
-	Cancelled int64 `json:"cancelled,omitempty"`
+	// Cancelled is the records a cancel ended (status cancelled: not
+	// counted in Failed; in the dead letters by reason, as cancelled).
+	Cancelled int64 `json:"cancelled"`
 	// DeadLetters is the job's dead letters in the DLQ now, read with the
 	// split by reason. Failed counts failed results: a dead letter purged
 	// (dlq purge, the dashboard) leaves its record failed and is no longer
@@ -188,7 +188,7 @@ func ReadWithin(ctx context.Context, b *broker.Broker, jobs []*broker.Job, byRea
 }
 
 // oneColumn takes out of Storing, then Waiting, the records that are
-// counted as Succeeded or Failed too: a record whose result was stored but
+// counted as Succeeded, Failed or Cancelled too: a record whose result was stored but
 // whose worker has not heard so (a write whose ack was lost, tried again;
 // a group commit stored, its records not yet acked) is done, and every
 // record is in one column.
@@ -196,7 +196,7 @@ func (s *Job) oneColumn() {
 	if s.Total <= 0 {
 		return
 	}
-	over := int64(s.Queued) + s.InFlight + s.Storing + s.Waiting + s.Succeeded + s.Failed - s.Total
+	over := int64(s.Queued) + s.InFlight + s.Storing + s.Waiting + s.Succeeded + s.Failed + s.Cancelled - s.Total
 	for _, col := range []*int64{&s.Storing, &s.Waiting} {
 		if over <= 0 {
 			return
@@ -223,8 +223,7 @@ func of(ctx context.Context, b *broker.Broker, r *Reads, j *broker.Job, info *je
 	if counted != nil {
 		s.miss(PartResults, counted)
 	}
-	s.Succeeded, s.Failed, s.DeadByReas = c.OK, c.Failed, c.ByReason
-	s.Cancelled = c.ByReason[broker.StatusCancelled]
+	s.Succeeded, s.Failed, s.Cancelled, s.DeadByReas = c.OK, c.Failed, c.Cancelled, c.ByReason
 	if byReason {
 		var n uint64
 		if err := r.Do(ctx, func(ctx context.Context) (err error) {

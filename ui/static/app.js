@@ -74,11 +74,13 @@
     return JSON.stringify(v, null, 2);
   }
 
-  function bar(ok, failed, total) {
-    total = Math.max(total || 0, ok + failed, 1);
+  function bar(ok, failed, total, cancelled) {
+    cancelled = cancelled || 0;
+    total = Math.max(total || 0, ok + failed + cancelled, 1);
     const pct = (n) => (100 * n / total).toFixed(2) + '%';
-    return el('div', { class: 'bar', title: `${num(ok)} ok, ${num(failed)} failed of ${num(total)}` },
-      el('span', { class: 'ok', width: pct(ok) }), el('span', { class: 'failed', width: pct(failed) }));
+    return el('div', { class: 'bar', title: `${num(ok)} ok, ${num(failed)} failed, ${num(cancelled)} cancelled of ${num(total)}` },
+      el('span', { class: 'ok', width: pct(ok) }), el('span', { class: 'failed', width: pct(failed) }),
+      el('span', { class: 'cancelled', width: pct(cancelled) }));
   }
 
   function table(head, rows, empty) {
@@ -187,7 +189,7 @@
   function eta(st) {
     const now = Date.now();
     const per = st.steps_total ? st.steps_total / Math.max(st.total, 1) : 1;
-    const done = (st.steps_total ? st.steps : st.succeeded + st.failed) / per;
+    const done = (st.steps_total ? st.steps : st.succeeded + st.failed + (st.cancelled || 0)) / per;
     let h = S.samples.get(st.job) || [];
     h.push([now, done]);
     h = h.filter(([t]) => now - t <= 60000);
@@ -212,8 +214,8 @@
   // the work done in steps (a record and action each), which moves before
   // any record finishes its last action.
   function progressCell(st) {
-    const label = `${num(st.succeeded + st.failed)} of ${num(st.total)}`;
-    if (!st.steps_total) return [bar(st.succeeded, st.failed, st.total), el('div', { class: 'bar-label' }, label)];
+    const label = `${num(st.succeeded + st.failed + (st.cancelled || 0))} of ${num(st.total)}`;
+    if (!st.steps_total) return [bar(st.succeeded, st.failed, st.total, st.cancelled), el('div', { class: 'bar-label' }, label)];
     const failedSteps = Math.min(st.failed * (st.steps_total / Math.max(st.total, 1)), st.steps);
     return [bar(st.steps - failedSteps, failedSteps, st.steps_total), el('div', { class: 'bar-label steps' },
       `${label} · ${(100 * st.steps / st.steps_total).toFixed(1)}% of the steps`)];
@@ -231,11 +233,11 @@
           cell(el('a', { href: '#/job/' + encodeURIComponent(st.job) }, st.job), 'mono'),
           cell(statusBadge(st)),
           cell(progressCell(st)),
-          ncell(st.succeeded), ncell(st.failed), ncell(st.queued), ncell(st.in_flight), ncell(st.waiting_for_redelivery),
+          ncell(st.succeeded), ncell(st.failed), ncell(st.cancelled || 0), ncell(st.queued), ncell(st.in_flight), ncell(st.waiting_for_redelivery),
           ncell(rate(e.rate)), ncell(e.eta), withCost ? cell(costOf(st) || '', 'num') : null, cell(ago(st.created), 'muted'));
       });
       put(el('p', { class: 'muted' }, `${v.workers} worker${v.workers === 1 ? '' : 's'} answered · ${v.jobs.length} job${v.jobs.length === 1 ? '' : 's'}`),
-        table(['Job', 'Status', 'Progress', 'Succeeded ', 'Failed ', 'Queued ', 'In flight ', 'Waiting ', 'Rate ', 'ETA ', withCost ? 'Cost so far ' : null, 'Created'],
+        table(['Job', 'Status', 'Progress', 'Succeeded ', 'Failed ', 'Cancelled ', 'Queued ', 'In flight ', 'Waiting ', 'Rate ', 'ETA ', withCost ? 'Cost so far ' : null, 'Created'],
           rows, 'No jobs yet: `jetpool run` or `jetpool dispatch` one.'));
     };
   }
@@ -298,16 +300,17 @@
       put(
         el('div', { class: 'cards' },
           card('status', statusBadge(st)), card('total', num(st.total)),
-          card('succeeded', num(st.succeeded)), card('failed', num(st.failed)),
+          card('succeeded', num(st.succeeded)), card('failed', num(st.failed)), card('cancelled', num(st.cancelled || 0)),
           card('queued', num(st.queued)), card('in flight', num(st.in_flight)), card('storing', num(st.storing)),
           card('waiting', num(st.waiting_for_redelivery)), card('rate', rate(e.rate)), card('eta', e.eta),
           card('dead letters', el('a', { href: dlq({}) }, num(v.dead_letters.total) + (v.dead_letters.at_least ? '+' : ''))),
           card('workers', num(st.workers)), c ? card('cost so far', c) : null),
         st.reason ? el('div', { class: 'notice error' }, st.status + ': ' + st.reason) : null,
         el('h2', {}, 'Actions'),
-        table(['Action', 'Progress', 'OK ', 'Failed ', 'In the work stream '], v.actions.map((a) => el('tr', {},
-          cell(a.action, 'mono'), cell(bar(a.ok, a.failed, st.total)), ncell(a.ok),
-          ncell(a.failed ? el('a', { href: dlq({ action: a.action }) }, num(a.failed)) : 0), ncell(a.queued)))),
+        table(['Action', 'Progress', 'OK ', 'Failed ', 'Cancelled ', 'In the work stream '], v.actions.map((a) => el('tr', {},
+          cell(a.action, 'mono'), cell(bar(a.ok, a.failed, st.total, a.cancelled)), ncell(a.ok),
+          ncell(a.failed ? el('a', { href: dlq({ action: a.action }) }, num(a.failed)) : 0),
+          ncell(a.cancelled ? el('a', { href: dlq({ action: a.action, reason: 'cancelled' }) }, num(a.cancelled)) : 0), ncell(a.queued)))),
         el('div', { class: 'grid2' },
           el('div', {}, el('h2', {}, 'Failed by reason'),
             table(['Reason', 'Records '], byReason.map(([r, n]) => el('tr', {}, cell(el('a', { href: dlq({ reason: r }) }, r)), ncell(n))), 'No failures.')),
@@ -322,7 +325,7 @@
     };
   }
   const knownStatus = ['job', 'status', 'reason', 'total', 'queued', 'in_flight', 'storing', 'waiting_for_redelivery', 'succeeded',
-    'failed', 'dead_lettered_by_reason', 'dead_letters', 'paused', 'records_per_second', 'created', 'workers', 'batches', 'steps', 'steps_total'];
+    'failed', 'cancelled', 'dead_lettered_by_reason', 'dead_letters', 'paused', 'records_per_second', 'created', 'workers', 'batches', 'steps', 'steps_total'];
 
   // recordsPanel: find a record by id, or page through the job's results.
   function recordsPanel(root, job) {
