@@ -280,8 +280,10 @@ func cmdRetry(ctx context.Context, e *env, args []string) error {
 // serves their job, and this process, which works them then, could not
 // either (a key it lacks or may not send there).
 func (rf *retryFlags) someoneWorks(ctx context.Context, e *env, c *jp.Client) error {
-	if c.Embedded() || rf.dry {
-		return nil // on its own store Workable asked; a dry run changes nothing
+	if c.Embedded() || rf.dry || !hostedHere(c) {
+		// On its own store Workable asked; a dry run changes nothing; on
+		// an external server this process does not work the records.
+		return nil
 	}
 	jobs := map[string]bool{}
 	if err := deadletter.Each(ctx, c.Broker(), *rf.f, func(en *deadletter.Entry) error { jobs[en.Job] = true; return nil }); err != nil {
@@ -302,6 +304,13 @@ func (rf *retryFlags) someoneWorks(ctx context.Context, e *env, c *jp.Client) er
 		}
 	}
 	return nil
+}
+
+// hostedHere reports whether c's store is one another jetpool process
+// hosts on this machine's data dir (`jetpool ui`, `server`), reached
+// through its server file rather than JETPOOL_NATS_URL.
+func hostedHere(c *jp.Client) bool {
+	return !c.Embedded() && c.Broker().Cfg.NATSURL == ""
 }
 
 // revise makes the workflow of --workflow the current revision of the job
@@ -422,6 +431,14 @@ func (rf *retryFlags) finish(ctx context.Context, e *env, c *jp.Client, job stri
 	serving, err := c.Serving(ctx, job)
 	if err != nil {
 		return err
+	}
+	if len(serving) == 0 && !hostedHere(c) {
+		// An external server's workers are the operator's to run: this
+		// process, with the operator's keys, does not stand in for them.
+		fmt.Fprintf(e.stderr, "no live worker serves job %s: its replayed records wait in the queue until one does "+
+			"(start `jetpool worker` with JETPOOL_NATS_URL=%s); follow with 'jetpool status %s'\n",
+			job, c.Broker().NC.ConnectedUrlRedacted(), job)
+		return nil
 	}
 	if len(serving) == 0 {
 		fmt.Fprintf(e.stderr, "no live worker serves job %s: working its replayed records here, as `jetpool worker` would "+

@@ -17,8 +17,17 @@ import (
 
 // hostedStore runs a job whose two records fail (auth) on the embedded
 // store, then serves that store from a server of the test's, where no
-// worker runs, and points the CLI at it: a store another process hosts.
+// worker runs, and names it in the data dir's server file: a store
+// another process hosts (as `jetpool ui` does).
 func hostedStore(t *testing.T) *broker.Broker {
+	srv := storeOfFailures(t)
+	require.NoError(t, srv.WriteServerFile(srv.Server().ClientURL()))
+	return srv
+}
+
+// storeOfFailures is hostedStore's store, served by the test, named in
+// no server file.
+func storeOfFailures(t *testing.T) *broker.Broker {
 	dir := setEnv(t)
 	wf := filepath.Join(dir, "wf.yaml")
 	require.NoError(t, os.WriteFile(wf, []byte("providers:\n  sim: {kind: sim, sim: {fail_first: 100, fail_class: auth}}\n"+
@@ -29,7 +38,6 @@ func hostedStore(t *testing.T) *broker.Broker {
 	srv, err := broker.StartEmbedded(context.Background(), cfg, testenv.Logger(t), broker.ServerOptions{Port: -1})
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
-	t.Setenv("JETPOOL_NATS_URL", srv.Server().ClientURL())
 	return srv
 }
 
@@ -44,6 +52,25 @@ func TestRetryWithoutWorkersWorksHere(t *testing.T) {
 	require.Regexp(t, `no live worker serves job \S+: working its replayed records here`, stderr)
 	require.NotContains(t, stderr, "will run them")
 	require.Contains(t, stdout, "2 records, 0 succeeded, 2 failed")
+}
+
+// On an external server (JETPOOL_NATS_URL) no live worker serving the job
+// leaves the replayed records queued for one, and `retry` says so: the
+// operator's own keys do not stand in for the fleet's workers.
+func TestRetryWithoutWorkersOnExternalServer(t *testing.T) {
+	srv := storeOfFailures(t)
+	t.Setenv("JETPOOL_NATS_URL", srv.Server().ClientURL())
+	code, _, stderr := jetpool(t, "retry", "--no-progress")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "2 dead letters replayed")
+	require.Regexp(t, `no live worker serves job \S+: its replayed records wait in the queue until one does`, stderr)
+	require.NotContains(t, stderr, "will run them")
+	jobs, err := srv.ListJobs(context.Background())
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	bl, err := srv.Backlog(context.Background(), jobs[0].ID)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, bl.Queued, "queued for a worker")
 }
 
 // hanging is a provider whose calls last until released: a live worker
