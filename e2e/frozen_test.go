@@ -84,11 +84,19 @@ func watchStored(t testing.TB, url, job string) *storedWatch {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, broker.StreamResults, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"jetpool.results." + job + ".>"}})
-	require.NoError(t, err)
+	// A cluster just made, on a loaded host, may not answer the first
+	// asks in time: asked again, each bounded, for two minutes in all.
+	var cons jetstream.Consumer
+	testenv.Eventually(t, 2*time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		cons, err = js.OrderedConsumer(ctx, broker.StreamResults, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"jetpool.results." + job + ".>"}})
+		if err != nil {
+			t.Logf("an ordered consumer on %s: %v", broker.StreamResults, err)
+		}
+		return err == nil
+	}, "an ordered consumer on %s", broker.StreamResults)
 	w := &storedWatch{first: map[string]time.Time{}}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		md, err := m.Metadata()

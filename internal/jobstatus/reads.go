@@ -22,8 +22,10 @@ const (
 	// answers at once, and the next try may reach another.
 	ReplicaTimeout = 500 * time.Millisecond
 	// ListBound is how long a status waits for the list of its jobs, and
-	// Bound for the reads of their parts after it, in all.
-	ListBound = 2500 * time.Millisecond
+	// Bound for the reads of their parts after it, in all. Without the list
+	// there is no answer at all, so it is given longer: on a loaded host
+	// a replica's answer can take seconds while the leader is silent.
+	ListBound = 5 * time.Second
 	Bound     = 3500 * time.Millisecond
 )
 
