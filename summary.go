@@ -11,7 +11,7 @@ import (
 )
 
 // Summary is what a job's final results say, one per record: how many
-// succeeded and failed and why, the calls, tokens and cost. Every figure
+// succeeded, failed (and why) and were cancelled, the calls, tokens and cost. Every figure
 // comes from the records' final results, which carry the accounting of all
 // their actions: the summary says what the results file says.
 type Summary struct {
@@ -19,6 +19,9 @@ type Summary struct {
 	// (Job.Cost) holds what the workers spent, wherever they ran.
 	Job                 *broker.Job
 	Records, OK, Failed int64
+	// Cancelled is the records a cancel ended (broker.StatusCancelled):
+	// not counted in Failed, as status keeps them apart.
+	Cancelled int64
 	// ByClass and ByReason count the failed records by error class and
 	// dead-letter reason.
 	ByClass, ByReason map[string]int64
@@ -75,6 +78,10 @@ func (s *Summary) Add(r *broker.Result) {
 		if extra > 0 {
 			s.Recovered++
 		}
+		return
+	}
+	if r.Status == broker.StatusCancelled {
+		s.Cancelled++
 		return
 	}
 	s.Failed++

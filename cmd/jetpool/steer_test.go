@@ -60,7 +60,7 @@ func TestJobSteeringCommands(t *testing.T) {
 	// run serves it: its records end cancelled, no call.
 	code, stdout, stderr = jetpool(t, "run", wf, "--input", in, "--job", "steer", "--no-progress", "--no-preflight")
 	require.Equal(t, exitCancelled, code, stdout+stderr)
-	assert.Contains(t, stdout, "job steer CANCELLED: 3 records, 0 succeeded, 3 failed")
+	assert.Contains(t, stdout, "job steer CANCELLED: 3 records, 0 succeeded, 0 failed, 3 cancelled\n")
 	assert.Contains(t, stdout, "model calls this run: 0")
 	assert.Contains(t, stderr, "job steer was cancelled: wrong prompt")
 	s := status()

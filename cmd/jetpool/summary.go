@@ -42,7 +42,11 @@ func (s *summary) print(e *env, elapsed time.Duration, callsThisRun int64) {
 	case broker.JobCancelled:
 		status = "CANCELLED"
 	}
-	fmt.Fprintf(out, "job %s %s: %d records, %d succeeded, %d failed\n", s.Job.ID, status, s.Records, s.OK, s.Failed)
+	cancelled := "" // as job cancel says it: only when there are some
+	if s.Cancelled > 0 {
+		cancelled = fmt.Sprintf(", %d cancelled", s.Cancelled)
+	}
+	fmt.Fprintf(out, "job %s %s: %d records, %d succeeded, %d failed%s\n", s.Job.ID, status, s.Records, s.OK, s.Failed, cancelled)
 	if s.Failed > 0 {
 		fmt.Fprintf(out, "  failed by class:  %s\n", kvList(s.ByClass))
 		fmt.Fprintf(out, "  failed by reason: %s\n", kvList(s.ByReason))
