@@ -87,7 +87,8 @@ func simJobAt(b testing.TB, bk *broker.Broker, name string, n, priority int, lat
 // benchShares runs "hi" at 10 and "lo" at 1 and counts the calls each
 // started while both had work: from the later first call (and 200 ms
 // more: a loop that found the pool alone took every slot) until hi had
-// started 90 % of its calls (then its loop has little left to pull).
+// started all but its last tenth of calls (then its loop has little
+// left to pull).
 func benchShares(b *testing.B) (hi, lo int) {
 	const n = 3000
 	bk := testenv.Broker(b)

@@ -341,4 +341,3 @@ func fromLeaderOrReplica(ctx context.Context, b *broker.Broker, r *jobstatus.Rea
 	}
 	return r.Do(ctx, leader)
 }
-
