@@ -154,17 +154,14 @@ func statusJobs(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, pos [
 	if len(pos) == 1 {
 		id = pos[0]
 	}
-	leader := func(ctx context.Context) error {
+	leader := func(ctx context.Context) ([]*broker.Job, error) {
 		if id != "" {
 			j, _, err := b.GetJob(ctx, id)
-			jobs = []*broker.Job{j}
-			return err
+			return []*broker.Job{j}, err
 		}
-		var err error
-		jobs, err = b.ListJobs(ctx)
-		return err
+		return b.ListJobs(ctx)
 	}
-	err = fromLeaderOrReplica(ctx, b, r, id, leader, &jobs, &fromReplica)
+	jobs, fromReplica, err = fromLeaderOrReplica(ctx, b, r, id, leader)
 	switch {
 	case err == nil && fromReplica:
 		// A replica's answer is by subject: the jobs in the order they were made.
@@ -295,49 +292,60 @@ func printTenantLine(ctx context.Context, e *env, b *broker.Broker, r *jobstatus
 const replicaAfter = 200 * time.Millisecond
 
 // fromLeaderOrReplica reads the jobs with leader, and, when it has not
-// answered within replicaAfter, from a replica alongside it (a try every
-// jobstatus.ReplicaTimeout, so that one that reaches the silent node is
-// not the last): the leader's answer when it comes, else the replica's
-// (*fromReplica), else the leader's again while time is left.
+// answered within replicaAfter, from a replica alongside it: a try every
+// jobstatus.ReplicaTimeout (so that one that reaches the silent node is
+// not the last), each followed by the leader's read again (a new leader
+// may have been elected meanwhile), while time is left. The first answer
+// wins; fromReplica says it was a replica's.
 func fromLeaderOrReplica(ctx context.Context, b *broker.Broker, r *jobstatus.Reads, id string,
-	leader func(context.Context) error, jobs *[]*broker.Job, fromReplica *bool) error {
+	leader func(context.Context) ([]*broker.Job, error)) (jobs []*broker.Job, fromReplica bool, err error) {
 	type answer struct {
-		jobs []*broker.Job
-		err  error
+		jobs    []*broker.Job
+		replica bool
+		err     error
 	}
-	first := make(chan error, 1)
-	go func() { first <- r.Once(ctx, leader) }()
+	first := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.err = r.Once(ctx, func(ctx context.Context) (err error) { a.jobs, err = leader(ctx); return err })
+		first <- a
+	}()
 	select {
-	case err := <-first:
-		if err == nil || !broker.Transient(err) {
-			return err
+	case a := <-first:
+		if a.err == nil || !broker.Transient(a.err) {
+			return a.jobs, false, a.err
 		}
-		first <- err
+		first <- a
 	case <-time.After(replicaAfter):
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	replica := make(chan answer, 1)
+	others := make(chan answer, 1)
 	go func() {
 		var a answer
-		a.err = r.DoEach(rctx, jobstatus.ReplicaTimeout, func(ctx context.Context) (err error) {
-			a.jobs, err = b.JobsFromReplica(ctx, id)
+		a.err = r.DoEach(rctx, jobstatus.ReplicaTimeout+jobstatus.ReadTimeout, func(ctx context.Context) error {
+			rc, stop := context.WithTimeout(ctx, jobstatus.ReplicaTimeout)
+			js, err := b.JobsFromReplica(rc, id)
+			stop()
+			if err == nil || !broker.Transient(err) {
+				a.jobs, a.replica = js, true
+				return err
+			}
+			js, lerr := leader(ctx)
+			if lerr == nil || !broker.Transient(lerr) {
+				a.jobs, a.replica = js, false
+				return lerr
+			}
 			return err
 		})
-		replica <- a
+		others <- a
 	}()
-	if err := <-first; err == nil || !broker.Transient(err) {
+	a := <-first
+	if a.err == nil || !broker.Transient(a.err) {
 		cancel()
-		<-replica
-		return err
+		<-others
+		return a.jobs, false, a.err
 	}
-	a := <-replica
-	if a.err == nil {
-		*jobs, *fromReplica = a.jobs, true
-		return nil
-	}
-	if !broker.Transient(a.err) {
-		return a.err
-	}
-	return r.Do(ctx, leader)
+	a = <-others
+	return a.jobs, a.replica && a.err == nil, a.err
 }
