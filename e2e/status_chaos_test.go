@@ -19,8 +19,10 @@ import (
 // node leading the jobs bucket, whose reads wait for an election, then the
 // one leading the work stream. Each status answers within its bound —
 // read from a replica where the leader is silent — and a part that did
-// not answer is named and exits 3, never shown as a zero; once the node is
-// back, status is whole again. How long each took: docs/durability.md.
+// not answer is named and exits 3, never shown as a zero; the first one
+// after the freeze may instead say that the jobs did not answer in time
+// (exit 3), never later ones; once the node is back, status is whole
+// again. How long each took: docs/durability.md.
 func TestChaosStatusNodeCutOff(t *testing.T) {
 	chaosOnly(t)
 	t.Parallel()
@@ -41,6 +43,14 @@ func TestChaosStatusNodeCutOff(t *testing.T) {
 		for i := range 3 {
 			r := jetpool(t, env, "status", "--json")
 			require.Contains(t, []int{0, 3}, r.code, "whole, or partial and saying so: %s", r.stderr)
+			if i == 0 && r.stdout == "" {
+				// On a loaded host the election after the freeze can
+				// outlast the job list's bound: then the first status
+				// says so (exit 3, "try again") instead of answering.
+				require.Contains(t, r.stderr, "did not answer within")
+				t.Logf("%s's leader %s frozen, status 1: %.1fs, no answer: %s", stream, c.nodes[victim].name, r.took.Seconds(), r.stderr)
+				continue
+			}
 			var out []jobstatus.Job
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), "an answer, not a failure: %s %s", r.stdout, r.stderr)
 			require.Len(t, out, 1)
