@@ -18,14 +18,7 @@ import (
 // with the key fixed in its own environment, instead of leaving them for
 // nobody; `jetpool status` then counts every record succeeded.
 func TestRetryBesideTheDashboardWorksTheRecords(t *testing.T) {
-	dir := t.TempDir()
-	env := map[string]string{"JETPOOL_DATA_DIR": filepath.Join(dir, "data"), "JETPOOL_LOG_LEVEL": "warn", "SIM_API_KEY": "sk-wrong"}
-	run := jetpool(t, env, "run", "../examples/quickstart/workflow.yaml", "--input", "../examples/quickstart/records.jsonl", "--no-progress")
-	require.Equal(t, 4, run.code, "completed with failed records: "+run.stderr)
-	m := regexp.MustCompile(`job (\S+) completed: 200 records, (\d+) succeeded, (\d+) failed`).FindStringSubmatch(run.stdout)
-	require.NotNil(t, m, run.stdout)
-	job := m[1]
-	failed, _ := strconv.Atoi(m[3])
+	env, job, failed := quickstartFailed(t)
 	require.Positive(t, failed)
 
 	ui := start(t, env, "ui", "--addr", "127.0.0.1:0")
@@ -57,4 +50,18 @@ func TestRetryBesideTheDashboardWorksTheRecords(t *testing.T) {
 
 	ui.signal(t, syscall.SIGTERM)
 	require.Zero(t, ui.wait(t, 30*time.Second), ui.stderr.String())
+}
+
+// quickstartFailed runs the quickstart with a wrong key in a data dir of
+// its own: its auth faults dead-letter a few records (exit 4). It returns
+// the environment, the job and how many records failed.
+func quickstartFailed(t *testing.T) (env map[string]string, job string, failed int) {
+	t.Helper()
+	env = map[string]string{"JETPOOL_DATA_DIR": filepath.Join(t.TempDir(), "data"), "JETPOOL_LOG_LEVEL": "warn", "SIM_API_KEY": "sk-wrong"}
+	run := jetpool(t, env, "run", "../examples/quickstart/workflow.yaml", "--input", "../examples/quickstart/records.jsonl", "--no-progress")
+	require.Equal(t, 4, run.code, "completed with failed records: "+run.stderr)
+	m := regexp.MustCompile(`job (\S+) completed: 200 records, (\d+) succeeded, (\d+) failed`).FindStringSubmatch(run.stdout)
+	require.NotNil(t, m, run.stdout)
+	failed, _ = strconv.Atoi(m[3])
+	return env, m[1], failed
 }

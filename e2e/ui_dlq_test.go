@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,14 +24,7 @@ import (
 // chart is there again at once after a reload.
 func TestDashboardDeadLetterButtonsInChromium(t *testing.T) {
 	browser := chromium(t)
-	dir := t.TempDir()
-	env := map[string]string{"JETPOOL_DATA_DIR": filepath.Join(dir, "data"), "JETPOOL_LOG_LEVEL": "warn", "SIM_API_KEY": "sk-wrong"}
-	run := jetpool(t, env, "run", "../examples/quickstart/workflow.yaml", "--input", "../examples/quickstart/records.jsonl", "--no-progress")
-	require.Equal(t, 4, run.code, "completed with failed records: "+run.stderr)
-	m := regexp.MustCompile(`job (\S+) completed: 200 records, (\d+) succeeded, (\d+) failed`).FindStringSubmatch(run.stdout)
-	require.NotNil(t, m, run.stdout)
-	job := m[1]
-	failed, _ := strconv.Atoi(m[3])
+	env, job, failed := quickstartFailed(t)
 	require.GreaterOrEqual(t, failed, 3, "the quickstart's auth faults dead-letter a few records")
 
 	uiEnv := map[string]string{"SIM_API_KEY": "sk-sim-fixed"} // "fix the key"

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -31,18 +30,7 @@ type failsFirst struct {
 }
 
 func (f *failsFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Messages []struct {
-			Content string `json:"content"`
-		} `json:"messages"`
-	}
-	_ = json.NewDecoder(r.Body).Decode(&body)
-	id := ""
-	if len(body.Messages) > 0 {
-		if m := f.record.FindStringSubmatch(body.Messages[0].Content); m != nil {
-			id = "r" + m[1]
-		}
-	}
+	id := recordOf(r, f.record) // worker/property_test.go
 	f.mu.Lock()
 	f.calls[id]++
 	n := f.calls[id]

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -34,17 +35,24 @@ type scripted struct {
 	record *regexp.Regexp
 }
 
-func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// recordOf is the record an OpenAI-format request's first message names
+// (record, a pattern whose group is its number: "r" + the number), or
+// "" when it names none.
+func recordOf(r *http.Request, record *regexp.Regexp) string {
 	var req struct {
 		Messages []struct{ Content string } `json:"messages"`
 	}
 	_ = json.NewDecoder(r.Body).Decode(&req)
-	id := "?"
 	if len(req.Messages) > 0 {
-		if m := s.record.FindStringSubmatch(req.Messages[0].Content); m != nil {
-			id = "r" + m[1]
+		if m := record.FindStringSubmatch(req.Messages[0].Content); m != nil {
+			return "r" + m[1]
 		}
 	}
+	return ""
+}
+
+func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := cmp.Or(recordOf(r, s.record), "?")
 	s.mu.Lock()
 	s.calls[id]++
 	n := s.calls[id]
