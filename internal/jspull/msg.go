@@ -13,20 +13,32 @@ import (
 )
 
 // Msg is a record a Puller delivered: a jetstream.Msg over the core
-// message, acknowledged on the connection it came in on, as nats.go's own
-// are. Its acks are JetStream's protocol: "+ACK", "-NAK" (with
-// {"delay": ns}), "+WPI", "+TERM" to its reply subject.
+// message's fields, acknowledged on the connection it came in on, as
+// nats.go's own are. Its acks are JetStream's protocol: "+ACK", "-NAK"
+// (with {"delay": ns}), "+WPI", "+TERM" to its reply subject.
+//
+// It keeps the core message's fields, not the message: nats.go leaves a
+// delivered message linked to the one queued behind it in its
+// subscription, and that one to the next, so a record held for seconds (a
+// call, a backoff) would keep every record delivered after it in the same
+// burst in memory, and theirs.
 type Msg struct {
-	msg *nats.Msg
-	nc  *nats.Conn
+	subject, reply string
+	header         nats.Header
+	data           []byte
+	nc             *nats.Conn
+}
+
+func newMsg(m *nats.Msg, nc *nats.Conn) *Msg {
+	return &Msg{subject: m.Subject, reply: m.Reply, header: m.Header, data: m.Data, nc: nc}
 }
 
 var _ jetstream.Msg = (*Msg)(nil)
 
-func (m *Msg) Data() []byte         { return m.msg.Data }
-func (m *Msg) Headers() nats.Header { return m.msg.Header }
-func (m *Msg) Subject() string      { return m.msg.Subject }
-func (m *Msg) Reply() string        { return m.msg.Reply }
+func (m *Msg) Data() []byte         { return m.data }
+func (m *Msg) Headers() nats.Header { return m.header }
+func (m *Msg) Subject() string      { return m.subject }
+func (m *Msg) Reply() string        { return m.reply }
 func (m *Msg) Ack() error           { return m.send(ackAck) }
 func (m *Msg) Nak() error           { return m.send(ackNak) }
 func (m *Msg) InProgress() error    { return m.send(ackProgress) }
@@ -44,7 +56,7 @@ func (m *Msg) NakWithDelay(delay time.Duration) error {
 
 // DoubleAck acks and waits for the server's answer.
 func (m *Msg) DoubleAck(ctx context.Context) error {
-	if m.msg.Reply == "" {
+	if m.reply == "" {
 		return jetstream.ErrMsgNoReply
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -52,15 +64,15 @@ func (m *Msg) DoubleAck(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
-	_, err := m.nc.RequestWithContext(ctx, m.msg.Reply, ackAck)
+	_, err := m.nc.RequestWithContext(ctx, m.reply, ackAck)
 	return err
 }
 
 func (m *Msg) send(body []byte) error {
-	if m.msg.Reply == "" {
+	if m.reply == "" {
 		return jetstream.ErrMsgNoReply
 	}
-	return m.nc.Publish(m.msg.Reply, body)
+	return m.nc.Publish(m.reply, body)
 }
 
 var (
@@ -74,7 +86,7 @@ var (
 // $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>, or
 // with <domain>.<account hash> after $JS.ACK and a token at the end.
 func (m *Msg) Metadata() (*jetstream.MsgMetadata, error) {
-	t, err := AckTokens(m.msg.Reply)
+	t, err := AckTokens(m.reply)
 	if err != nil {
 		return nil, err
 	}
@@ -96,11 +108,11 @@ type AckFields struct {
 
 // NewMsg wraps a record that came on nc (tests, and callers that pull by
 // other means).
-func NewMsg(m *nats.Msg, nc *nats.Conn) *Msg { return &Msg{msg: m, nc: nc} }
+func NewMsg(m *nats.Msg, nc *nats.Conn) *Msg { return newMsg(m, nc) }
 
 // Fields reads the message's ack subject without allocating (Metadata
 // allocates its answer).
-func (m *Msg) Fields() (AckFields, error) { return AckTokens(m.msg.Reply) }
+func (m *Msg) Fields() (AckFields, error) { return AckTokens(m.reply) }
 
 // AckTokens splits a JetStream ack subject without allocating.
 func AckTokens(reply string) (f AckFields, err error) {

@@ -1,14 +1,18 @@
 package jspull_test
 
 import (
+	"runtime"
+	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/jetpool/jetpool/internal/jspull"
+	"github.com/jetpool/jetpool/internal/testenv"
 )
 
 // A Msg speaks JetStream's ack protocol, and reads an ack subject as
@@ -100,4 +104,60 @@ func TestStatus(t *testing.T) {
 	record, err := jspull.Status(status("409", "Exceeded MaxWaiting"))
 	require.False(t, record)
 	require.ErrorContains(t, err, "409 Exceeded MaxWaiting")
+}
+
+// A record held (a call, a backoff) keeps no other record in memory:
+// nats.go leaves a delivered message linked to the one queued behind it,
+// so a Msg over the core message would keep every record delivered after
+// it in the same burst.
+func TestHeldMsgKeepsNoOtherRecord(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	e := newEnv(t, n, jetstream.ConsumerConfig{})
+	var (
+		mu    sync.Mutex
+		held  *jspull.Msg
+		weaks []weak.Pointer[byte]
+		got   int
+	)
+	gate := make(chan struct{})
+	p, err := jspull.Subscribe(e.nc, jspull.Config{Stream: streamName, Consumer: consName,
+		OnMsg: func(m *jspull.Msg) {
+			mu.Lock()
+			first := held == nil
+			if first {
+				held = m
+			} else {
+				weaks = append(weaks, weak.Make(&m.Data()[0]))
+			}
+			got++
+			mu.Unlock()
+			if first {
+				<-gate // the others queue up behind it meanwhile
+			}
+			_ = m.Ack()
+		},
+		OnRelease: func(int, bool, error) {}})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	require.NoError(t, p.Pull(jspull.Request{Batch: n, Expires: time.Minute}))
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		ci, err := e.cons.Info(t.Context())
+		return err == nil && ci.NumAckPending == n
+	}, "every record delivered while the first is held")
+	close(gate)
+	testenv.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return got == n }, "every record handed on")
+
+	runtime.GC()
+	runtime.GC()
+	mu.Lock()
+	defer mu.Unlock()
+	alive := 0
+	for _, w := range weaks {
+		if w.Value() != nil {
+			alive++
+		}
+	}
+	require.LessOrEqual(t, alive, 2, "records kept in memory by the one held")
+	require.Equal(t, "r0", string(held.Data()))
 }

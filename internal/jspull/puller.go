@@ -225,7 +225,7 @@ func (p *Puller) onMsg(m *nats.Msg) {
 		p.heardLocked(time.Now())
 	}
 	p.mu.Unlock()
-	p.cfg.OnMsg(&Msg{msg: m, nc: p.nc})
+	p.cfg.OnMsg(newMsg(m, p.nc))
 }
 
 // heardLocked moves the silence bound: the requests' latest expiry, or
@@ -385,7 +385,7 @@ func (p *Puller) late(m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	_ = (&Msg{msg: m, nc: p.nc}).Nak()
+	_ = newMsg(m, p.nc).Nak()
 	p.handedBack.Add(1)
 }
 
