@@ -21,15 +21,52 @@ import (
 // json.Marshal, correct and slower — and fails that test, which says what
 // to add here.
 
-// resultBufSize is the size of the buffers results are encoded in: a first
-// action's result with a short answer is 600–700 bytes. A result that
-// outgrows its buffer is encoded in a larger one, which is not kept.
-const resultBufSize = 1024
+// Results are encoded in buffers of a few sizes, kept for the next results
+// once a result's publish is over (ReleaseResult): a first action's result
+// with a short answer is 600–700 bytes, one that echoes a long answer a few
+// KiB. The size is chosen from the answer's length before encoding, so that
+// a long answer is not encoded into a small buffer, grown and copied, with
+// the small one lost to the pool. A result larger than the largest size is
+// encoded in a buffer of its own, which is not kept.
+var resultBufSizes = [...]int{1 << 10, 4 << 10, 16 << 10}
 
-// resultBufs keeps the buffers of results whose publish is over
-// (ReleaseResult), for the next results: a buffer a record was a tenth of
-// what a worker allocated for it.
-var resultBufs = sync.Pool{New: func() any { return new([resultBufSize]byte) }}
+// resultBufs hold arrays of each size, by pointer (a pooled slice would
+// allocate its header on every Put).
+var resultBufs = [len(resultBufSizes)]sync.Pool{
+	{New: func() any { return new([1 << 10]byte) }},
+	{New: func() any { return new([4 << 10]byte) }},
+	{New: func() any { return new([16 << 10]byte) }},
+}
+
+// resultBuf is an empty buffer for a result of about n bytes.
+func resultBuf(n int) []byte {
+	switch {
+	case n <= 1<<10:
+		return resultBufs[0].Get().(*[1 << 10]byte)[:0]
+	case n <= 4<<10:
+		return resultBufs[1].Get().(*[4 << 10]byte)[:0]
+	case n <= 16<<10:
+		return resultBufs[2].Get().(*[16 << 10]byte)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// resultSizeHint is a result's encoded size without its answer, its
+// earlier outputs and its input, which resultSize adds.
+const resultSizeHint = 768
+
+func resultSize(r *Result) int {
+	n := resultSizeHint + 160*len(r.Actions)
+	if s, ok := r.Output.(string); ok {
+		n += len(s) + len(s)/8 // room for some escapes
+	} else if r.Output != nil {
+		n += resultBufSizes[0]
+	}
+	if len(r.Outputs) > 0 || len(r.Input) > 0 {
+		n += resultBufSizes[1]
+	}
+	return n
+}
 
 // ReleaseResult gives the buffer of the result message m (PublishResult)
 // back for another result, once nothing will send m again: its store ack
@@ -37,10 +74,19 @@ var resultBufs = sync.Pool{New: func() any { return new([resultBufSize]byte) }}
 // it publishes; a pending async publish keeps the message only to send it
 // again before its ack (no responders). m is not to be used after.
 func ReleaseResult(m *nats.Msg) {
-	if m == nil || cap(m.Data) != resultBufSize {
+	if m == nil {
 		return
 	}
-	resultBufs.Put((*[resultBufSize]byte)(m.Data[:resultBufSize]))
+	switch b := m.Data[:cap(m.Data)]; cap(b) {
+	case 1 << 10:
+		resultBufs[0].Put((*[1 << 10]byte)(b))
+	case 4 << 10:
+		resultBufs[1].Put((*[4 << 10]byte)(b))
+	case 16 << 10:
+		resultBufs[2].Put((*[16 << 10]byte)(b))
+	default:
+		return
+	}
 	m.Data = nil
 }
 
@@ -49,7 +95,7 @@ func marshalResult(r *Result) ([]byte, error) {
 	if !resultFast || r.Finished.Year() < 0 || r.Finished.Year() > 9999 {
 		return json.Marshal(r)
 	}
-	w := jsonWriter{b: resultBufs.Get().(*[resultBufSize]byte)[:0]}
+	w := jsonWriter{b: resultBuf(resultSize(r))}
 	w.raw(`{"id":`)
 	w.str(r.ID)
 	w.raw(`,"status":`)

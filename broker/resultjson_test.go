@@ -154,10 +154,53 @@ func TestReleaseResultHandsItsBufferOn(t *testing.T) {
 		require.Equal(t, wants[i], string(m.Data), "a result not released keeps its bytes")
 	}
 
-	big := result(1, strings.Repeat("b", 4*resultBufSize))
+	big := result(1, strings.Repeat("b", 2*resultBufSizes[len(resultBufSizes)-1]))
 	m, err := resultMsg(big)
 	require.NoError(t, err)
 	ReleaseResult(m)
 	require.Equal(t, want(big), string(m.Data), "a result larger than the buffers is not taken back")
 	ReleaseResult(nil)
+}
+
+// Every byte at every offset of the eight-byte scan and of its tail is
+// quoted as encoding/json quotes it.
+func TestAppendStringIsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for c := range 256 {
+		for n := 1; n <= 19; n++ {
+			for at := range n {
+				b := []byte(strings.Repeat("a", n))
+				b[at] = byte(c)
+				want, err := json.Marshal(string(b))
+				require.NoError(t, err)
+				got, err := appendString([]byte("x"), string(b))
+				require.NoError(t, err)
+				require.Equal(t, "x"+string(want), string(got), "byte %#x at %d of %d", c, at, n)
+			}
+		}
+	}
+	for _, s := range []string{"", "héllo wörld, 日本語", "tab\there", strings.Repeat("plain ascii ", 100), "\u2028\u2029", "\xff\xfe"} {
+		want, _ := json.Marshal(s)
+		got, err := appendString(nil, s)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+	}
+}
+
+// A result is encoded in a buffer its answer fits, and each size of buffer
+// is taken back once released: a long answer does not outgrow a small one.
+func TestResultBufferFitsItsAnswer(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, 100, 900, 1000, 3000, 4000, 12000, 13000} {
+		r := &Result{ID: "r1", Status: StatusOK, Output: strings.Repeat("o", n), Action: "act", Job: "j",
+			Finished: time.Unix(1, 0).UTC(), Recovery: Recovery{Attempts: 1, Deliveries: 1},
+			Actions: []Account{{Action: "act", Status: StatusOK, Attempts: 1, Calls: 1}}, Totals: &Totals{Attempts: 1, Calls: 1}}
+		m, err := resultMsg(r)
+		require.NoError(t, err)
+		want, _ := json.Marshal(r)
+		require.Equal(t, string(want), string(m.Data))
+		require.Contains(t, resultBufSizes[:], cap(m.Data), "answer of %d bytes: a buffer of %d, grown from a pooled one", n, cap(m.Data))
+		ReleaseResult(m)
+		require.Nil(t, m.Data)
+	}
 }

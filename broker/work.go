@@ -110,17 +110,56 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 
 // appendString appends s as a JSON string, as encoding/json writes it:
 // quoted as it is when it is printable ASCII that needs no escape (a record
-// id nearly always), else by json.Marshal.
+// id nearly always, a model's English answer often), else by json.Marshal.
+// It reads s eight bytes at a time: an answer is scanned for every result.
 func appendString(b []byte, s string) ([]byte, error) {
-	for i := 0; i < len(s); i++ {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if needsEscape(load64(s, i)) {
+			return marshalString(b, s)
+		}
+	}
+	for ; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, err := json.Marshal(s)
-			return append(b, q...), err
+			return marshalString(b, s)
 		}
 	}
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"'), nil
+}
+
+// load64 is s[i:i+8] as a little-endian word (one load: the compiler
+// combines the bytes' loads).
+func load64(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func marshalString(b []byte, s string) ([]byte, error) {
+	q, err := json.Marshal(s)
+	return append(b, q...), err
+}
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// hasByte reports whether a byte of x is c (the exact zero-byte test of x^c).
+func hasByte(x uint64, c byte) bool {
+	v := x ^ lsb*uint64(c)
+	return (v-lsb)&^v&msb != 0
+}
+
+// needsEscape reports whether one of x's eight bytes is not printable ASCII
+// or is one that encoding/json escapes: " \ < > &.
+func needsEscape(x uint64) bool {
+	return x&msb != 0 || // 0x80 and up
+		(x-lsb*0x20)&^x&msb != 0 || // below 0x20 (of bytes below 0x80)
+		hasByte(x, 0x7f) || hasByte(x, '"') || hasByte(x, '\\') ||
+		hasByte(x, '<') || hasByte(x, '>') || hasByte(x, '&')
 }
 
 // UnmarshalJSON keeps the record undecoded (RawRecord); Fields decodes what
