@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -153,16 +151,36 @@ func (s *sim) Calls() int {
 }
 
 // draw returns a deterministic number in [0,1) for (seed, record, call, salt).
+// It is FNV-1a of the seed, the record, the call and the salt, written out
+// (hash/fnv's would allocate its state on every draw of every call).
 func (s *sim) draw(record string, call int, salt string) float64 {
-	h := fnv.New64a()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(s.sc.Seed))
-	h.Write(b[:])
-	h.Write([]byte(record))
-	binary.LittleEndian.PutUint64(b[:], uint64(call))
-	h.Write(b[:])
-	h.Write([]byte(salt))
-	return float64(h.Sum64()>>11) / float64(1<<53)
+	h := uint64(fnvOffset)
+	h = fnvWord(h, uint64(s.sc.Seed))
+	h = fnvString(h, record)
+	h = fnvWord(h, uint64(call))
+	h = fnvString(h, salt)
+	return float64(h>>11) / float64(1<<53)
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
+}
+
+// fnvWord hashes w's eight bytes, little-endian.
+func fnvWord(h, w uint64) uint64 {
+	for range 8 {
+		h = (h ^ w&0xff) * fnvPrime
+		w >>= 8
+	}
+	return h
 }
 
 // Preflight of the sim always passes: its key is checked only by the auth
@@ -313,12 +331,6 @@ func (s *sim) begin(ctx context.Context, model string, records []string, drop fu
 	}
 	s.mu.Unlock()
 
-	if s.cfg.Timeout > 0 {
-		// Like the real adapters: Config.Timeout bounds one call.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
-		defer cancel()
-	}
 	latency := s.sc.Latency
 	if s.sc.Jitter > 0 {
 		latency += time.Duration(s.draw(record, call, "jitter") * float64(s.sc.Jitter))
@@ -329,6 +341,13 @@ func (s *sim) begin(ctx context.Context, model string, records []string, drop fu
 		latency = s.sc.SlowLatency
 	}
 	if latency > 0 {
+		if s.cfg.Timeout > 0 {
+			// Like the real adapters: Config.Timeout bounds one call. A call
+			// without latency cannot outlast it.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+			defer cancel()
+		}
 		t := time.NewTimer(latency)
 		select {
 		case <-ctx.Done():
@@ -402,9 +421,7 @@ const simCacheMax = 1024
 // cacheHit reports whether the system prompt was cached by an earlier
 // call, and caches it.
 func (s *sim) cacheHit(system string) bool {
-	h := fnv.New64a()
-	h.Write([]byte(system))
-	k := h.Sum64()
+	k := fnvString(fnvOffset, system)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cached[k] {
