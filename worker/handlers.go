@@ -28,7 +28,7 @@ const handlerIdle = 10 * time.Second
 // the session's call chain every time (runtime.newstack showed in the
 // worker's profile at zero latency). Their number never exceeds the records
 // being handled: the slots, the records waiting out a backoff off their
-// slot (at most RestingPerSlot per slot), and results being stored (at
+// slot (at most Config.Resting), and results being stored (at
 // most one per slot).
 func (p *Pool) run(t task) {
 	select {

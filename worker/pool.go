@@ -39,8 +39,11 @@ const (
 // Config configures a Pool. Zero fields take their defaults.
 type Config struct {
 	Concurrency int // ConcurrencyDefault
-	Log         zerolog.Logger
-	Clock       retry.Clock // retry.SystemClock
+	// Resting bounds the records that wait out a session backoff off their
+	// call slot at once (worker/slot.go); 0: RestingMax(Concurrency).
+	Resting int
+	Log     zerolog.Logger
+	Clock   retry.Clock // retry.SystemClock
 	// Jobs limits the pool to these jobs; empty serves every running job.
 	Jobs []string
 	// Heartbeat is the InProgress interval for long calls (AckWait/BeatsPerAckWait).
@@ -217,7 +220,7 @@ func New(b *broker.Broker, cfg Config) *Pool {
 	host, _ := os.Hostname()
 	p := &Pool{
 		b: b, cfg: cfg, log: cfg.Log, sem: make(chan struct{}, cfg.Concurrency),
-		back: make(chan struct{}), resting: make(chan struct{}, RestingPerSlot*cfg.Concurrency), suspect: make(chan struct{}, 1),
+		back: make(chan struct{}), resting: make(chan struct{}, cmp.Or(cfg.Resting, RestingMax(cfg.Concurrency))), suspect: make(chan struct{}, 1),
 		jobs: map[string]*jobRunner{}, id: cmp.Or(b.Cfg.WorkerName, fmt.Sprintf("%s-%d", host, os.Getpid())),
 		tasks: make(chan task), quit: make(chan struct{}), ahead: newReadAhead(), beats: newBeats(cfg.Heartbeat),
 		pauses: cfg.Pauses, unpause: func() {}, pauseKick: make(chan struct{}, 1),

@@ -5,10 +5,22 @@ import (
 	"time"
 )
 
-// RestingPerSlot is how many records per call slot (Concurrency) may wait
-// out a session backoff off their slot at once; a record that finds no room
-// waits in its slot, as every record did before.
-const RestingPerSlot = 4
+// RestingMax is how many records may wait out a session backoff off their
+// call slot at once: RestingPerSlot per slot (Concurrency), and at least
+// RestingMin; a record that finds no room waits in its slot. How many rest
+// at once is the rate of records times the fault rate times the backoff: a
+// small pool of fast calls (thousands of records a second, at a few
+// per cent of transient faults and the default backoff of seconds) needs
+// thousands, where its slots would give it a few hundred and its slots
+// would fill with records sleeping in them. Each resting record keeps its
+// goroutine and its record, so the bound is what the pool's memory may
+// grow by when its provider falters.
+func RestingMax(concurrency int) int { return max(RestingPerSlot*concurrency, RestingMin) }
+
+const (
+	RestingPerSlot = 4
+	RestingMin     = 4096
+)
 
 // slot is a handler's hold on one of the pool's call slots for the record
 // it handles. It is the handler's own (one for its life): every method runs

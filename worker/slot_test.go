@@ -53,7 +53,7 @@ func (c *gateClock) resting() int {
 func TestBackoffWaitsOffSlot(t *testing.T) {
 	t.Parallel()
 	b := testenv.Broker(t)
-	const n = worker.RestingPerSlot // one slot: room for this many resting
+	const n = 6 // one slot, room for this many resting
 	wf := testenv.Workflow(t, `
 providers:
   sim: {kind: sim, sim: {fail_first: 1, fail_class: server}}
@@ -66,7 +66,7 @@ actions:
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{})
 	counter := testenv.NewCounter()
 	clock := &gateClock{open: make(chan struct{})}
-	pool := testenv.Pool(t, b, worker.Config{Concurrency: 1, Clock: clock, NewProvider: counter.New})
+	pool := testenv.Pool(t, b, worker.Config{Concurrency: 1, Resting: n, Clock: clock, NewProvider: counter.New})
 
 	testenv.Eventually(t, 30*time.Second, func() bool { return clock.resting() == n },
 		"every record waits out its backoff at once: %d of %d (calls %d)", clock.resting(), n, counter.Total())
@@ -87,12 +87,13 @@ actions:
 }
 
 // Past the room for resting records, a record waits in its slot: the
-// records resting never exceed RestingPerSlot × Concurrency, and none is
-// lost or called twice for it.
+// records resting never exceed Config.Resting, and none is lost or called
+// twice for it.
 func TestBackoffRestingIsBounded(t *testing.T) {
 	t.Parallel()
 	b := testenv.Broker(t)
-	const n = worker.RestingPerSlot + 2
+	const resting = 4
+	const n = resting + 2
 	wf := testenv.Workflow(t, `
 providers:
   sim: {kind: sim, sim: {fail_first: 1, fail_class: server}}
@@ -105,11 +106,11 @@ actions:
 	res := testenv.Dispatch(t, b, wf, testenv.Records(t, n), dispatcher.Options{})
 	counter := testenv.NewCounter()
 	clock := &gateClock{open: make(chan struct{})}
-	testenv.Pool(t, b, worker.Config{Concurrency: 1, Clock: clock, NewProvider: counter.New})
+	testenv.Pool(t, b, worker.Config{Concurrency: 1, Resting: resting, Clock: clock, NewProvider: counter.New})
 
 	// The resting ones and the one that waits in the slot: the last
 	// record has no slot to call from.
-	want := worker.RestingPerSlot + 1
+	want := resting + 1
 	testenv.Eventually(t, 30*time.Second, func() bool { return clock.resting() == want },
 		"waits: %d of %d", clock.resting(), want)
 	require.Equal(t, want, counter.Total(), fmt.Sprintf("one call each but the last record's (%d)", n))
@@ -120,4 +121,11 @@ actions:
 	for id := range testenv.Results(t, b, job) {
 		require.Equal(t, 2, counter.Calls(id), id)
 	}
+}
+
+func TestRestingMax(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, worker.RestingMin, worker.RestingMax(1))
+	require.Equal(t, worker.RestingMin, worker.RestingMax(256))
+	require.Equal(t, 5000*worker.RestingPerSlot, worker.RestingMax(5000))
 }

@@ -78,9 +78,14 @@ const embeddedMemoryFloor = 256 << 20
 const liveHeapHeadroom = 1.5
 
 // followLiveHeap keeps the soft memory limit (debug.SetMemoryLimit) at
-// t.floor, or at t.headroom times the live heap plus the runtime's memory
-// beside the heap once that is more, looking every t.every, until ctx
-// ends or stop is called. The limit it last set stays.
+// t.floor, or at t.headroom times the live heap and the goroutine stacks
+// plus the rest of the runtime's memory beside the heap once that is more,
+// looking every t.every, until ctx ends or stop is called. The limit it
+// last set stays. The stacks count with the live heap, as they do in Go's
+// own heap goal: a collection scans both, so a pool whose records wait out
+// backoffs in thousands of goroutines, with a small heap, would otherwise
+// collect after every few megabytes allocated, scanning every stack each
+// time.
 func followLiveHeap(ctx context.Context, t memoryTarget) (stop func()) {
 	debug.SetMemoryLimit(t.floor)
 	ctx, cancel := context.WithCancel(ctx)
@@ -89,7 +94,8 @@ func followLiveHeap(ctx context.Context, t memoryTarget) (stop func()) {
 		defer close(done)
 		sample := []rtmetrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/total:bytes"},
 			{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"},
-			{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+			{Name: "/memory/classes/heap/free:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
+			{Name: "/memory/classes/heap/stacks:bytes"}}
 		tick := time.NewTicker(t.every)
 		defer tick.Stop()
 		limit := t.floor
@@ -100,7 +106,7 @@ func followLiveHeap(ctx context.Context, t memoryTarget) (stop func()) {
 			case <-tick.C:
 			}
 			rtmetrics.Read(sample)
-			var v [6]uint64
+			var v [7]uint64
 			for i, s := range sample {
 				if s.Value.Kind() != rtmetrics.KindUint64 {
 					return // a runtime without the metric: the floor stays
@@ -108,7 +114,8 @@ func followLiveHeap(ctx context.Context, t memoryTarget) (stop func()) {
 				v[i] = s.Value.Uint64()
 			}
 			beside := int64(v[1]) - int64(v[2]+v[3]+v[4]+v[5]) // stacks, metadata, buffers
-			want := max(t.floor, int64(float64(v[0])*t.headroom)+max(beside, 0))
+			stacks := int64(v[6])
+			want := max(t.floor, int64(float64(v[0]+v[6])*t.headroom)+max(beside-stacks, 0))
 			if want > limit+limit/20 || want < limit-limit/20 {
 				limit = want
 				debug.SetMemoryLimit(limit)
