@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// once runs one side on a fresh server: fill its queue, then time its
+// process from its start to the last result stored.
+func (h *harness) once(side string) (outcome, error) {
+	dir, err := os.MkdirTemp("", "vsloop")
+	if err != nil {
+		return outcome{}, err
+	}
+	defer os.RemoveAll(dir)
+	url, server, err := h.startServer(dir)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer server.stop()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return outcome{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var cmd *exec.Cmd
+	var results string
+	switch {
+	case side == "loop":
+		if err := fillLoop(ctx, js, h.in); err != nil {
+			return outcome{}, fmt.Errorf("fill: %w", err)
+		}
+		results = loopResults
+		cmd = exec.Command(h.self, "loop", "-url", url, "-conc", fmt.Sprint(h.conc), "-n", fmt.Sprint(h.n))
+	case strings.HasPrefix(side, "jetpool:"):
+		parts := strings.SplitN(side, ":", 3)
+		if len(parts) != 3 {
+			return outcome{}, fmt.Errorf("side %q: want jetpool:BIN:WORKFLOW", side)
+		}
+		job, err := dispatch(parts[1], parts[2], h.in, url, dir)
+		if err != nil {
+			return outcome{}, err
+		}
+		results = "JETPOOL_RESULTS"
+		cmd = exec.Command(parts[1], "worker", "--concurrency", fmt.Sprint(h.conc), "--job", job)
+		cmd.Env = append(jetpoolEnv(url, dir), strings.Split(h.workerEnv, ",")...)
+	default:
+		return outcome{}, fmt.Errorf("side %q: want loop or jetpool:BIN:WORKFLOW", side)
+	}
+	base, err := msgs(ctx, js, results)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return outcome{}, err
+	}
+	before := server.cpu()
+	o, err := h.timeProcess(ctx, js, cmd, results, base+uint64(h.n), dir)
+	o.serverCPU = server.cpu() - before
+	return o, err
+}
+
+// timeProcess starts cmd and waits until the stream results holds want
+// messages; then it stops cmd (SIGTERM) and reads its rusage.
+func (h *harness) timeProcess(ctx context.Context, js jetstream.JetStream, cmd *exec.Cmd, results string, want uint64, dir string) (outcome, error) {
+	logf, err := os.Create(filepath.Join(dir, "process.log"))
+	if err != nil {
+		return outcome{}, err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return outcome{}, err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var took, at10, at90 time.Duration
+	first := want - uint64(h.n)
+	mark := func(n uint64) {
+		since := time.Since(start)
+		if at10 == 0 && n >= first+uint64(h.n)/10 {
+			at10 = since
+		}
+		if at90 == 0 && n >= first+uint64(h.n)*9/10 {
+			at90 = since
+		}
+		if n >= want {
+			took = since
+		}
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for took == 0 {
+		select {
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			return outcome{}, ctx.Err()
+		case err := <-exited:
+			if n, _ := msgs(ctx, js, results); n >= want {
+				mark(n)
+				exited <- err
+				continue
+			}
+			b, _ := os.ReadFile(logf.Name())
+			return outcome{}, fmt.Errorf("exited before the last result (%v): %s", err, tail(b))
+		case <-tick.C:
+			if n, err := msgs(ctx, js, results); err == nil {
+				mark(n)
+			}
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	<-exited
+	o := outcome{rate: float64(h.n) / took.Seconds(), sustained: 0.8 * float64(h.n) / (at90 - at10).Seconds()}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		o.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		o.maxRSSKB = ru.Maxrss
+	}
+	return o, nil
+}
+
+func tail(b []byte) string {
+	if len(b) > 600 {
+		b = b[len(b)-600:]
+	}
+	return string(b)
+}
+
+func msgs(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Msgs, nil
+}
+
+func jetpoolEnv(url, dir string) []string {
+	return append(os.Environ(), "JETPOOL_NATS_URL="+url, "JETPOOL_LOG_LEVEL=warn", "JETPOOL_DATA_DIR="+filepath.Join(dir, "jp"))
+}
+
+// dispatch queues the job with `jetpool dispatch` and returns its id.
+func dispatch(bin, wf, in, url, dir string) (string, error) {
+	cmd := exec.Command(bin, "dispatch", wf, "--input", in)
+	cmd.Env = jetpoolEnv(url, dir)
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("dispatch: %v: %s", err, errb.String())
+	}
+	lines := strings.Fields(strings.TrimSpace(string(out)))
+	if len(lines) == 0 {
+		return "", errors.New("dispatch printed no job id")
+	}
+	return lines[len(lines)-1], nil
+}
+
+// fillLoop queues every input line on the loop's work stream.
+func fillLoop(ctx context.Context, js jetstream.JetStream, in string) error {
+	if _, err := loopStreams(ctx, js); err != nil {
+		return err
+	}
+	f, err := os.Open(in)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		if len(strings.TrimSpace(sc.Text())) == 0 {
+			continue
+		}
+		if _, err := js.PublishAsync("loop.work", append([]byte(nil), sc.Bytes()...)); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return sc.Err()
+}
+
+// startServer starts a nats-server with JetStream on a free loopback port
+// and a store in dir.
+func (h *harness) startServer(dir string) (string, *serverProc, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	conf := filepath.Join(dir, "ns.conf")
+	body := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n", port, filepath.Join(dir, "store"))
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(h.server, "-c", conf)
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	sp := &serverProc{cmd}
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			continue
+		}
+		js, _ := jetstream.New(nc)
+		_, err = js.AccountInfo(context.Background())
+		nc.Close()
+		if err == nil {
+			return url, sp, nil
+		}
+	}
+	sp.stop()
+	return "", nil, errors.New("nats-server did not start")
+}
+
+type serverProc struct{ cmd *exec.Cmd }
+
+func (s *serverProc) stop() { _ = s.cmd.Process.Signal(syscall.SIGTERM); _ = s.cmd.Wait() }
+
+// cpu is the server's user+system time so far, from /proc (clock ticks of
+// 10 ms).
+func (s *serverProc) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
