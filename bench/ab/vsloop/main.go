@@ -20,9 +20,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime/pprof"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -34,6 +36,10 @@ func main() {
 		n := fs.Int("n", 0, "exit after this many records")
 		prof := fs.String("cpuprofile", os.Getenv("LOOP_CPUPROFILE"), "write a CPU profile")
 		_ = fs.Parse(os.Args[2:])
+		// The harness stops it with SIGTERM once its last result is stored,
+		// maybe after runLoop returned: caught for the whole run, so that the
+		// profile is written.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGTERM)
 		if *prof != "" {
 			f, err := os.Create(*prof)
 			if err == nil && pprof.StartCPUProfile(f) == nil {
