@@ -63,6 +63,14 @@ func newClient(cfg Config, defaultBase string) (*client, error) {
 		return nil, fmt.Errorf("provider %s: base_url %q is not an http(s) URL", cfg.Name, redactURL(raw))
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Every call slot keeps its connection between calls. net/http keeps
+	// two idle connections a host (and a hundred in all) unless told
+	// otherwise: past that, a connection that finished a call was closed
+	// and the next call dialled (and, over TLS, shook hands) again, which
+	// at hundreds of calls in flight to one host cost more CPU and memory
+	// than the calls. Idle connections still close after IdleConnTimeout.
+	tr.MaxIdleConns = 0 // no bound across hosts
+	tr.MaxIdleConnsPerHost = maxIdleConnsPerHost
 	return &client{
 		cfg:  cfg,
 		base: u,
@@ -75,6 +83,11 @@ func newClient(cfg Config, defaultBase string) (*client, error) {
 		now:   time.Now,
 	}, nil
 }
+
+// maxIdleConnsPerHost bounds the idle connections kept to one host: more
+// than the call slots a worker runs (Concurrency), so none is closed for
+// want of room.
+const maxIdleConnsPerHost = 16384
 
 // CloseIdleConnections closes the adapter's idle keep-alive connections.
 func (c *client) CloseIdleConnections() { c.tr.CloseIdleConnections() }
