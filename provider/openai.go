@@ -292,11 +292,15 @@ func (p *openAI) decode(b []byte, model, key string) (Response, *retry.Error) {
 	if len(ch.Message) == 0 || string(ch.Message) == "null" {
 		return Response{}, p.invalidResponse(model, "choices[0] has no message")
 	}
-	text, refused, err := messageText(ch.Message)
+	m, err := parseMessage(ch.Message)
 	if err != nil {
 		return Response{}, p.invalidResponse(model, "choices[0].message"+err.Error())
 	}
-	calls, err := messageToolCalls(ch.Message)
+	text, refused, err := m.text()
+	if err != nil {
+		return Response{}, p.invalidResponse(model, "choices[0].message"+err.Error())
+	}
+	calls, err := m.toolCalls()
 	if err != nil {
 		return Response{}, p.invalidResponse(model, "choices[0].message"+err.Error())
 	}
@@ -417,10 +421,25 @@ func messageText(raw json.RawMessage) (text string, refused bool, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", false, nil // a delta without content (a role chunk, the last chunk)
 	}
+	m, err := parseMessage(raw)
+	if err != nil {
+		return "", false, err
+	}
+	return m.text()
+}
+
+// parseMessage reads a message or a delta once; its text and its tool calls
+// are read from what it holds (each a pass over the answer otherwise).
+func parseMessage(raw json.RawMessage) (*openAIMessageOut, error) {
 	var m openAIMessageOut
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return "", false, fmt.Errorf(" is %s, want an object", jsonKind(raw))
+		return nil, fmt.Errorf(" is %s, want an object", jsonKind(raw))
 	}
+	return &m, nil
+}
+
+// text is the message's content, or its refusal when it has no content.
+func (m *openAIMessageOut) text() (text string, refused bool, err error) {
 	refused = m.Refusal != nil && *m.Refusal != ""
 	c := bytes.TrimSpace(m.Content)
 	if len(c) == 0 || string(c) == "null" {

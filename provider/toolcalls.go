@@ -69,10 +69,15 @@ func openAICalls(raw json.RawMessage) ([]openAIToolCallOut, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
-	var m openAIMessageOut
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf(" is %s, want an object", jsonKind(raw))
+	m, err := parseMessage(raw)
+	if err != nil {
+		return nil, err
 	}
+	return m.calls()
+}
+
+// calls are the message's tool calls as they came.
+func (m *openAIMessageOut) calls() ([]openAIToolCallOut, error) {
 	if len(m.ToolCalls) == 0 || string(m.ToolCalls) == "null" {
 		return nil, nil
 	}
@@ -83,9 +88,9 @@ func openAICalls(raw json.RawMessage) ([]openAIToolCallOut, error) {
 	return calls, nil
 }
 
-// messageToolCalls are the tool calls of a chat.completion message.
-func messageToolCalls(raw json.RawMessage) ([]ToolCall, error) {
-	calls, err := openAICalls(raw)
+// toolCalls are the tool calls of a chat.completion message.
+func (m *openAIMessageOut) toolCalls() ([]ToolCall, error) {
+	calls, err := m.calls()
 	if err != nil {
 		return nil, err
 	}
