@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -133,7 +132,7 @@ var (
 	// "Input is too long", Gemini "The input token count (…) exceeds the maximum
 	// number of tokens allowed", Cohere "too many tokens: … in the prompt",
 	// LiteLLM "ContextWindowExceededError".
-	overflowText = regexp.MustCompile(`prompt is too long|context_length_exceeded|contextwindowexceeded|` +
+	overflowText = pattern(`prompt is too long|context_length_exceeded|contextwindowexceeded|` +
 		`exceed_context_size|maximum context length|context window|` +
 		`context (?:length|size|limit)\b[^.]{0,40}\b(?:exceed|too)|` +
 		`exceeds? (?:the |its |maximum |max )*(?:available )?context (?:length|size|limit)|` +
@@ -147,11 +146,11 @@ var (
 	// tokens", "max_tokens is too large: 10000", vLLM "'max_tokens' or
 	// 'max_completion_tokens' is too large"). That is a bad parameter, not an
 	// overflow: shortening the prompt would not help.
-	maxTokensParam = regexp.MustCompile(`max_(?:completion_|output_)?tokens\S*\s*(?::\s*\d+\s*>|(?:or \S+ )?(?:is|are) too large|must be)`)
+	maxTokensParam = pattern(`max_(?:completion_|output_)?tokens\S*\s*(?::\s*\d+\s*>|(?:or \S+ )?(?:is|are) too large|must be)`)
 )
 
 func isOverflowText(text string) bool {
-	return !maxTokensParam.MatchString(text) && overflowText.MatchString(text)
+	return !maxTokensParam().MatchString(text) && overflowText().MatchString(text)
 }
 
 // --- structured signals -----------------------------------------------------
@@ -406,7 +405,7 @@ func goNetKind(err error) string {
 	// anything the transport failed at that was not classified above is
 	// still transport.
 	if errors.As(err, &netErr) {
-		if tlsText.MatchString(msg) {
+		if tlsText().MatchString(msg) {
 			return "tls"
 		}
 		return "network"
@@ -414,7 +413,7 @@ func goNetKind(err error) string {
 	return ""
 }
 
-var tlsText = regexp.MustCompile(`\btls\b|x509`)
+var tlsText = pattern(`\btls\b|x509`)
 
 // Redact removes credentials from s: the values of key-like query
 // parameters (Gemini's ?key=, which *url.Error repeats in its text),
@@ -422,15 +421,15 @@ var tlsText = regexp.MustCompile(`\btls\b|x509`)
 // Diagnose apply it, so that a transport error never carries a key into a
 // result or a dead letter.
 func Redact(s string) string {
-	s = keyParam.ReplaceAllString(s, "${1}REDACTED")
-	s = bearer.ReplaceAllString(s, "${1}REDACTED")
-	return keyShape.ReplaceAllString(s, "REDACTED")
+	s = keyParam().ReplaceAllString(s, "${1}REDACTED")
+	s = bearer().ReplaceAllString(s, "${1}REDACTED")
+	return keyShape().ReplaceAllString(s, "REDACTED")
 }
 
 var (
-	keyParam = regexp.MustCompile(`(?i)([?&](?:key|api_?key|apikey|access_token|token|x-api-key)=)[^&"'\s]+`)
-	bearer   = regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}`)
-	keyShape = regexp.MustCompile(`\b(?:sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|gsk_[A-Za-z0-9]{20,})`)
+	keyParam = pattern(`(?i)([?&](?:key|api_?key|apikey|access_token|token|x-api-key)=)[^&"'\s]+`)
+	bearer   = pattern(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}`)
+	keyShape = pattern(`\b(?:sk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{30,}|gsk_[A-Za-z0-9]{20,})`)
 )
 
 // goTypeName is the diagnostic type name of a plain Go error: stable names,

@@ -5,7 +5,6 @@ package retry
 // with no structure.
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -67,7 +66,7 @@ func markerClass(text string) (Class, bool) {
 }
 
 var (
-	rateLimitText = regexp.MustCompile(`\brate.?limit|too many requests|resource.?exhausted|` +
+	rateLimitText = pattern(`\brate.?limit|too many requests|resource.?exhausted|` +
 		`resource has been exhausted|quota|\b(?:tpm|rpm|tpd|rpd)\b|tokens per (?:min|day)|requests per (?:min|day)|` +
 		`capacity_exceeded|capacity exceeded|throttl(?:ed|ing)|` +
 		// Bedrock: "Too many tokens, please wait before trying again."
@@ -76,13 +75,13 @@ var (
 		// deployments down ("No deployments available for selected model,
 		// Try again in 60 seconds"); Cloudflare's rate limit, "error code: 1015".
 		`token_limit_exceeded|enqueued token limit|no deployments available|error code:? 1015\b`)
-	serverText = regexp.MustCompile(`overloaded|service unavailable|service_unavailable|` +
+	serverText = pattern(`overloaded|service unavailable|service_unavailable|` +
 		`temporarily unavailable|currently unavailable|internal server error|internal error|` +
 		`bad gateway|gateway timeout|server.?error|over capacity|high demand|` +
 		`no healthy upstream|server had an error|server (?:is )?busy|deadline expired|try again later|` +
 		`loading model|model is (?:currently )?loading|engine ?dead|engine loop|enginecore encountered|` +
 		`unable to process (?:your|the) request`)
-	networkText = regexp.MustCompile(`connection (?:was |has been |is )?(?:error|refused|reset|closed|aborted|lost|timed out|terminated|dropped)|` +
+	networkText = pattern(`connection (?:was |has been |is )?(?:error|refused|reset|closed|aborted|lost|timed out|terminated|dropped)|` +
 		`broken pipe|timeout|\btimed out\b|deadline exceeded|no such host|\bdns\b|\btls\b|x509|handshake|` +
 		`unexpected eof|\beof\b|unexpected end of json input|` +
 		`stream (?:dropped|closed|ended|error|disconnected|interrupted)|other side closed|fetch failed|` +
@@ -101,12 +100,12 @@ var (
 	// the transient patterns: OpenAI's 429 and Groq's 413 "Request too large
 	// for … on tokens per min (TPM)" name a per-minute limit, but no wait lets
 	// a request larger than the whole minute's budget through.
-	requestTooLargeText = regexp.MustCompile(`request too large|request_too_large|request entity too large|` +
+	requestTooLargeText = pattern(`request too large|request_too_large|request entity too large|` +
 		`payload too large|request exceeds the maximum allowed`)
 
 	// invalidRequestText: permanent shapes seen without a status (an SDK
 	// that dropped it, a proxy's plain-text body).
-	invalidRequestText = regexp.MustCompile(`model[^.]{0,80}(?:not found|does not exist)|` +
+	invalidRequestText = pattern(`model[^.]{0,80}(?:not found|does not exist)|` +
 		`model_not_found|unknown model|no such model|invalid model|decommissioned|no endpoints found|` +
 		`invalid[_ ]argument|invalid json payload|location is not supported|roles must alternate|` +
 		`must be (?:between|less than|greater than|one of|at most|at least)|` +
@@ -115,18 +114,18 @@ var (
 
 	// contentFilterText: a provider's filter refused the prompt (Azure
 	// OpenAI's "…triggering Azure OpenAI's content management policy").
-	contentFilterText = regexp.MustCompile(`content (?:management |filtering )?policy|content_filter|responsibleaipolicyviolation`)
+	contentFilterText = pattern(`content (?:management |filtering )?policy|content_filter|responsibleaipolicyviolation`)
 )
 
 // transientText classifies text (lower-cased) by docs/design.md §1's transient
 // message patterns.
 func transientText(text string) (Class, bool) {
 	switch {
-	case rateLimitText.MatchString(text):
+	case rateLimitText().MatchString(text):
 		return ClassRateLimit, true
-	case serverText.MatchString(text):
+	case serverText().MatchString(text):
 		return ClassServer, true
-	case networkText.MatchString(text):
+	case networkText().MatchString(text):
 		return ClassNetwork, true
 	}
 	return ClassNone, false
@@ -141,16 +140,16 @@ func textClass(text, msg string) (Class, bool) {
 	if c, ok := typeNameInText(text); ok {
 		return c, true
 	}
-	if requestTooLargeText.MatchString(text) {
+	if requestTooLargeText().MatchString(text) {
 		return ClassInvalidRequest, true
 	}
 	if c, ok := transientText(text); ok {
 		return c, true
 	}
-	if contentFilterText.MatchString(text) {
+	if contentFilterText().MatchString(text) {
 		return ClassContentFilter, true
 	}
-	if invalidRequestText.MatchString(text) || maxTokensParam.MatchString(text) {
+	if invalidRequestText().MatchString(text) || maxTokensParam().MatchString(text) {
 		return ClassInvalidRequest, true
 	}
 	return ClassNone, false
@@ -165,7 +164,7 @@ var (
 	// "status" or "response" ("a 503 error"). Group 1 is the introduction,
 	// 2 the number, 3 the word after it, so that a count ("error: 500
 	// tokens") is not taken for a status.
-	statusText = regexp.MustCompile(`(^\s*|\b(?:error|error_?code|status|status_?code|http|code|returned|received|got|response|with)` +
+	statusText = pattern(`(^\s*|\b(?:error|error_?code|status|status_?code|http|code|returned|received|got|response|with)` +
 		`(?:\s+(?:an?|the))?["']?\s*[:=#(\[]?\s*["']?(?:code\s*[:=]?\s*)?|\bhttp/\d(?:\.\d)?\s+)?` +
 		`\b([1-5](?:\d\d|xx))\b(?:\s*([a-z%]+))?`)
 	// countUnits are the words that make a number a count, not a status.
@@ -179,7 +178,7 @@ var (
 // statusText, that decides one (see statusClass). "5xx" reads as a server
 // error; "4xx" says too little.
 func statusInText(msg string) (Class, bool) {
-	for _, m := range statusText.FindAllStringSubmatchIndex(msg, -1) {
+	for _, m := range statusText().FindAllStringSubmatchIndex(msg, -1) {
 		num := msg[m[4]:m[5]]
 		next := ""
 		if m[6] >= 0 {
@@ -205,11 +204,11 @@ func statusInText(msg string) (Class, bool) {
 
 // typeNameText is a type name inside a message: an SDK's or gateway's
 // exception name ("litellm.RateLimitError: …", "ThrottlingException: …").
-var typeNameText = regexp.MustCompile(`\b[a-z]+(?:error|exception)\b`)
+var typeNameText = pattern(`\b[a-z]+(?:error|exception)\b`)
 
 // typeNameInText is the class of the first well-known type name in text.
 func typeNameInText(text string) (Class, bool) {
-	for _, name := range typeNameText.FindAllString(text, -1) {
+	for _, name := range typeNameText().FindAllString(text, -1) {
 		if c, ok := typeNames[name]; ok {
 			return c, true
 		}

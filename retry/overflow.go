@@ -146,7 +146,7 @@ func (w Window) Estimate(sent int) (Overflow, bool) {
 func ParseOverflow(msg string) (o Overflow, ok bool) {
 	text := strings.ToLower(msg)
 	for _, f := range overflowForms {
-		m := f.re.FindStringSubmatch(text)
+		m := f.re().FindStringSubmatch(text)
 		if m == nil {
 			continue
 		}
@@ -167,67 +167,67 @@ func ParseOverflow(msg string) (o Overflow, ok bool) {
 // num is a token count as providers write it: 4097, or 200,000.
 const num = `(\d{1,3}(?:,\d{3})+|\d+)`
 
-var completionRE = regexp.MustCompile(num + ` (?:in|for) the (?:completion|output)`)
+var completionRE = pattern(num + ` (?:in|for) the (?:completion|output)`)
 
 // overflowForms are the ways providers state the sizes, each read from
 // the lower-cased message.
 var overflowForms = []struct {
-	re   *regexp.Regexp
+	re   func() *regexp.Regexp
 	read func(n []int, text string) Overflow
 }{
 	// OpenAI, Azure, Groq, DeepSeek, vLLM, OpenRouter: "This model's maximum
 	// context length is 4097 tokens. However, your messages resulted in 4294
 	// tokens." / "… you requested 4294 tokens (3294 in your prompt; 1000 for
 	// the completion)." / "… your request has 5000 input tokens."
-	{regexp.MustCompile(`maximum context length is ` + num + ` tokens[^0-9]{0,80}?(?:resulted in|requested(?: about)?|request has) ` + num + ` (?:input )?tokens`),
+	{pattern(`maximum context length is ` + num + ` tokens[^0-9]{0,80}?(?:resulted in|requested(?: about)?|request has) ` + num + ` (?:input )?tokens`),
 		func(n []int, text string) Overflow {
 			o := Overflow{Limit: n[1], Prompt: n[2]}
-			if m := completionRE.FindStringSubmatch(text); m != nil {
+			if m := completionRE().FindStringSubmatch(text); m != nil {
 				o.Completion = number(m[1])
 				o.Prompt -= o.Completion
 			}
 			return o
 		}},
 	// Anthropic: "prompt is too long: 210000 tokens > 200000 maximum".
-	{regexp.MustCompile(`prompt is too long: ` + num + ` tokens > ` + num), func(n []int, _ string) Overflow {
+	{pattern(`prompt is too long: ` + num + ` tokens > ` + num), func(n []int, _ string) Overflow {
 		return Overflow{Prompt: n[1], Limit: n[2]}
 	}},
 	// Anthropic: "input length and `max_tokens` exceed context limit: 197000
 	// + 8192 > 200000".
-	{regexp.MustCompile(`exceed context limit: ` + num + ` \+ ` + num + ` > ` + num), func(n []int, _ string) Overflow {
+	{pattern(`exceed context limit: ` + num + ` \+ ` + num + ` > ` + num), func(n []int, _ string) Overflow {
 		return Overflow{Prompt: n[1], Completion: n[2], Limit: n[3]}
 	}},
 	// Gemini: "The input token count (1200000) exceeds the maximum number of
 	// tokens allowed (1048576)." (Vertex AI writes the numbers bare.)
-	{regexp.MustCompile(`input token count \(?` + num + `\)? exceeds the maximum number of tokens allowed \(?` + num), func(n []int, _ string) Overflow {
+	{pattern(`input token count \(?` + num + `\)? exceeds the maximum number of tokens allowed \(?` + num), func(n []int, _ string) Overflow {
 		return Overflow{Prompt: n[1], Limit: n[2]}
 	}},
 	// llama.cpp server: "request (4390 tokens) exceeds the available context
 	// size (4096 tokens)".
-	{regexp.MustCompile(`request \(` + num + ` tokens\) exceeds the available context size \(` + num), func(n []int, _ string) Overflow {
+	{pattern(`request \(` + num + ` tokens\) exceeds the available context size \(` + num), func(n []int, _ string) Overflow {
 		return Overflow{Prompt: n[1], Limit: n[2]}
 	}},
 	// llama.cpp server's exceed_context_size_error, whose counts ride in the
 	// error object (the provider adapter adds them to the message).
-	{regexp.MustCompile(`n_prompt_tokens\W{1,4}` + num + `\W{1,4}n_ctx\W{1,4}` + num), func(n []int, _ string) Overflow {
+	{pattern(`n_prompt_tokens\W{1,4}` + num + `\W{1,4}n_ctx\W{1,4}` + num), func(n []int, _ string) Overflow {
 		return Overflow{Prompt: n[1], Limit: n[2]}
 	}},
 	// llama-cpp-python: "Requested tokens (2285) exceed context window of 2048".
-	{regexp.MustCompile(`requested tokens \(` + num + `\) exceed context window of ` + num), func(n []int, _ string) Overflow {
+	{pattern(`requested tokens \(` + num + `\) exceed context window of ` + num), func(n []int, _ string) Overflow {
 		return Overflow{Prompt: n[1], Limit: n[2]}
 	}},
 	// Mistral, vLLM: "Prompt contains 40000 tokens and 0 draft tokens, too
 	// large for model with 32768 maximum context length".
-	{regexp.MustCompile(`prompt contains ` + num + ` tokens(?: and \d+ draft tokens)?, too large for model with ` + num + ` maximum context length`), func(n []int, _ string) Overflow {
+	{pattern(`prompt contains ` + num + ` tokens(?: and \d+ draft tokens)?, too large for model with ` + num + ` maximum context length`), func(n []int, _ string) Overflow {
 		return Overflow{Prompt: n[1], Limit: n[2]}
 	}},
 	// Cohere: "too many tokens: total number of tokens in the prompt cannot
 	// exceed 4081 - received 4500".
-	{regexp.MustCompile(`tokens in the prompt cannot exceed ` + num + ` - received ` + num), func(n []int, _ string) Overflow {
+	{pattern(`tokens in the prompt cannot exceed ` + num + ` - received ` + num), func(n []int, _ string) Overflow {
 		return Overflow{Limit: n[1], Prompt: n[2]}
 	}},
 	// Cohere v2: "too many tokens: size limit exceeded by 1234 tokens".
-	{regexp.MustCompile(`size limit exceeded by ` + num + ` tokens`), func(n []int, _ string) Overflow {
+	{pattern(`size limit exceeded by ` + num + ` tokens`), func(n []int, _ string) Overflow {
 		return Overflow{Over: n[1]}
 	}},
 }
