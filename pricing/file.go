@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -225,8 +226,11 @@ func (f *File) Lookup(providerName, model string) (Model, bool, error) {
 	return Model{}, false, nil
 }
 
-// aboveRE matches a long-context rate: its kind and threshold in thousands.
-var aboveRE = regexp.MustCompile(`^(input_cost_per_token|output_cost_per_token|cache_read_input_token_cost|cache_creation_input_token_cost)_above_(\d+)k_tokens$`)
+// aboveRE matches a long-context rate: its kind and threshold in
+// thousands. Compiled when a price file is read, not by every process.
+var aboveRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(input_cost_per_token|output_cost_per_token|cache_read_input_token_cost|cache_creation_input_token_cost)_above_(\d+)k_tokens$`)
+})
 
 // model reads the entry key. A bare entry of another provider is no match
 // (Key ""); priced is false for an entry without per-token rates.
@@ -329,7 +333,7 @@ func (f *File) model(key string, e fileEntry, prov string, bare bool) (m Model, 
 func (f *File) tier(m *Model, fields map[string]json.RawMessage, where string, rate func(string, *float64) (bool, error)) error {
 	above := 0
 	for name := range fields {
-		sub := aboveRE.FindStringSubmatch(name)
+		sub := aboveRE().FindStringSubmatch(name)
 		if sub == nil {
 			continue
 		}

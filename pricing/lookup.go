@@ -88,7 +88,7 @@ func digitsAt(s, layout string) bool {
 // which wins (gpt-4o-2024-05-13 is not priced as gpt-4o). Any other id is
 // unpriced: ok is false.
 func Lookup(providerName, model string) (Model, bool) {
-	models, ok := builtin[providerName]
+	models, ok := builtin()[providerName]
 	if !ok {
 		return Model{}, false
 	}
@@ -115,5 +115,5 @@ func (m Model) Retired(now time.Time) bool {
 
 // TableProviders are the presets the built-in table prices models of.
 func TableProviders() []string {
-	return slices.Sorted(maps.Keys(builtin))
+	return slices.Sorted(maps.Keys(builtin()))
 }

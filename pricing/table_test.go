@@ -17,14 +17,14 @@ import (
 func TestEveryTableModel(t *testing.T) {
 	t.Parallel()
 	own := func(prov, id string) Model {
-		e := builtin[prov][id]
+		e := builtin()[prov][id]
 		if e.alias != "" {
-			return builtin[prov][e.alias].model
+			return builtin()[prov][e.alias].model
 		}
 		return e.model
 	}
 	checked, nearPriced := 0, 0
-	for prov, models := range builtin {
+	for prov, models := range builtin() {
 		for id := range models {
 			want := own(prov, id)
 			for _, alias := range []string{id, id + "-2025-03-14", id + "-20250314", id + "@20250314", "models/" + id, "models/" + id + "-2026-01-31"} {
