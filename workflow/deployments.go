@@ -38,7 +38,7 @@ func (p *parser) deployments(name string, f field, kind string) []provider.Deplo
 		line := deref(n).Line
 		if v, ok := df["name"]; ok {
 			if x, ok := p.str(v); ok {
-				if providerNameRE.MatchString(x) {
+				if providerNameRE().MatchString(x) {
 					d.Name, line = x, v.val.Line
 				} else {
 					p.errorf(v.val.Line, v.path, "bad deployment name (want letters, digits, _, . and -)")
@@ -56,7 +56,7 @@ func (p *parser) deployments(name string, f field, kind string) []provider.Deplo
 		}
 		if v, ok := df["api_key_env"]; ok {
 			if s, ok := p.str(v); ok {
-				if envNameRE.MatchString(s) {
+				if envNameRE().MatchString(s) {
 					d.APIKeyEnv = s
 				} else {
 					p.errorf(v.val.Line, v.path, "not an environment variable name (write the name of the variable that holds the key, never the key)")

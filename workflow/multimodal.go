@@ -3,7 +3,6 @@ package workflow
 import (
 	"cmp"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -32,8 +31,8 @@ type partSpec struct {
 }
 
 var (
-	toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	schemeRE   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
+	toolNameRE = lazyRegexp(`^[A-Za-z0-9_-]{1,64}$`)
+	schemeRE   = lazyRegexp(`^[A-Za-z][A-Za-z0-9+.-]*://`)
 	// reservedToolPrefix names tools of jetpool's own (the structured
 	// output of the anthropic adapter).
 	reservedToolPrefix = "jetpool_"
@@ -152,7 +151,7 @@ func (p *parser) tools(f field) ([]provider.Tool, bool) {
 			p.errorf(deref(n).Line, child(path, "name"), "missing; every tool needs a name")
 		} else if x, ok := p.str(name); ok {
 			switch {
-			case !toolNameRE.MatchString(x):
+			case !toolNameRE().MatchString(x):
 				p.errorf(name.val.Line, name.path, "bad tool name %q (want 1-64 letters, digits, _ and -)", x)
 			case strings.HasPrefix(x, reservedToolPrefix):
 				p.errorf(name.val.Line, name.path, "tool names starting with %s are jetpool's own", reservedToolPrefix)
@@ -463,7 +462,7 @@ func PartSource(v string) (string, error) {
 		return SourceData, nil
 	case strings.HasPrefix(v, "https://"), strings.HasPrefix(v, "http://"):
 		return SourceURL, nil
-	case schemeRE.MatchString(v):
+	case schemeRE().MatchString(v):
 		scheme, _, _ := strings.Cut(v, "://")
 		return "", fmt.Errorf("a %s:// URL: want an http(s) URL, a data: URL or a file path", scheme)
 	}

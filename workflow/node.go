@@ -3,7 +3,6 @@ package workflow
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -444,12 +443,12 @@ func toJSONDepth(n *yaml.Node, depth int) (any, error) {
 	return nil, &nodeError{n.Line, "unexpected YAML node"}
 }
 
-var yamlErrRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+var yamlErrRE = lazyRegexp(`^yaml: (?:line (\d+): )?(.*)$`)
 
 // yamlError reports a parse error of the YAML itself at the line it names.
 func (p *parser) yamlError(err error) {
 	line, msg := 0, err.Error()
-	if m := yamlErrRE.FindStringSubmatch(msg); m != nil {
+	if m := yamlErrRE().FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		msg = m[2]
 	}

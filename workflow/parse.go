@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"go.yaml.in/yaml/v3"
 
@@ -97,10 +98,10 @@ func (p *parser) empty() {
 }
 
 var (
-	actionNameRE   = regexp.MustCompile(`^[a-z0-9_-]+$`)
-	providerNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-	envNameRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	tmplErrRE      = regexp.MustCompile(`^template: [^:]*:(\d+):(?:\d+:)? ?(.*)$`)
+	actionNameRE   = lazyRegexp(`^[a-z0-9_-]+$`)
+	providerNameRE = lazyRegexp(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	envNameRE      = lazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	tmplErrRE      = lazyRegexp(`^template: [^:]*:(\d+):(?:\d+:)? ?(.*)$`)
 )
 
 // credentialHeaders may not be set under headers: because headers are stored
@@ -285,4 +286,11 @@ func yamlFields(t reflect.Type) (names map[string]reflect.Type, open bool) {
 		names[name] = sf.Type
 	}
 	return names, open
+}
+
+// lazyRegexp is a pattern compiled on its first use: most of the parser's
+// are read only to word an error, and a process that parses no workflow
+// compiles none.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }

@@ -111,7 +111,7 @@ func (p *parser) specField(s *spec, name string, v field, action bool) {
 	switch name {
 	case "name":
 		if x, ok := p.str(v); ok {
-			if actionNameRE.MatchString(x) {
+			if actionNameRE().MatchString(x) {
 				s.name = some(x, line)
 			} else {
 				p.errorf(line, v.path, "bad name %q (want lowercase letters, digits, _ and -)", x)
@@ -252,7 +252,7 @@ func (p *parser) compileTemplate(name string, f field) *compiledPrompt {
 	cp, err := compilePrompt(name, f.val.Value)
 	if err != nil {
 		line, msg := f.val.Line, err.Error()
-		if m := tmplErrRE.FindStringSubmatch(msg); m != nil {
+		if m := tmplErrRE().FindStringSubmatch(msg); m != nil {
 			tl, _ := strconv.Atoi(m[1])
 			msg = m[2]
 			if f.val.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/url"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,7 +39,7 @@ func (p *parser) providers(f field) {
 			p.errorf(kv[0].Line, path, "duplicate provider")
 			continue
 		}
-		if !providerNameRE.MatchString(name) {
+		if !providerNameRE().MatchString(name) {
 			p.errorf(kv[0].Line, path, "bad provider name (want letters, digits, _, . and -)")
 		}
 		p.entries[name] = p.provider(name, field{key: kv[0], val: deref(kv[1]), path: path})
@@ -82,7 +81,7 @@ func (p *parser) provider(name string, f field) *entry {
 	}
 	if v, ok := pf["api_key_env"]; ok {
 		if s, ok := p.str(v); ok {
-			if envNameRE.MatchString(s) {
+			if envNameRE().MatchString(s) {
 				e.cfg.APIKeyEnv = s
 			} else {
 				// The value is not echoed: it may be the key itself.
@@ -139,7 +138,7 @@ func (p *parser) provider(name string, f field) *entry {
 	return e
 }
 
-var typeErrLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
+var typeErrLineRE = lazyRegexp(`^line (\d+): (.*)$`)
 
 // sim decodes a sim: block into provider.SimConfig, refusing unknown fields.
 func (p *parser) sim(f field) *provider.SimConfig {
@@ -156,7 +155,7 @@ func (p *parser) sim(f field) *provider.SimConfig {
 		if errors.As(err, &te) {
 			for _, msg := range te.Errors {
 				line := f.val.Line
-				if m := typeErrLineRE.FindStringSubmatch(msg); m != nil {
+				if m := typeErrLineRE().FindStringSubmatch(msg); m != nil {
 					line, _ = strconv.Atoi(m[1])
 					msg = m[2]
 				}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"text/template"
@@ -186,7 +185,7 @@ func (a *Action) execute(cp *compiledPrompt, what string, data map[string]any) (
 	}
 	out, err := cp.execute(data)
 	if err != nil {
-		if m := missingKeyRE.FindStringSubmatch(err.Error()); m != nil {
+		if m := missingKeyRE().FindStringSubmatch(err.Error()); m != nil {
 			return "", a.templateError(fmt.Sprintf("%s reads %s: no field %q", what, m[1], m[2]),
 				fmt.Errorf("%w %q: %w", ErrMissingField, m[2], err))
 		}
@@ -215,7 +214,7 @@ func boundReason(err error) string {
 	return msg
 }
 
-var missingKeyRE = regexp.MustCompile(`at <([^>]*)>: map has no entry for key "([^"]*)"`)
+var missingKeyRE = lazyRegexp(`at <([^>]*)>: map has no entry for key "([^"]*)"`)
 
 func (a *Action) compiled() (*compiledPrompt, error) {
 	if a.prompt != nil {
