@@ -31,7 +31,7 @@ func (e entry) date() string { return cmp.Or(e.at, TableDate) }
 // dated snapshot of one takes its price (Candidates), nothing else does. A
 // snapshot whose price differs from its model's has its own entry. It is
 // built on first use: a process that prices nothing (a worker on a
-// provider without a price) does not hold it.
+// provider without a price) does not build it.
 var builtin = sync.OnceValue(func() map[string]map[string]entry {
 	geminiPrices := geminiPrices()
 	return map[string]map[string]entry{

@@ -290,7 +290,7 @@ func yamlFields(t reflect.Type) (names map[string]reflect.Type, open bool) {
 
 // lazyRegexp is a pattern compiled on its first use: most of the parser's
 // are read only to word an error, and a process that parses no workflow
-// compiles none.
+// compiles none of them.
 func lazyRegexp(expr string) func() *regexp.Regexp {
 	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }
