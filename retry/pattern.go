@@ -7,8 +7,8 @@ import (
 
 // pattern is a regular expression compiled on its first use. The
 // classifier's patterns are read only when a call fails, and compiled
-// they hold a few hundred KB of heap: a worker whose calls succeed never
-// pays for them, in memory or at its start.
+// they are a large share of a worker's heap at rest: a worker whose calls
+// succeed never pays for them, in memory or at its start.
 func pattern(expr string) func() *regexp.Regexp {
 	re := sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 	patterns = append(patterns, re)
