@@ -103,8 +103,8 @@ EOF
     --job "$job" 2>"$d/worker.log" &
   local w=$!
   /usr/bin/time -f "$TF" -o "$d/drain.time" "$RIVERAB" watch -url "$JETPOOL_NATS_URL" \
-    -user acme-viewer -password "$PW" -n "$N" >/dev/null || { pkill -TERM -P $w; return 1; }
-  c2=$(cpu $ns)
+    -user acme-viewer -password "$PW" -n "$N" >/dev/null 2>"$d/watch.err" || { pkill -TERM -P $w; return 1; }
+  c2=$(cpu $ns); [ -s "$d/watch.err" ] && sed "s/^/# round $1 jetpool: /" "$d/watch.err"
   local l1; l1=$(load1)
   pkill -TERM -P $w; wait $w
   kill -TERM "$ns"; wait $tpid; LIVE=""

@@ -9,7 +9,8 @@
 //	riverab drain -dsn DSN -n N [-workers 256] [-fetch-cooldown D]
 //	                                              work until N jobs are completed, then stop
 //	riverab watch -url URL -n N [-user U -password P]
-//	                                              exit once JETPOOL_RESULTS holds N messages
+//	                                              exit once JETPOOL_RESULTS holds N messages;
+//	                                              a pause of 1 s or more in them is said on stderr
 //
 // Each is timed from outside, as a process (/usr/bin/time in river.sh).
 package main
@@ -222,14 +223,27 @@ func watch(ctx context.Context, url, user, password string, n int) error {
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	start, last, lastAt := time.Now(), uint64(0), time.Now()
 	for {
 		info, err := js.Stream(ctx, "JETPOOL_RESULTS")
-		switch {
-		case err == nil && info.CachedInfo().State.Msgs >= uint64(n):
-			fmt.Println("results", info.CachedInfo().State.Msgs)
-			return nil
-		case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return err
+		}
+		if err == nil {
+			msgs := info.CachedInfo().State.Msgs
+			// A pause of a second or more in the results, said on stderr: a
+			// drain's wall time then is a wait, not work.
+			if gap := time.Since(lastAt); msgs != last && gap >= time.Second && last > 0 {
+				fmt.Fprintf(os.Stderr, "no new result for %.1f s, at %d of %d (%.1f s from the start)\n",
+					gap.Seconds(), last, n, lastAt.Sub(start).Seconds())
+			}
+			if msgs != last {
+				last, lastAt = msgs, time.Now()
+			}
+			if msgs >= uint64(n) {
+				fmt.Println("results", msgs)
+				return nil
+			}
 		}
 		select {
 		case <-tick.C:
