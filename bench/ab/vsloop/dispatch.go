@@ -15,16 +15,11 @@ import (
 // `nats bench js pub async --dedup` of as many messages of the input's mean
 // line size (side natsbench).
 func (h *harness) onceDispatch(side string) (outcome, error) {
-	dir, err := os.MkdirTemp("", "vsloop")
+	dir, url, server, done, err := h.fresh()
 	if err != nil {
 		return outcome{}, err
 	}
-	defer os.RemoveAll(dir)
-	url, server, err := h.startServer(dir)
-	if err != nil {
-		return outcome{}, err
-	}
-	defer server.stop()
+	defer done()
 	var cmd *exec.Cmd
 	switch {
 	case side == "natsbench":

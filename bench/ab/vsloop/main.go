@@ -84,7 +84,7 @@ type harness struct {
 // outcome is one timed run.
 type outcome struct {
 	rate      float64 // records a second from the process's start to the last result
-	sustained float64 // records a second from 10 % to 90 % of the results
+	sustained float64 // records a second from a tenth to nine tenths of the results
 	cpu       time.Duration
 	serverCPU time.Duration
 	maxRSSKB  int64

@@ -20,16 +20,11 @@ import (
 // once runs one side on a fresh server: fill its queue, then time its
 // process from its start to the last result stored.
 func (h *harness) once(side string) (outcome, error) {
-	dir, err := os.MkdirTemp("", "vsloop")
+	dir, url, server, done, err := h.fresh()
 	if err != nil {
 		return outcome{}, err
 	}
-	defer os.RemoveAll(dir)
-	url, server, err := h.startServer(dir)
-	if err != nil {
-		return outcome{}, err
-	}
-	defer server.stop()
+	defer done()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return outcome{}, err
@@ -201,6 +196,19 @@ func fillLoop(ctx context.Context, js jetstream.JetStream, in string) error {
 		return ctx.Err()
 	}
 	return sc.Err()
+}
+
+// fresh makes a temporary directory and starts a server with its store in
+// it; done stops the server and removes the directory.
+func (h *harness) fresh() (dir, url string, server *serverProc, done func(), err error) {
+	if dir, err = os.MkdirTemp("", "vsloop"); err != nil {
+		return "", "", nil, nil, err
+	}
+	if url, server, err = h.startServer(dir); err != nil {
+		os.RemoveAll(dir)
+		return "", "", nil, nil, err
+	}
+	return dir, url, server, func() { server.stop(); os.RemoveAll(dir) }, nil
 }
 
 // startServer starts a nats-server with JetStream on a free loopback port
