@@ -67,9 +67,8 @@ const (
 // embeddedMemoryFloor is the soft memory limit of a process hosting the
 // embedded server while its live heap is small: the runtime collects more
 // often as the heap nears it, rather than letting it grow to twice the
-// live heap. `jetpool run` of 1M records of 1 KiB (live heap 146 MB at the
-// end): 449 MiB peak RSS and 17,220 records/s without a limit, 276 MiB and
-// 15,884 records/s with 256 MiB (docs/performance.md).
+// live heap: `jetpool run` of a million records peaks far lower with it, at
+// a small cost in rate (docs/performance.md has the runs).
 const embeddedMemoryFloor = 256 << 20
 
 // liveHeapHeadroom is how far above the live heap the limit is kept once
