@@ -202,13 +202,36 @@ func TestReadmeCommands(t *testing.T) {
 		}
 	}
 
-	// Performance: the tools it installs are .ci/run's; the bench's flags parse.
+	// Performance: the tools it installs are .ci/run's; what it builds are
+	// the module's commands, and their flags parse; its scripts are there.
 	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
 	require.NoError(t, err)
+	built := map[string]string{} // ./NAME → its package
 	for _, block := range docCommands(t, readme, "Performance") {
 		for _, c := range block {
 			if len(c.args) == 3 && c.args[0] == "go" && c.args[1] == "install" {
 				assert.Contains(t, string(ci), c.line, "README installs what .ci/run installs")
+				continue
+			}
+			if len(c.args) == 5 && c.args[0] == "go" && c.args[1] == "build" && c.args[2] == "-o" {
+				bin := filepath.Join(t.TempDir(), c.args[3])
+				build := exec.Command("go", "build", "-o", bin, c.args[4])
+				build.Dir = root
+				out, err := build.CombinedOutput()
+				require.NoError(t, err, "%s: %s", c.line, out)
+				built["./"+c.args[3]] = bin
+				continue
+			}
+			if bin, ok := built[c.args[0]]; ok && c.args[0] != "./jp" {
+				t.Logf("README: %s -h", c.line)
+				out, err := exec.Command(bin, append(c.args[1:], "-h")...).CombinedOutput()
+				require.NoError(t, err, "%s -h: the flags parse: %s", c.line, out)
+				continue
+			}
+			if strings.HasPrefix(c.args[0], "bench/") {
+				st, err := os.Stat(filepath.Join(root, c.args[0]))
+				require.NoError(t, err, c.line)
+				require.NotZero(t, st.Mode()&0o111, "%s: executable", c.line)
 				continue
 			}
 			args, ok := jetpoolArgs(c)
