@@ -28,25 +28,31 @@ import (
 // a long answer is not encoded into a small buffer, grown and copied, with
 // the small one lost to the pool. A result larger than the largest size is
 // encoded in a buffer of its own, which is not kept.
-var resultBufSizes = [...]int{1 << 10, 4 << 10, 16 << 10}
+var resultBufSizes = [...]int{bufSmall, bufMedium, bufLarge}
+
+const (
+	bufSmall  = 1 << 10
+	bufMedium = 4 << 10
+	bufLarge  = 16 << 10
+)
 
 // resultBufs hold arrays of each size, by pointer (a pooled slice would
 // allocate its header on every Put).
 var resultBufs = [len(resultBufSizes)]sync.Pool{
-	{New: func() any { return new([1 << 10]byte) }},
-	{New: func() any { return new([4 << 10]byte) }},
-	{New: func() any { return new([16 << 10]byte) }},
+	{New: func() any { return new([bufSmall]byte) }},
+	{New: func() any { return new([bufMedium]byte) }},
+	{New: func() any { return new([bufLarge]byte) }},
 }
 
 // resultBuf is an empty buffer for a result of about n bytes.
 func resultBuf(n int) []byte {
 	switch {
-	case n <= 1<<10:
-		return resultBufs[0].Get().(*[1 << 10]byte)[:0]
-	case n <= 4<<10:
-		return resultBufs[1].Get().(*[4 << 10]byte)[:0]
-	case n <= 16<<10:
-		return resultBufs[2].Get().(*[16 << 10]byte)[:0]
+	case n <= bufSmall:
+		return resultBufs[0].Get().(*[bufSmall]byte)[:0]
+	case n <= bufMedium:
+		return resultBufs[1].Get().(*[bufMedium]byte)[:0]
+	case n <= bufLarge:
+		return resultBufs[2].Get().(*[bufLarge]byte)[:0]
 	}
 	return make([]byte, 0, n)
 }
@@ -60,10 +66,10 @@ func resultSize(r *Result) int {
 	if s, ok := r.Output.(string); ok {
 		n += len(s) + len(s)/8 // room for some escapes
 	} else if r.Output != nil {
-		n += resultBufSizes[0]
+		n += bufSmall
 	}
 	if len(r.Outputs) > 0 || len(r.Input) > 0 {
-		n += resultBufSizes[1]
+		n += bufMedium
 	}
 	return n
 }
@@ -78,12 +84,12 @@ func ReleaseResult(m *nats.Msg) {
 		return
 	}
 	switch b := m.Data[:cap(m.Data)]; cap(b) {
-	case 1 << 10:
-		resultBufs[0].Put((*[1 << 10]byte)(b))
-	case 4 << 10:
-		resultBufs[1].Put((*[4 << 10]byte)(b))
-	case 16 << 10:
-		resultBufs[2].Put((*[16 << 10]byte)(b))
+	case bufSmall:
+		resultBufs[0].Put((*[bufSmall]byte)(b))
+	case bufMedium:
+		resultBufs[1].Put((*[bufMedium]byte)(b))
+	case bufLarge:
+		resultBufs[2].Put((*[bufLarge]byte)(b))
 	default:
 		return
 	}

@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
 )
 
@@ -29,15 +27,13 @@ func (h *harness) onceDispatch(side string) (outcome, error) {
 		}
 		cmd = exec.Command("nats", "bench", "js", "pub", "async", "bench.pub", "--msgs", fmt.Sprint(h.n),
 			"--size", fmt.Sprint(st.Size()/int64(h.n)), "--dedup", "--create", "--stream", "BENCHPUB", "--no-progress", "-s", url)
-	case strings.HasPrefix(side, "jetpool:"):
-		parts := strings.SplitN(side, ":", 3)
-		if len(parts) != 3 {
-			return outcome{}, fmt.Errorf("side %q: want jetpool:BIN:WORKFLOW", side)
-		}
-		cmd = exec.Command(parts[1], "dispatch", parts[2], "--input", h.in)
-		cmd.Env = jetpoolEnv(url, dir)
 	default:
-		return outcome{}, fmt.Errorf("side %q: want natsbench or jetpool:BIN:WORKFLOW", side)
+		bin, wf, ok := jetpoolSide(side)
+		if !ok {
+			return outcome{}, fmt.Errorf("side %q: want natsbench or jetpool:BIN:WORKFLOW", side)
+		}
+		cmd = exec.Command(bin, "dispatch", wf, "--input", h.in)
+		cmd.Env = jetpoolEnv(url, dir)
 	}
 	before := server.cpu()
 	out, err := os.Create(filepath.Join(dir, "out"))
@@ -54,9 +50,6 @@ func (h *harness) onceDispatch(side string) (outcome, error) {
 	took := time.Since(start)
 	o := outcome{rate: float64(h.n) / took.Seconds(), serverCPU: server.cpu() - before}
 	o.sustained = o.rate
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		o.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		o.maxRSSKB = ru.Maxrss
-	}
+	addUsage(&o, cmd.ProcessState)
 	return o, nil
 }

@@ -195,8 +195,7 @@ func loadavg() string {
 }
 
 func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
+	s := sorted(v)
 	if len(s)%2 == 1 {
 		return s[len(s)/2]
 	}

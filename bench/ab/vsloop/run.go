@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetpool/jetpool/broker"
 )
 
 // once runs one side on a fresh server: fill its queue, then time its
@@ -45,20 +47,18 @@ func (h *harness) once(side string) (outcome, error) {
 		}
 		results = loopResults
 		cmd = exec.Command(h.self, "loop", "-url", url, "-conc", fmt.Sprint(h.conc), "-n", fmt.Sprint(h.n))
-	case strings.HasPrefix(side, "jetpool:"):
-		parts := strings.SplitN(side, ":", 3)
-		if len(parts) != 3 {
-			return outcome{}, fmt.Errorf("side %q: want jetpool:BIN:WORKFLOW", side)
+	default:
+		bin, wf, ok := jetpoolSide(side)
+		if !ok {
+			return outcome{}, fmt.Errorf("side %q: want loop or jetpool:BIN:WORKFLOW", side)
 		}
-		job, err := dispatch(parts[1], parts[2], h.in, url, dir)
+		job, err := dispatch(bin, wf, h.in, url, dir)
 		if err != nil {
 			return outcome{}, err
 		}
-		results = "JETPOOL_RESULTS"
-		cmd = exec.Command(parts[1], "worker", "--concurrency", fmt.Sprint(h.conc), "--job", job)
+		results = broker.StreamResults
+		cmd = exec.Command(bin, "worker", "--concurrency", fmt.Sprint(h.conc), "--job", job)
 		cmd.Env = append(jetpoolEnv(url, dir), strings.Split(h.workerEnv, ",")...)
-	default:
-		return outcome{}, fmt.Errorf("side %q: want loop or jetpool:BIN:WORKFLOW", side)
 	}
 	base, err := msgs(ctx, js, results)
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -123,10 +123,7 @@ func (h *harness) timeProcess(ctx context.Context, js jetstream.JetStream, cmd *
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	<-exited
 	o := outcome{rate: float64(h.n) / took.Seconds(), sustained: 0.8 * float64(h.n) / (at90 - at10).Seconds()}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		o.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-		o.maxRSSKB = ru.Maxrss
-	}
+	addUsage(&o, cmd.ProcessState)
 	return o, nil
 }
 
@@ -266,4 +263,21 @@ func (s *serverProc) cpu() time.Duration {
 	fmt.Sscan(f[11], &ut)
 	fmt.Sscan(f[12], &st)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// jetpoolSide splits a side jetpool:BIN:WORKFLOW (ok false: not one).
+func jetpoolSide(side string) (bin, wf string, ok bool) {
+	parts := strings.SplitN(side, ":", 3)
+	if len(parts) != 3 || parts[0] != "jetpool" {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
+
+// addUsage sets o's CPU and peak RSS from the exited process's rusage.
+func addUsage(o *outcome, ps *os.ProcessState) {
+	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+		o.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		o.maxRSSKB = ru.Maxrss
+	}
 }
