@@ -149,14 +149,20 @@ func (jr *jobRunner) limiter(name string) *ratelimit.Limiter {
 }
 
 // circuitOpen reports whether every provider the job calls has an open
-// circuit: then the job's work is not pulled until a probe is due (until:
-// the first provider's). While one provider is open and another is not,
-// records are pulled and those of the open provider wait in the limiter,
-// or move to a fallback that takes outages (worker/fallback.go).
+// circuit whose probe is due within the action's max_wait: then the job's
+// work is not pulled until a probe is due (until: the first provider's).
+// While one provider is open and another is not, records are pulled and
+// those of the open provider wait in the limiter, or move to a fallback
+// that takes outages (worker/fallback.go). A circuit open past max_wait
+// does not stop the pulls either: the records waiting for it (a retry
+// or a park nak'd before it opened, a record not yet delivered) must come
+// back to be ended for max_wait (decideWait), not wait at the server
+// until the probe.
 func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 	if jr.p.limits == nil || len(jr.wf.Actions) == 0 {
 		return time.Time{}, false
 	}
+	now := jr.p.cfg.Clock.Now()
 	for _, a := range jr.wf.Actions {
 		targets := []string{a.Provider}
 		for _, f := range a.Fallbacks {
@@ -164,14 +170,21 @@ func (jr *jobRunner) circuitOpen() (until time.Time, open bool) {
 				targets = append(targets, f.Provider)
 			}
 		}
+		var first time.Time // when the action's first target takes calls again
 		for _, name := range targets {
 			u, open := jr.circuitOpenUntil(1, name)
 			if !open {
 				return time.Time{}, false
 			}
-			if until.IsZero() || u.Before(until) {
-				until = u
+			if first.IsZero() || u.Before(first) {
+				first = u
 			}
+		}
+		if first.Sub(now) > a.Retry.WaitLimit() {
+			return time.Time{}, false
+		}
+		if until.IsZero() || first.Before(until) {
+			until = first
 		}
 	}
 	return until, true

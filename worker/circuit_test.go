@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -43,6 +44,16 @@ func (c *callsByRecord) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Unlock()
 	providertest.Reply{Status: 503, Body: providertest.OpenAIError("The server is overloaded or not ready yet.", "server_error", "")}.ServeHTTP(w, r)
+}
+
+func (c *callsByRecord) total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, v := range c.n {
+		n += v
+	}
+	return n
 }
 
 func (c *callsByRecord) counts() map[string]int {
@@ -133,6 +144,48 @@ func TestCircuitPastMaxWaitSaysSo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Records waiting for a circuit open past their max_wait come back to be
+// ended for it, instead of waiting at the server until the probe (an hour
+// here): a record nak'd for its redelivery just before the circuit opened,
+// and a job dispatched while it is open.
+func TestCircuitOpenPastMaxWaitStillPulled(t *testing.T) {
+	t.Parallel()
+	h := &callsByRecord{}
+	srv := providertest.NewServer(t, h)
+	b := testenv.Broker(t)
+	wf := testenv.Workflow(t, fmt.Sprintf(`
+providers:
+  down: {kind: openai, base_url: %q, timeout: 5s, limits: {adaptive: false, breaker: {min_calls: 2, cooldown: 1h}}}
+actions:
+  - name: act
+    provider: down
+    model: gpt-4o-mini
+    prompt: "{{ .text }}"
+    retry: {max_attempts: 1, max_wait: 1s, redeliver: {max_deliveries: 2, backoff: 500ms}}
+`, srv.URL+"/v1"))
+	pool := testenv.Pool(t, b, worker.Config{Concurrency: 16, LimitsConfig: ratelimit.Config{WaitMax: 50 * time.Millisecond,
+		Breaker: ratelimit.BreakerConfig{ProbeTimeout: 5 * time.Second}}})
+	// Each record's first delivery makes its one call and is nak'd for its
+	// second; the second failed call opens the circuit for an hour.
+	opens := testenv.Dispatch(t, b, wf, testenv.Records(t, 2), dispatcher.Options{JobID: "opens"})
+	_, p := testenv.WaitFinished(t, b, opens.Job.ID, 30*time.Second)
+	require.EqualValues(t, 2, p.Failed)
+	require.True(t, slices.ContainsFunc(pool.Limits().Limiters(), (*ratelimit.Limiter).CircuitOpen), "the circuit is open")
+	made := h.total()
+	waits := testenv.Dispatch(t, b, wf, testenv.Records(t, 3), dispatcher.Options{JobID: "waits"})
+	job, p := testenv.WaitFinished(t, b, waits.Job.ID, 30*time.Second)
+	require.EqualValues(t, 3, p.Failed)
+	results := testenv.Results(t, b, job)
+	require.Len(t, results, 3)
+	for id, r := range results {
+		require.Equal(t, string(retry.ReasonMaxWait), r.Reason, id)
+		require.Zero(t, r.Recovery.Attempts, id)
+		require.Contains(t, r.Error.Message, "past max_wait 1s", id)
+		require.Contains(t, r.Error.Message, "no call was made", id)
+	}
+	require.Equal(t, made, h.total(), "the second job made no call")
 }
 
 // circuitJob runs records through one action on h behind a circuit
