@@ -40,11 +40,31 @@ type loopResult struct {
 	} `json:"usage"`
 }
 
+// sharedShape shapes the loop's work stream as jetpool's (the side
+// loop:shared): one stream for every job and action under a wildcard, each
+// job read by a consumer filtered to its subjects. The server then does more
+// per ack: a work-queue stream with a wildcard loads each acked message to
+// learn its subject, and matches it against every consumer's filter, before
+// it removes it. The plain loop's stream has one literal subject.
+var sharedShape bool
+
+// loopWorkSubject is the subject the loop's records are queued on.
+func loopWorkSubject() string {
+	if sharedShape {
+		return "loop.work.job1.act"
+	}
+	return "loop.work"
+}
+
 // loopStreams makes the loop's two streams: work (an ack removes the
 // record) and results (one per record).
 func loopStreams(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
+	subject := "loop.work"
+	if sharedShape {
+		subject = "loop.work.>"
+	}
 	work, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: loopWork, Subjects: []string{"loop.work"}, Retention: jetstream.WorkQueuePolicy,
+		Name: loopWork, Subjects: []string{subject}, Retention: jetstream.WorkQueuePolicy,
 	})
 	if err != nil {
 		return nil, err
@@ -73,9 +93,13 @@ func runLoop(url string, conc, n int) error {
 	if err != nil {
 		return err
 	}
-	c, err := work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable: "loop", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 20000,
-	})
+	}
+	if sharedShape {
+		cfg.FilterSubject = "loop.work.job1.>"
+	}
+	c, err := work.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ func main() {
 		conc := fs.Int("conc", 256, "goroutines")
 		n := fs.Int("n", 0, "exit after this many records")
 		prof := fs.String("cpuprofile", os.Getenv("LOOP_CPUPROFILE"), "write a CPU profile")
+		fs.BoolVar(&sharedShape, "shared", false, "a work stream shaped as jetpool's (see loopShape)")
 		_ = fs.Parse(os.Args[2:])
 		// The harness stops it with SIGTERM once its last result is stored,
 		// maybe after runLoop returned: caught for the whole run, so that the
@@ -54,7 +55,7 @@ func main() {
 		return
 	}
 	var h harness
-	flag.StringVar(&h.a, "a", "", "side A: loop or jetpool:BIN:WORKFLOW")
+	flag.StringVar(&h.a, "a", "", "side A: loop, loop:shared (its work stream shaped as jetpool's) or jetpool:BIN:WORKFLOW")
 	flag.StringVar(&h.b, "b", "loop", "side B")
 	flag.StringVar(&h.in, "in", "", "input JSONL ({\"id\":..,\"text\":..} a line)")
 	flag.IntVar(&h.conc, "conc", 256, "concurrency of both sides")
@@ -62,6 +63,8 @@ func main() {
 	flag.IntVar(&h.hogs, "hogs", 0, "CPU-bound processes beside both")
 	flag.StringVar(&h.server, "server", "nats-server", "nats-server binary")
 	flag.StringVar(&h.workerEnv, "worker-env", "", "K=V,... set for jetpool workers alone")
+	flag.StringVar(&h.profile, "server-profile", "", "DIR: a CPU profile of the server over each timed process's first -profile-seconds, DIR/SIDE-ROUND.pprof")
+	flag.IntVar(&h.profileSecs, "profile-seconds", 3, "length of each -server-profile")
 	flag.StringVar(&h.mode, "mode", "work", "work: time the worker against the loop; dispatch: time the enqueue (sides jetpool:BIN:WORKFLOW, natsbench)")
 	flag.Parse()
 	if h.a == "" || h.in == "" {
@@ -77,6 +80,9 @@ func main() {
 type harness struct {
 	a, b, in, server, workerEnv, mode string
 	conc, rounds, hogs                int
+	profile                           string // -server-profile
+	profileSecs                       int
+	round                             int // the round being run, for profile names
 	self                              string
 	n                                 int
 }
@@ -108,6 +114,7 @@ func (h *harness) run() error {
 			order = []string{h.b, h.a}
 		}
 		got := map[string]outcome{}
+		h.round = r
 		for _, side := range order {
 			once := h.once
 			if h.mode == "dispatch" {

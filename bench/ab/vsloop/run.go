@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,12 +43,13 @@ func (h *harness) once(side string) (outcome, error) {
 	var cmd *exec.Cmd
 	var results string
 	switch {
-	case side == "loop":
+	case side == "loop" || side == "loop:shared":
+		sharedShape = side == "loop:shared"
 		if err := fillLoop(ctx, js, h.in); err != nil {
 			return outcome{}, fmt.Errorf("fill: %w", err)
 		}
 		results = loopResults
-		cmd = exec.Command(h.self, "loop", "-url", url, "-conc", fmt.Sprint(h.conc), "-n", fmt.Sprint(h.n))
+		cmd = exec.Command(h.self, "loop", "-url", url, "-conc", fmt.Sprint(h.conc), "-n", fmt.Sprint(h.n), fmt.Sprintf("-shared=%t", sharedShape))
 	default:
 		bin, wf, ok := jetpoolSide(side)
 		if !ok {
@@ -65,9 +68,45 @@ func (h *harness) once(side string) (outcome, error) {
 		return outcome{}, err
 	}
 	before := server.cpu()
+	profiled := h.profileServer(server, side)
 	o, err := h.timeProcess(ctx, js, cmd, results, base+uint64(h.n), dir)
 	o.serverCPU = server.cpu() - before
+	if perr := <-profiled; err == nil && perr != nil {
+		err = fmt.Errorf("server profile: %w", perr)
+	}
 	return o, err
+}
+
+// profileServer starts a CPU profile of the server (-server-profile), from
+// now for -profile-seconds, written to DIR/SIDE-ROUND.pprof; the channel
+// says when it is written. Nothing is profiled without -server-profile.
+func (h *harness) profileServer(server *serverProc, side string) <-chan error {
+	done := make(chan error, 1)
+	if h.profile == "" {
+		done <- nil
+		return done
+	}
+	name := strings.NewReplacer("/", "_", ":", "_", ".", "").Replace(side)
+	path := filepath.Join(h.profile, fmt.Sprintf("%s-%d.pprof", name, h.round))
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", server.profPort, h.profileSecs))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	return done
 }
 
 // timeProcess starts cmd and waits until the stream results holds want
@@ -183,7 +222,7 @@ func fillLoop(ctx context.Context, js jetstream.JetStream, in string) error {
 		if len(strings.TrimSpace(sc.Text())) == 0 {
 			continue
 		}
-		if _, err := js.PublishAsync("loop.work", append([]byte(nil), sc.Bytes()...)); err != nil {
+		if _, err := js.PublishAsync(loopWorkSubject(), append([]byte(nil), sc.Bytes()...)); err != nil {
 			return err
 		}
 	}
@@ -211,22 +250,28 @@ func (h *harness) fresh() (dir, url string, server *serverProc, done func(), err
 // startServer starts a nats-server with JetStream on a free loopback port
 // and a store in dir.
 func (h *harness) startServer(dir string) (string, *serverProc, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		return "", nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	conf := filepath.Join(dir, "ns.conf")
 	body := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n", port, filepath.Join(dir, "store"))
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command(h.server, "-c", conf)
+	var profPort int
+	args := []string{"-c", conf}
+	if h.profile != "" {
+		if profPort, err = freePort(); err != nil {
+			return "", nil, err
+		}
+		args = append(args, "--profile", fmt.Sprint(profPort))
+	}
+	cmd := exec.Command(h.server, args...)
 	if err := cmd.Start(); err != nil {
 		return "", nil, err
 	}
-	sp := &serverProc{cmd}
+	sp := &serverProc{cmd: cmd, profPort: profPort}
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		nc, err := nats.Connect(url)
@@ -244,7 +289,20 @@ func (h *harness) startServer(dir string) (string, *serverProc, error) {
 	return "", nil, errors.New("nats-server did not start")
 }
 
-type serverProc struct{ cmd *exec.Cmd }
+type serverProc struct {
+	cmd      *exec.Cmd
+	profPort int // its profiling port, 0 when not profiled
+}
+
+// freePort is a loopback TCP port free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
 
 func (s *serverProc) stop() { _ = s.cmd.Process.Signal(syscall.SIGTERM); _ = s.cmd.Wait() }
 
