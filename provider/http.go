@@ -47,7 +47,7 @@ type client struct {
 	cfg  Config
 	base *url.URL
 	http *http.Client
-	tr   *http.Transport
+	tr   *transport
 	// auth sets the credentials on a request (nothing when key is empty).
 	auth func(h http.Header, key string)
 	// known classifies an error by provider-specific knowledge that retry.Classify
@@ -71,14 +71,15 @@ func newClient(cfg Config, defaultBase string) (*client, error) {
 	// than the calls. Idle connections still close after IdleConnTimeout.
 	tr.MaxIdleConns = 0 // no bound across hosts
 	tr.MaxIdleConnsPerHost = maxIdleConnsPerHost
+	rt := newTransport(tr)
 	return &client{
 		cfg:  cfg,
 		base: u,
-		tr:   tr,
+		tr:   rt,
 		// No Client.Timeout: the per-request timeout is a context deadline (see
 		// withTimeout) so that it also bounds reading a stream, and so that its
 		// expiry can be told from the caller's cancellation.
-		http:  &http.Client{Transport: tr, CheckRedirect: checkRedirect},
+		http:  &http.Client{Transport: rt, CheckRedirect: checkRedirect},
 		known: func(*retry.Error) retry.Class { return retry.ClassNone },
 		now:   time.Now,
 	}, nil
