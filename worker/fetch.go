@@ -53,6 +53,9 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 		}
 		if jp != nil && !idle {
 			empty, err := jp.state()
+			if empty && err == nil && jr.pendingWork(ctx, cons) {
+				empty = false // the server was slow, the job did not run dry
+			}
 			idle = empty
 			jr.hasWork.Store(!empty) // worker/share.go
 			if jr.pullFailed(ctx, err) {
@@ -98,6 +101,24 @@ func (jr *jobRunner) fetchLoop(ctx context.Context) {
 			jr.pause(ctx, IdlePollMax)
 		}
 	}
+}
+
+// pendingWork reports whether the job's consumer has records the server
+// would deliver now (a paused consumer, or one at its max_ack_pending,
+// delivers none). It is asked when a busy request expired unfilled: with
+// records pending, the server was too slow to answer within busyPullExpiry
+// (a starved CPU), and the job has not run dry: it goes on pulling and keeps
+// its share (worker/share.go), where taking it for idle gave its slots to
+// the other jobs' records back from a backoff. No answer: taken as dry.
+func (jr *jobRunner) pendingWork(ctx context.Context, cons jetstream.Consumer) bool {
+	ictx, cancel := context.WithTimeout(ctx, IdlePollMax)
+	defer cancel()
+	info, err := cons.Info(ictx)
+	if err != nil {
+		return false
+	}
+	full := info.Config.MaxAckPending > 0 && info.NumAckPending >= info.Config.MaxAckPending
+	return info.NumPending > 0 && !info.Paused && !full
 }
 
 // pullFailed logs a pull's error and tells whether it lost the job's
