@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -44,13 +45,8 @@ const (
 
 func newTransport(h1 *http.Transport) *transport {
 	dialer := h1.Clone()
-	// A connection dialled before the server's settings are read takes the
-	// hundred streams an HTTP/2 client assumes until then: strict, the calls
-	// past the server's real limit wait for a stream on it rather than fail.
-	// The pool reserves no more than that limit once it is known.
-	dialer.HTTP2 = &http.HTTP2Config{StrictMaxConcurrentRequests: true,
-		SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
-	return &transport{h1: h1, pool: &h2Pool{dialer: dialer, conns: map[string][]*http.ClientConn{}, dialing: map[string]*h2Dial{}}}
+	dialer.HTTP2 = &http.HTTP2Config{SendPingTimeout: h2PingAfter, PingTimeout: h2PingTimeout}
+	return &transport{h1: h1, pool: &h2Pool{dialer: dialer, conns: map[string][]*h2Conn{}, dialing: map[string]*h2Dial{}}}
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -78,12 +74,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil || !unsent(err) || refused == maxRefused {
 			return resp, err
 		}
-		// A stream the server refused was not processed (RFC 9113), and a
-		// connection found unusable before the request was written sent
-		// nothing: sent again, as net/http's own pool does. A new
-		// connection's first burst meets both when the server allows fewer
-		// streams than the hundred a client assumes until its settings are
-		// read.
+		// What the server did not process is sent again, by the rules of
+		// net/http's own HTTP/2 pool (unsent).
 		if req.Body != nil && req.Body != http.NoBody {
 			if req.GetBody == nil {
 				return resp, err
@@ -102,12 +94,17 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 const maxRefused = 6
 
 // unsent reports whether err says that the server did not process the
-// request: a stream it reset with REFUSED_STREAM, or a connection that
-// could take no stream when the request came to be written. net/http's
-// error types for them are not exported; their text names them.
+// request, as net/http's HTTP/2 pool decides it (http2canRetryError): a
+// stream it reset with REFUSED_STREAM, or with PROTOCOL_ERROR (Go's
+// server answers so a stream opened past its limit), a connection that
+// could take no stream when the request came to be written, or one the
+// server was shutting down (GOAWAY) before it read the request. The
+// error types are not exported; their text names them.
 func unsent(err error) bool {
 	s := err.Error()
-	return strings.Contains(s, "; REFUSED_STREAM") || strings.HasSuffix(s, "http2: client conn not usable")
+	return strings.Contains(s, "; REFUSED_STREAM") || strings.Contains(s, "; PROTOCOL_ERROR; received from peer") ||
+		strings.HasSuffix(s, "http2: client conn not usable") ||
+		strings.HasSuffix(s, "http2: Transport received Server's graceful shutdown GOAWAY")
 }
 
 // proxied reports whether h1 would send req through a proxy.
@@ -131,8 +128,40 @@ func (t *transport) CloseIdleConnections() {
 type h2Pool struct {
 	dialer  *http.Transport // makes the connections (NewClientConn)
 	mu      sync.Mutex
-	conns   map[string][]*http.ClientConn
+	conns   map[string][]*h2Conn
 	dialing map[string]*h2Dial
+}
+
+// h2Conn is a connection of the pool. Until the server's settings are
+// read, an HTTP/2 client assumes 100 streams a connection, and a burst sent
+// on that assumption to a server that allows fewer is refused stream by
+// stream, or worse: a stream the server never answers holds its call to
+// its timeout. So a new connection takes at most h2YoungStreams calls until
+// it is known: its limit differs from the assumed one (settings read), or
+// net/http reported a change (a call done, or more streams).
+type h2Conn struct {
+	cc    *http.ClientConn
+	known atomic.Bool
+}
+
+// h2AssumedStreams is the streams an HTTP/2 client assumes a connection
+// carries before the server's settings, and h2YoungStreams what the pool
+// lets a connection take until it knows better.
+const (
+	h2AssumedStreams = 100
+	h2YoungStreams   = 20
+)
+
+// reserve reserves a stream on c, if it has one the pool may take.
+func (c *h2Conn) reserve() bool {
+	if !c.known.Load() {
+		if c.cc.Available()+c.cc.InFlight() != h2AssumedStreams {
+			c.known.Store(true)
+		} else if c.cc.InFlight() >= h2YoungStreams {
+			return false
+		}
+	}
+	return c.cc.Reserve() == nil
 }
 
 // h2Dial is a dial in progress; done is closed once err is set (nil: the
@@ -153,13 +182,13 @@ func (p *h2Pool) get(ctx context.Context, addr string) (*http.ClientConn, error)
 		conns := p.conns[addr]
 		live := conns[:0]
 		var found *http.ClientConn
-		for _, cc := range conns {
-			if cc.Err() != nil {
+		for _, c := range conns {
+			if c.cc.Err() != nil {
 				continue
 			}
-			live = append(live, cc)
-			if found == nil && cc.Reserve() == nil {
-				found = cc
+			live = append(live, c)
+			if found == nil && c.reserve() {
+				found = c.cc
 			}
 		}
 		clear(conns[len(live):])
@@ -210,8 +239,10 @@ func (p *h2Pool) dial(addr string, d *h2Dial) {
 		d.err = errNoH2
 		return
 	}
+	c := &h2Conn{cc: cc}
+	cc.SetStateHook(func(*http.ClientConn) { c.known.Store(true) })
 	p.mu.Lock()
-	p.conns[addr] = append(p.conns[addr], cc)
+	p.conns[addr] = append(p.conns[addr], c)
 	p.mu.Unlock()
 }
 
@@ -221,12 +252,12 @@ func (p *h2Pool) closeIdle() {
 	var idle []*http.ClientConn
 	for addr, conns := range p.conns {
 		live := conns[:0]
-		for _, cc := range conns {
-			if cc.InFlight() == 0 {
-				idle = append(idle, cc)
+		for _, c := range conns {
+			if c.cc.InFlight() == 0 {
+				idle = append(idle, c.cc)
 				continue
 			}
-			live = append(live, cc)
+			live = append(live, c)
 		}
 		clear(conns[len(live):])
 		p.conns[addr] = live
