@@ -28,10 +28,7 @@ func TestConnectionsKeptForEverySlot(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		round.Done()
 		round.Wait() // every call of the round in flight at once
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"id":"chatcmpl-1","object":"chat.completion","model":"gpt-4o-mini",` +
-			`"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],` +
-			`"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`))
+		okChat(w)
 	}))
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
@@ -44,21 +41,7 @@ func TestConnectionsKeptForEverySlot(t *testing.T) {
 	require.NoError(t, err)
 	for r := range 3 {
 		round.Add(slots)
-		var calls sync.WaitGroup
-		errs := make(chan error, slots)
-		for range slots {
-			calls.Add(1)
-			go func() {
-				defer calls.Done()
-				_, err := p.Call(context.Background(), Request{Model: "gpt-4o-mini", Messages: []Message{{Role: "user", Content: "hi"}}})
-				errs <- err
-			}()
-		}
-		calls.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
+		callAll(t, p, slots)
 		require.EqualValues(t, slots, dialled.Load(), "connections dialled after round %d", r+1)
 	}
 }
