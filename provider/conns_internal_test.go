@@ -179,3 +179,29 @@ func TestHTTPSWithoutHTTP2FallsBackToHTTP1(t *testing.T) {
 	require.EqualValues(t, 4, h1.Load())
 	require.EqualValues(t, 2, dialled.Load(), "later calls reuse the HTTP/1.1 connection")
 }
+
+// A server that sends GOAWAY on its connections (it is shutting down, or
+// closes a connection after so many requests): the calls it did not take
+// go on a new connection, and none fails.
+func TestHTTPSCallsSurviveGoAway(t *testing.T) {
+	t.Parallel()
+	var dialled atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { okChat(w) }))
+	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialled.Add(1)
+		}
+	}
+	// Without keep-alives Go's HTTP/2 server answers each connection's
+	// streams with a graceful GOAWAY.
+	srv.Config.SetKeepAlivesEnabled(false)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	p := tlsProvider(t, srv)
+	callAll(t, p, 50)
+	for range 10 {
+		callAll(t, p, 1)
+	}
+	require.Greater(t, dialled.Load(), int64(1), "GOAWAY made new connections")
+}
