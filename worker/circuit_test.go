@@ -47,10 +47,8 @@ func (c *callsByRecord) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *callsByRecord) total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	n := 0
-	for _, v := range c.n {
+	for _, v := range c.counts() {
 		n += v
 	}
 	return n
